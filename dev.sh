@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Usage: bash dev.sh demo | test [pytest args...]
+# Each command creates or refreshes .venv (pinned by constraints.txt), then runs.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${PROFKIT_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+refresh_venv() {
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  local stamp="$VENV/.profkit-stamp" want
+  want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[dev]"
+    echo "$want" > "$stamp"
+  fi
+}
+
+browser_deps() {
+  # The browser test drives Debian's Chromium; install it where we can (root with apt), else it skips.
+  if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+      || echo "dev.sh: could not install chromium; the browser test will be skipped" >&2
+  fi
+}
+
+case "${1:-}" in
+  demo) shift; refresh_venv; exec "$VENV/bin/python" examples/data_bound.py "$@" ;;
+  test) shift; refresh_venv; browser_deps; exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  *) echo "usage: bash dev.sh demo | test [pytest args]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,58 @@
+"""Turn a raw profiler dump into its final trace file; runs in a child process, off the training loop.
+
+``python -m lightning_profkit.finalize RAW FINAL META_JSON`` reads the raw JSON that torch saved,
+applies the TensorBoard fix, adds our labels under the ``"profkit"`` key, writes gzip under a
+temporary name that no viewer picks up, renames it to ``FINAL`` and removes ``RAW``. It prints the
+window's figures as one JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+from typing import Any
+
+from lightning_profkit.tensorboard_compat import relabel_dataloader_events
+
+
+def temporary_name(final_path: str) -> str:
+    """A sibling name that does not match torch-tb-profiler's ``*.pt.trace.json(.gz)`` pattern."""
+    head, tail = os.path.split(final_path)
+    return os.path.join(head, f".{tail}.tmp")
+
+
+def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite ``raw_path`` into ``final_path`` (gzip JSON), atomically; return the window's figures."""
+    with open(raw_path, encoding="utf-8") as f:
+        trace = json.load(f)
+    events = trace.get("traceEvents") or []
+    relabel_dataloader_events(events)
+    trace["profkit"] = meta
+    tmp = temporary_name(final_path)
+    try:
+        with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
+            json.dump(trace, f, separators=(",", ":"))
+        os.replace(tmp, final_path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    os.remove(raw_path)
+    return {"path": final_path, "events": len(events)}
+
+
+def main(argv: list[str]) -> int:
+    raw_path, final_path, meta = argv[0], argv[1], json.loads(argv[2])
+    try:
+        figures = finalize_trace(raw_path, final_path, meta)
+    except Exception as err:  # reported to the parent, which warns once
+        print(f"{type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

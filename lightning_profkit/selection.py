@@ -1,0 +1,198 @@
+"""Which training steps get profiled: pure functions of the step, no Lightning, no torch.
+
+A *step* is one training batch (one ``training_step`` call). ``step`` is the global batch index,
+counted from 0 across epochs (``trainer.fit_loop.total_batch_idx``); it equals ``trainer.global_step``
+unless gradients are accumulated, where one optimizer step spans several batches. ``batch_idx`` is the
+index within the epoch, as Lightning passes it to the hooks.
+
+Every selection answers one question, ``is_active(step, batch_idx)``: is this step recorded? A window
+is a run of consecutive active steps, preceded by ``warmup`` steps that run the profiler without
+recording (torch.profiler's own warm-up).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, Union
+
+StepRanges = Union[str, Sequence[Union[int, str, Sequence[int]]]]
+
+_RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?$")
+
+
+class Selection:
+    """Base of all selections: a predicate over steps plus where windows begin."""
+
+    warmup: int
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        raise NotImplementedError
+
+    def for_epoch(self, num_batches: Optional[int]) -> "Selection":
+        """The selection to use in an epoch of ``num_batches`` batches (None: unknown length)."""
+        return self
+
+    def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
+        """If a profiler session should start at this step, the warm-up steps it runs first; else None.
+
+        A session starts ``warmup`` steps before the first active step of a window. Where that moment
+        has passed (epoch start, resume, a window just ended), it starts now with the warm-up it has
+        left, possibly none.
+        """
+        for k in range(self.warmup + 1):
+            if self.is_active(step + k, batch_idx + k):
+                return k
+        return None
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class EpochWindow(Selection):
+    """One window in every epoch: skip ``skip_first`` batches, warm up ``warmup``, record ``active``.
+
+    When an epoch is too short for ``skip_first + warmup + active`` batches the window moves earlier so
+    that it still fits (short epochs under ``limit_train_batches`` still get profiled).
+    """
+
+    skip_first: int
+    warmup: int
+    active: int
+    _start: Optional[int] = None  # effective first warm-up batch in the current epoch
+
+    def for_epoch(self, num_batches: Optional[int]) -> "EpochWindow":
+        start = self.skip_first
+        if num_batches is not None:
+            start = min(start, max(0, num_batches - self.warmup - self.active))
+        return EpochWindow(self.skip_first, self.warmup, self.active, start)
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        first = (self.skip_first if self._start is None else self._start) + self.warmup
+        return first <= batch_idx < first + self.active
+
+    def describe(self) -> str:
+        first = (self.skip_first if self._start is None else self._start) + self.warmup
+        return f"batches {first}-{first + self.active - 1} of every epoch (after {self.warmup} warm-up)"
+
+
+@dataclass(frozen=True)
+class StepList(Selection):
+    """Explicit global step ranges, inclusive, e.g. ``"100-102,500-502"`` or ``[[100, 102], 500]``."""
+
+    ranges: tuple[tuple[int, int], ...]
+    warmup: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_starts", [lo for lo, _ in self.ranges])
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        i = bisect.bisect_right(self._starts, step) - 1  # type: ignore[attr-defined]
+        return i >= 0 and step <= self.ranges[i][1]
+
+    def describe(self) -> str:
+        return "steps " + ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+
+@dataclass(frozen=True)
+class EveryNSteps(Selection):
+    """``active`` steps starting at every multiple of ``every_n_steps`` (steps n, 2n, 3n, ...)."""
+
+    every_n_steps: int
+    warmup: int
+    active: int
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        return step >= self.every_n_steps and step % self.every_n_steps < self.active
+
+    def describe(self) -> str:
+        return f"{self.active} steps from every multiple of {self.every_n_steps}"
+
+
+@dataclass(frozen=True)
+class StepFilter(Selection):
+    """Any user predicate ``step_filter(step) -> bool``."""
+
+    step_filter: Callable[[int], bool]
+    warmup: int
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        return step >= 0 and bool(self.step_filter(step))
+
+    def describe(self) -> str:
+        return f"steps where {getattr(self.step_filter, '__name__', 'step_filter')}(step) is true"
+
+
+def parse_step_ranges(steps: StepRanges) -> tuple[tuple[int, int], ...]:
+    """Parse ``"100-102,500"`` or ``[[100, 102], 500, "7-9"]`` into sorted, merged inclusive ranges."""
+    items: list = steps.split(",") if isinstance(steps, str) else list(steps)
+    if not items or (isinstance(steps, str) and not steps.strip()):
+        raise ValueError(f"`steps` must name at least one step or range, got {steps!r}")
+    ranges = []
+    for item in items:
+        if isinstance(item, bool):
+            raise ValueError(f"`steps` has an invalid entry {item!r}")
+        if isinstance(item, int):
+            lo, hi = item, item
+        elif isinstance(item, str):
+            m = _RANGE.match(item)
+            if not m:
+                raise ValueError(f"`steps` has an invalid range {item!r}: expected 'N' or 'A-B'")
+            lo = int(m.group(1))
+            hi = int(m.group(2)) if m.group(2) is not None else lo
+        elif isinstance(item, Sequence) and len(item) == 2 and all(isinstance(v, int) for v in item):
+            lo, hi = item
+        else:
+            raise ValueError(f"`steps` has an invalid entry {item!r}: expected N, 'A-B' or [A, B]")
+        if lo < 0 or hi < 0:
+            raise ValueError(f"`steps` must not be negative, got {item!r}")
+        if hi < lo:
+            raise ValueError(f"`steps` has a reversed range {item!r}")
+        ranges.append((lo, hi))
+    ranges.sort()
+    merged = [ranges[0]]
+    for lo, hi in ranges[1:]:
+        if lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
+
+
+def _non_negative(name: str, value: object, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def make_selection(
+    skip_first: int,
+    warmup: int,
+    active: int,
+    steps: Optional[StepRanges],
+    every_n_steps: Optional[int],
+    step_filter: Optional[Callable[[int], bool]],
+) -> Selection:
+    """Validate the user's arguments and build the selection they describe."""
+    _non_negative("skip_first", skip_first)
+    _non_negative("warmup", warmup)
+    _non_negative("active", active, 1)
+    chosen = [name for name, v in (("steps", steps), ("every_n_steps", every_n_steps), ("step_filter", step_filter)) if v is not None]
+    if len(chosen) > 1:
+        raise ValueError(f"Pass at most one of `steps`, `every_n_steps`, `step_filter`; got {', '.join(chosen)}")
+    if steps is not None:
+        return StepList(parse_step_ranges(steps), warmup)
+    if every_n_steps is not None:
+        _non_negative("every_n_steps", every_n_steps, 1)
+        if warmup + active > every_n_steps:
+            raise ValueError(
+                f"`every_n_steps` ({every_n_steps}) must be at least `warmup` + `active` ({warmup + active})"
+            )
+        return EveryNSteps(every_n_steps, warmup, active)
+    if step_filter is not None:
+        if not callable(step_filter):
+            raise ValueError(f"`step_filter` must be callable, got {step_filter!r}")
+        return StepFilter(step_filter, warmup)
+    return EpochWindow(skip_first, warmup, active)

@@ -1,0 +1,167 @@
+"""One torch.profiler session per window: created when a window begins, gone when it ends.
+
+Steps are numbered with the global step, so the trace's ``ProfilerStep#N`` markers carry the same
+numbers a user sees in the logs. Outside a window no session exists and nothing is paid.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from torch.profiler import ProfilerAction, ProfilerActivity
+
+from lightning_profkit.selection import Selection
+
+_RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+
+@contextmanager
+def without_usdt_lines(enabled: bool = True) -> Iterator[None]:
+    """Drop the ``USDT:`` lines torch's profiler prints to stderr on start/stop; keep every other line.
+
+    The C++ side writes to file descriptor 2, so it is pointed at a temporary file for the duration of
+    the call and whatever else was written there is passed on afterwards.
+    """
+    if not enabled:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable fd 2 (some notebook front ends)
+        yield
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().splitlines(keepends=True) if not line.startswith(b"USDT:")]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
+def window_schedule(selection: Selection, first_active: int, offset: int) -> Callable[[int], ProfilerAction]:
+    """torch.profiler schedule for one window: warm up until ``first_active``, record the active run."""
+
+    def schedule(step: int) -> ProfilerAction:
+        batch_idx = step - offset
+        if selection.is_active(step, batch_idx):
+            if selection.is_active(step + 1, batch_idx + 1):
+                return ProfilerAction.RECORD
+            return ProfilerAction.RECORD_AND_SAVE
+        return ProfilerAction.WARMUP if step < first_active else ProfilerAction.NONE
+
+    return schedule
+
+
+class WindowSession:
+    """Drives one ``torch.profiler.profile`` through warm-up and recording of one window.
+
+    Call :meth:`step` at every step boundary inside the window; it returns False once the window has
+    been recorded and handed to ``on_trace_ready``. :meth:`finish` ends it early (epoch end, error) and
+    still hands over whatever was recorded.
+    """
+
+    def __init__(
+        self,
+        selection: Selection,
+        step: int,
+        batch_idx: int,
+        warmup: int,
+        activities: list[ProfilerActivity],
+        options: dict[str, Any],
+        on_trace_ready: Callable[["WindowSession", Any], None],
+        quiet: bool = True,
+    ) -> None:
+        self.first_active = step + warmup
+        self.offset = step - batch_idx  # global step of the epoch's batch 0
+        self.last_recorded: Optional[int] = None
+        self._quiet = quiet
+        self._on_trace_ready = on_trace_ready
+        schedule = window_schedule(selection, self.first_active, step - batch_idx)
+        self.profiler = torch.profiler.profile(
+            activities=activities, schedule=schedule, on_trace_ready=self._ready, **options
+        )
+        # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise)
+        self.profiler.step_num = step
+        self.profiler.current_action = schedule(step)
+        with without_usdt_lines(quiet):
+            self.profiler.start()
+
+    def _ready(self, prof: torch.profiler.profile) -> None:
+        self._on_trace_ready(self, prof)
+
+    def _note_recording(self) -> None:
+        if self.profiler.current_action in _RECORDING:
+            self.last_recorded = self.profiler.step_num
+
+    def step(self) -> bool:
+        """Close the current step and open the next; False when the window is complete."""
+        self._note_recording()
+        with without_usdt_lines(self._quiet):
+            self.profiler.step()
+            if self.profiler.current_action != ProfilerAction.NONE:
+                return True
+            self.profiler.stop()
+        return False
+
+    def finish(self) -> None:
+        """End the session now, keeping what was recorded so far."""
+        self._note_recording()
+        with without_usdt_lines(self._quiet):
+            self.profiler.stop()
+
+
+class WindowRunner:
+    """Decides at each step boundary whether to start, advance or end a window's session.
+
+    ``open_session(step, batch_idx, warmup)`` creates the session (or returns None to skip, e.g. when
+    another profiler is running). Windows never span epochs: one still open at an epoch's last batch
+    is ended there with what it recorded.
+    """
+
+    def __init__(
+        self,
+        selection: Selection,
+        open_session: Callable[[Selection, int, int, int], Optional[WindowSession]],
+    ) -> None:
+        self._base = selection
+        self.selection = selection
+        self._open = open_session
+        self.session: Optional[WindowSession] = None
+
+    def epoch_start(self, next_step: int, next_batch_idx: int, num_batches: Optional[int]) -> None:
+        self.stop()
+        self.selection = self._base.for_epoch(num_batches)
+        self._maybe_open(next_step, next_batch_idx)
+
+    def step_end(self, step: int, batch_idx: int, last_in_epoch: bool) -> None:
+        if self.session is not None:
+            if last_in_epoch:
+                self.stop()
+            elif not self.session.step():
+                self.session = None
+        if self.session is None and not last_in_epoch:
+            self._maybe_open(step + 1, batch_idx + 1)
+
+    def stop(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.finish()
+
+    def _maybe_open(self, step: int, batch_idx: int) -> None:
+        warmup = self.selection.warmup_before(step, batch_idx)
+        if warmup is not None:
+            self.session = self._open(self.selection, step, batch_idx, warmup)
