@@ -237,7 +237,7 @@ class PerformanceMonitor(Callback):
         self.traces.append(figures["path"])
 
     def _write_failed(self, message: str) -> None:
-        self._warn_once(f"a profiler trace could not be written (training continues): {message}")
+        self._warn_once(f"a profiler trace could not be written (training continues): {message}", key="write")
 
     def _close(self) -> None:
         if self._runner is not None:
@@ -251,9 +251,11 @@ class PerformanceMonitor(Callback):
                 f"{self._writer.pending} profiler trace(s) were still being written after {self.flush_timeout:.0f}s"
             )
 
-    def _warn_once(self, message: str) -> None:
-        if message not in self._warned:
-            self._warned.add(message)
+    def _warn_once(self, message: str, key: Optional[str] = None) -> None:
+        """Warn about each kind of problem once per callback (``key``, default the message itself)."""
+        key = key or message
+        if key not in self._warned:
+            self._warned.add(key)
             warnings.warn(f"PerformanceMonitor: {message}", RuntimeWarning, stacklevel=2)
 
 

@@ -1,0 +1,121 @@
+"""Shared test helpers: a tiny model, a Dataset that sleeps, trace readers and the shared GPU traces."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+class SleepDataset(Dataset):
+    """``size`` samples of 8 features; each costs ``delay`` seconds to fetch."""
+
+    def __init__(self, size: int = 64, delay: float = 0.0) -> None:
+        self.size, self.delay = size, delay
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.delay:
+            time.sleep(self.delay)
+        return torch.full((8,), float(i))
+
+
+class SleepIterable(IterableDataset):
+    def __init__(self, size: int = 64, delay: float = 0.0) -> None:
+        self.size, self.delay = size, delay
+
+    def __iter__(self):
+        for i in range(self.size):
+            if self.delay:
+                time.sleep(self.delay)
+            yield torch.full((8,), float(i))
+
+
+class TinyModel(LightningModule):
+    def __init__(self, dataset: Optional[Dataset] = None, batch_size: int = 2, num_workers: int = 0) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+        self.dataset = dataset if dataset is not None else SleepDataset()
+        self.batch_size, self.num_workers = batch_size, num_workers
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.layer(batch).pow(2).mean())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self):
+        return DataLoader(self.dataset, batch_size=self.batch_size, num_workers=self.num_workers)
+
+
+def make_trainer(root: Any, callbacks: list, **kwargs: Any) -> Trainer:
+    defaults = dict(
+        default_root_dir=str(root),
+        max_epochs=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=False,
+        accelerator="cpu",
+        devices=1,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
+    defaults.update(kwargs)
+    return Trainer(callbacks=callbacks, **defaults)
+
+
+def trace_files(root: Any) -> list[str]:
+    return sorted(glob.glob(os.path.join(str(root), "**", "*.pt.trace.json.gz"), recursive=True))
+
+
+def leftovers(root: Any) -> list[str]:
+    """Temporary files of ours that must not survive a run."""
+    found = []
+    for dirpath, _, files in os.walk(str(root)):
+        found += [os.path.join(dirpath, f) for f in files if f.endswith((".tmp", ".raw")) or f.startswith(".profkit")]
+    return found
+
+
+def read_trace(path: str) -> dict:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def profiler_steps(trace: dict) -> list[int]:
+    """The N of every ``ProfilerStep#N`` span in a trace, sorted."""
+    return sorted(
+        int(m.group(1))
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and (m := _STEP.match(e.get("name", "")))
+    )
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"shared GPU traces not found at {SHARED_TRACES}")
+    return SHARED_TRACES
+
+
+@pytest.fixture
+def reference(shared_traces: Path) -> dict:
+    return json.loads((shared_traces / "reference.json").read_text())

@@ -1,0 +1,184 @@
+"""PerformanceMonitor with a real Trainer and real torch.profiler, reading the files it writes."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+from lightning.pytorch import Callback
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.profilers import PyTorchProfiler
+
+from conftest import SleepDataset, TinyModel, leftovers, make_trainer, profiler_steps, read_trace, trace_files
+from lightning_profkit import PerformanceMonitor
+
+
+class ProfilerProbe(Callback):
+    """Records, for every training step, whether a torch.profiler session was recording."""
+
+    def __init__(self):
+        self.recording = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if torch.autograd.profiler._is_profiler_enabled:
+            self.recording.append(trainer.fit_loop.epoch_loop.total_batch_idx)
+
+
+def fit(tmp_path, monitor, epochs=1, size=40, **kwargs):
+    probe = ProfilerProbe()
+    trainer = make_trainer(tmp_path, [monitor, probe], max_epochs=epochs, **kwargs)
+    trainer.fit(TinyModel(SleepDataset(size)))
+    return trainer, probe
+
+
+def windows(tmp_path):
+    """{window folder name: ProfilerStep numbers} for every trace written."""
+    out = {}
+    for path in trace_files(tmp_path):
+        out.setdefault(os.path.basename(os.path.dirname(path)), []).extend(profiler_steps(read_trace(path)))
+    return out
+
+
+@pytest.mark.parametrize(
+    "kwargs, epochs, expected",
+    [
+        (dict(), 2, {"epoch=0-step=11-13": [11, 12, 13], "epoch=1-step=31-33": [31, 32, 33]}),
+        (dict(skip_first=0, warmup=0, active=2), 1, {"epoch=0-step=0-1": [0, 1]}),
+        (dict(steps="3-4,30-31"), 2, {"epoch=0-step=3-4": [3, 4], "epoch=1-step=30-31": [30, 31]}),
+        (dict(steps=[[19, 21]]), 2, {"epoch=0-step=19": [19], "epoch=1-step=20-21": [20, 21]}),
+        (dict(every_n_steps=15, active=2), 2, {f"epoch={s // 20}-step={s}-{s + 1}": [s, s + 1] for s in (15, 30)}),
+        (dict(step_filter=lambda s: s % 17 == 5, warmup=2), 2, {"epoch=0-step=5": [5], "epoch=1-step=22": [22], "epoch=1-step=39": [39]}),
+    ],
+    ids=["epoch-window", "no-warmup", "ranges", "range-across-epochs", "every-n", "filter"],
+)
+def test_exactly_the_selected_steps_are_profiled(tmp_path, kwargs, epochs, expected):
+    monitor = PerformanceMonitor(**kwargs)
+    _, probe = fit(tmp_path, monitor, epochs=epochs)
+    assert windows(tmp_path) == expected
+    recorded = sorted(s for steps in expected.values() for s in steps)
+    assert probe.recording == recorded  # no session records outside its window
+    assert leftovers(tmp_path) == []
+    for path in trace_files(tmp_path):
+        meta = read_trace(path)["profkit"]
+        assert meta["steps"] == [min(profiler_steps(read_trace(path))), max(profiler_steps(read_trace(path)))]
+        assert os.path.basename(path).startswith(meta["worker"] + ".")
+
+
+def test_labels_under_gradient_accumulation(tmp_path):
+    monitor = PerformanceMonitor(steps="6-8")
+    trainer, _ = fit(tmp_path, monitor, accumulate_grad_batches=3)
+    (path,) = trace_files(tmp_path)
+    meta = read_trace(path)["profkit"]
+    # a step is a batch: batches 6-8 are optimizer step 2 (ProfilerStep numbers follow batches)
+    assert meta == {"epoch": 0, "steps": [6, 8], "batch_idx": [6, 8], "worker": meta["worker"]}
+    assert trainer.global_step == 20 // 3 + 1
+
+
+def test_traces_go_to_the_first_tensorboard_logger(tmp_path):
+    csv, tb = CSVLogger(tmp_path, name="csv"), TensorBoardLogger(tmp_path, name="tb")
+    monitor = PerformanceMonitor(steps="2")
+    fit(tmp_path, monitor, logger=[csv, tb])
+    assert monitor.trace_dir == os.path.join(tb.log_dir, "profiler")
+    (path,) = trace_files(tmp_path)
+    assert path.startswith(tb.log_dir) and monitor.traces == [path]
+
+
+def test_every_trace_is_complete_gzip_json(tmp_path):
+    fit(tmp_path, PerformanceMonitor(every_n_steps=5, active=2), size=60)
+    paths = trace_files(tmp_path)
+    assert len(paths) == 5
+    for path in paths:
+        with gzip.open(path, "rt") as f:
+            trace = json.load(f)
+        assert trace["traceEvents"] and trace["profkit"]["worker"]
+
+
+def test_demo_prints_plan_and_paths_without_usdt_noise(tmp_path):
+    """The example, as a user runs it: one plan line, no `USDT:` lines, paths and the TensorBoard command."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, os.path.join(root, "examples", "data_bound.py"), "--epochs", "1", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    output = done.stdout + done.stderr
+    assert "USDT:" not in output
+    assert output.count("lightning_profkit: profiling batches 11-13 of every epoch") == 1
+    assert "tensorboard --logdir" in done.stdout
+    (path,) = trace_files(tmp_path)
+    assert path in done.stdout
+
+
+def test_ranks_filter_excludes_this_process(tmp_path):
+    _, probe = fit(tmp_path, PerformanceMonitor(steps="2-3", ranks=[1]))
+    assert trace_files(tmp_path) == [] and probe.recording == []
+
+
+def test_lightning_pytorch_profiler_wins_with_one_warning(tmp_path):
+    monitor = PerformanceMonitor(steps="2-3")
+    with pytest.warns(UserWarning, match="PyTorchProfiler"):
+        fit(tmp_path, monitor, profiler=PyTorchProfiler(dirpath=str(tmp_path / "lp"), filename="p"))
+    assert [p for p in trace_files(tmp_path) if "profiler" in p.split(os.sep)[-3:-1]] == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        (dict(ranks=[-1]), "ranks"),
+        (dict(ranks="0"), "ranks"),
+        (dict(activities=["tpu"]), "activities"),
+        (dict(activities="cpu"), "activities"),
+        (dict(record_shapes="yes"), "record_shapes"),
+        (dict(flush_timeout=-1), "flush_timeout"),
+        (dict(active=0), "active"),
+    ],
+)
+def test_bad_arguments_fail_at_construction(kwargs, argument):
+    with pytest.raises(ValueError, match=argument):
+        PerformanceMonitor(**kwargs)
+
+
+def test_unknown_option_fails_at_construction():
+    with pytest.raises(TypeError, match="warm_up"):
+        PerformanceMonitor(warm_up=2)
+
+
+def test_unwritable_trace_folder_fails_at_setup_before_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    _, probe_trainer = None, None
+    monitor = PerformanceMonitor(dirpath=str(blocker / "traces"))
+    probe = ProfilerProbe()
+    seen = []
+
+    class Steps(Callback):
+        def on_train_batch_start(self, *args):
+            seen.append(1)
+
+    with pytest.raises(OSError, match="dirpath"):
+        make_trainer(tmp_path, [monitor, probe, Steps()]).fit(TinyModel())
+    assert seen == []
+
+
+def test_write_failure_warns_once_and_training_completes(tmp_path):
+    monitor = PerformanceMonitor(every_n_steps=5, active=1, warmup=0, dirpath=str(tmp_path / "traces"))
+
+    class BreakFolder(Callback):
+        def on_train_batch_start(self, trainer, *args):
+            # after setup checked the folder, replace it with a file: every write now fails
+            if trainer.global_step == 1:
+                os.rmdir(tmp_path / "traces")
+                (tmp_path / "traces").write_text("gone")
+
+    trainer = make_trainer(tmp_path, [monitor, BreakFolder()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(TinyModel(SleepDataset(40)))
+    ours = [w for w in caught if "could not be written" in str(w.message)]
+    assert len(ours) == 1
+    assert trainer.global_step == 20 and trainer.state.finished
+    assert leftovers(tmp_path) == []

@@ -1,0 +1,72 @@
+"""Step selection: pure functions, no Trainer."""
+
+import pytest
+
+from lightning_profkit.selection import EpochWindow, make_selection, parse_step_ranges
+
+
+def active_steps(sel, n, epoch_len=None):
+    sel = sel.for_epoch(epoch_len)
+    return [s for s in range(n) if sel.is_active(s, s)]
+
+
+def test_epoch_window_default_and_short_epoch():
+    sel = make_selection(10, 1, 3, None, None, None)
+    assert active_steps(sel, 100, 100) == [11, 12, 13]
+    # an epoch of 6 batches cannot hold skip 10 + warmup 1 + active 3: the window moves to fit
+    assert active_steps(sel, 6, 6) == [3, 4, 5]
+    assert sel.for_epoch(6).warmup_before(2, 2) == 1
+
+
+def test_ranges_parse_merge_and_lookup():
+    assert parse_step_ranges("100-102, 500-502") == ((100, 102), (500, 502))
+    assert parse_step_ranges([[5, 6], 7, "1-2"]) == ((1, 2), (5, 7))
+    sel = make_selection(0, 1, 1, "3-4,9", None, None)
+    assert active_steps(sel, 20) == [3, 4, 9]
+    assert [s for s in range(20) if sel.warmup_before(s, s) == 1] == [2, 8]
+
+
+def test_every_n_and_filter():
+    sel = make_selection(0, 1, 2, None, 10, None)
+    assert active_steps(sel, 35) == [10, 11, 20, 21, 30, 31]
+    sel = make_selection(0, 0, 1, None, None, lambda s: s in (4, 5, 17))
+    assert active_steps(sel, 20) == [4, 5, 17]
+
+
+def test_joining_a_window_in_progress_uses_the_warmup_left():
+    sel = make_selection(0, 2, 3, "10-12", None, None)
+    assert sel.warmup_before(8, 8) == 2  # the normal start
+    assert sel.warmup_before(9, 9) == 1  # epoch started at 9: one warm-up step left
+    assert sel.warmup_before(11, 11) == 0  # resumed inside the window
+    assert sel.warmup_before(13, 13) is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        (dict(skip_first=-1), "skip_first"),
+        (dict(warmup=-2), "warmup"),
+        (dict(active=0), "active"),
+        (dict(active=1.5), "active"),
+        (dict(steps=""), "steps"),
+        (dict(steps="5-3"), "steps"),
+        (dict(steps="-4"), "steps"),
+        (dict(steps=[]), "steps"),
+        (dict(steps="a-b"), "steps"),
+        (dict(steps=[[1, 2, 3]]), "steps"),
+        (dict(every_n_steps=0), "every_n_steps"),
+        (dict(every_n_steps=3, warmup=1, active=3), "every_n_steps"),
+        (dict(step_filter=5), "step_filter"),
+        (dict(steps="1", every_n_steps=5), "steps"),
+    ],
+)
+def test_bad_selection_names_the_argument(kwargs, argument):
+    args = dict(skip_first=10, warmup=1, active=3, steps=None, every_n_steps=None, step_filter=None)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=argument):
+        make_selection(**args)
+
+
+def test_epoch_window_is_frozen_per_epoch():
+    sel = EpochWindow(2, 1, 2)
+    assert sel.for_epoch(None) == EpochWindow(2, 1, 2, 2)
