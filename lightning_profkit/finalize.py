@@ -33,7 +33,8 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict
     tmp = temporary_name(final_path)
     try:
         with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
-            json.dump(trace, f, separators=(",", ":"))
+            # default separators: HTA finds the rank with the pattern '"rank":\s+(\d+)'
+            json.dump(trace, f)
         os.replace(tmp, final_path)
     except BaseException:
         if os.path.exists(tmp):

@@ -1,0 +1,169 @@
+"""What torch-tb-profiler, a real TensorBoard server and HolisticTraceAnalysis make of our traces."""
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+from torch_tb_profiler.profiler.data import RunProfileData
+from torch_tb_profiler.profiler.event_parser import ProfileRole
+from torch_tb_profiler.profiler.loader import RunLoader
+from torch_tb_profiler import io as tb_io
+
+from conftest import SleepDataset, TinyModel, make_trainer, read_trace, trace_files
+from lightning_profkit import PerformanceMonitor
+from lightning_profkit.finalize import finalize_trace
+
+CONTROL = "hta/trace_diff_control/control.json.gz"
+
+
+def data_bound_run(root, epochs=1, **kwargs):
+    """A run that waits on a sleeping Dataset (0 workers): the DataLoader dominates every step."""
+    monitor = PerformanceMonitor(**kwargs)
+    make_trainer(root, [monitor], max_epochs=epochs).fit(TinyModel(SleepDataset(48, delay=0.002), batch_size=2))
+    return monitor
+
+
+def tb_dataloader_per_step(path, cache_dir):
+    profile = RunProfileData.parse("worker0", None, str(path), str(cache_dir))
+    return [step.costs[ProfileRole.DataLoader] for step in profile.steps_costs]
+
+
+def test_plugin_loader_finds_each_window_as_a_run(tmp_path):
+    monitor = data_bound_run(tmp_path, steps="3-4,10-12")
+    folders = sorted(os.listdir(monitor.trace_dir))
+    assert folders == ["epoch=0-step=10-12", "epoch=0-step=3-4"]
+    for folder in folders:
+        run = RunLoader(folder, os.path.join(monitor.trace_dir, folder), tb_io.Cache(str(tmp_path / "cache"))).load()
+        (worker,) = run.get_workers("Overview")
+        (profile,) = run.get_profiles(worker=worker)
+        steps = [row[0] for row in profile.overview["steps"]["rows"]]
+        assert steps == (["3", "4"] if folder.endswith("3-4") else ["10", "11", "12"])
+
+
+def test_plugin_overview_counts_dataloader_time(tmp_path):
+    monitor = data_bound_run(tmp_path, steps="5-7")
+    (path,) = trace_files(tmp_path)
+    per_step = tb_dataloader_per_step(path, tmp_path)
+    assert len(per_step) == 3 and min(per_step) > 0
+    raw = tmp_path / "raw.json"
+    # the same trace without our re-labelling shows the plugin's bug: DataLoader = 0
+    trace = read_trace(path)
+    for e in trace["traceEvents"]:
+        if e.get("name", "").startswith("enumerate(DataLoader)#"):
+            e["cat"] = "user_annotation"
+    raw.write_text(json.dumps(trace))
+    assert sum(tb_dataloader_per_step(raw, tmp_path)) == 0
+
+
+def test_rewrite_of_a_real_gpu_trace_matches_patched_plugin_and_keeps_hta(tmp_path, shared_traces, reference):
+    raw = tmp_path / "control.raw.json"
+    with gzip.open(shared_traces / CONTROL, "rb") as f:
+        raw.write_bytes(f.read())
+    final = tmp_path / "run" / "worker0.1.pt.trace.json.gz"
+    final.parent.mkdir()
+    finalize_trace(str(raw), str(final), {"test": True})
+    expected = [step["DataLoader"] for step in reference[CONTROL]["tb_patched"]["per_step"]]
+    assert tb_dataloader_per_step(final, tmp_path) == expected
+    assert sum(tb_dataloader_per_step(shared_traces / CONTROL, tmp_path)) == 0  # the released plugin
+
+    from hta.trace_analysis import TraceAnalysis
+
+    def temporal(folder):
+        return TraceAnalysis(trace_dir=str(folder)).get_temporal_breakdown(visualize=False).to_dict("records")
+
+    original = tmp_path / "original"
+    original.mkdir()
+    shutil.copy(shared_traces / CONTROL, original / "worker0.1.pt.trace.json.gz")
+    before, after = temporal(original), temporal(final.parent)
+    assert before == after
+    ref = reference[CONTROL]["hta_temporal"]
+    assert after[0]["idle_time(us)"] == ref["idle_us"] and after[0]["compute_time(us)"] == ref["compute_us"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TensorBoardServer:
+    """A real `tensorboard` process on 127.0.0.1, stopped by its pid."""
+
+    def __init__(self, logdir):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        tb = os.path.join(os.path.dirname(sys.executable), "tensorboard")
+        self.proc = subprocess.Popen(
+            [tb, "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(self.port), "--reload_interval", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    def get(self, path, **params):
+        url = f"{self.base}/data/plugin/pytorch_profiler/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return json.loads(r.read())
+
+    def wait_for(self, fn, timeout=120):
+        deadline, last = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            try:
+                value = fn()
+                if value:
+                    return value
+            except Exception as err:  # server still starting or loading
+                last = err
+            time.sleep(1)
+        raise AssertionError(f"TensorBoard did not answer in {timeout}s: {last!r}")
+
+    def stop(self):
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def tensorboard_server(tmp_path):
+    servers = []
+
+    def start(logdir):
+        servers.append(TensorBoardServer(logdir))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+        assert server.proc.poll() is not None
+
+
+def test_tensorboard_server_lists_runs_and_serves_overview(tmp_path, tensorboard_server):
+    monitor = data_bound_run(tmp_path, steps="3-5,12-14")
+    server = tensorboard_server(os.path.dirname(monitor.trace_dir))
+    expected = {"profiler/epoch=0-step=3-5", "profiler/epoch=0-step=12-14"}
+    runs = server.wait_for(lambda: expected <= set(server.get("runs")["runs"]) and server.get("runs"))
+    assert expected <= set(runs["runs"])
+    run = "profiler/epoch=0-step=3-5"
+    views = server.wait_for(lambda: server.get("views", run=run))
+    assert "Overview" in views
+    (worker,) = server.get("workers", run=run, view="Overview")
+    (span,) = server.get("spans", run=run, worker=worker)
+    overview = server.get("overview", run=run, worker=worker, span=span)
+    rows = overview["steps"]["rows"]
+    assert [r[0] for r in rows] == ["3", "4", "5"]
+    columns = [c.get("name") for c in overview["steps"]["columns"]]
+    dataloader = [r[columns.index("DataLoader")] for r in rows]
+    assert min(dataloader) > 0
+    assert server.proc.poll() is None
