@@ -7,7 +7,13 @@ import gzip
 import json
 import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any, Optional
 
@@ -119,3 +125,63 @@ def shared_traces() -> Path:
 @pytest.fixture
 def reference(shared_traces: Path) -> dict:
     return json.loads((shared_traces / "reference.json").read_text())
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TensorBoardServer:
+    """A real `tensorboard` process on 127.0.0.1, stopped by its pid."""
+
+    def __init__(self, logdir):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        tb = os.path.join(os.path.dirname(sys.executable), "tensorboard")
+        self.proc = subprocess.Popen(
+            [tb, "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(self.port), "--reload_interval", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    def get(self, path, **params):
+        url = f"{self.base}/data/plugin/pytorch_profiler/{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return json.loads(r.read())
+
+    def wait_for(self, fn, timeout=120):
+        deadline, last = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            try:
+                value = fn()
+                if value:
+                    return value
+            except Exception as err:  # server still starting or loading
+                last = err
+            time.sleep(1)
+        raise AssertionError(f"TensorBoard did not answer in {timeout}s: {last!r}")
+
+    def stop(self):
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def tensorboard_server(tmp_path):
+    servers = []
+
+    def start(logdir):
+        servers.append(TensorBoardServer(logdir))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+        assert server.proc.poll() is not None
