@@ -1,0 +1,143 @@
+"""Overhead of PerformanceMonitor, interleaved in one run; prints ratios against no callback.
+
+1. Fit time, one epoch of 3000 steps of a small CPU model (~1.6 ms a step, 1 thread):
+   no callback | PerformanceMonitor() defaults | Lightning's PyTorchProfiler() defaults.
+2. Training-thread time lost per written window: our background writer against torch's synchronous
+   ``tensorboard_trace_handler(use_gzip=True)``, measured as the extra wall time of the 300 steps that
+   follow a window's end compared with the same steps without one.
+
+    python benchmarks/overhead.py [--repeats 3] [--steps 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.profilers import PyTorchProfiler
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from lightning_profkit import PerformanceMonitor  # noqa: E402
+from lightning_profkit.session import without_usdt_lines  # noqa: E402
+from lightning_profkit.writer import TraceWriter, WindowJob  # noqa: E402
+
+
+class MLP(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+
+def fit_seconds(config: str, steps: int, root: str) -> float:
+    data = TensorDataset(torch.randn(steps * 32, 128), torch.randn(steps * 32, 1))
+    kwargs: dict = {}
+    if config == "profkit":
+        kwargs["callbacks"] = [PerformanceMonitor()]
+    elif config == "lightning":
+        kwargs["profiler"] = PyTorchProfiler(dirpath=root, filename="lp")
+    trainer = Trainer(
+        max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, **kwargs,
+    )
+    model = MLP()
+    start = time.perf_counter()
+    with without_usdt_lines():
+        trainer.fit(model, DataLoader(data, batch_size=32))
+    return time.perf_counter() - start
+
+
+def window_cost(handler: str, root: str, follow: int = 300) -> float:
+    """Extra training-thread seconds caused by writing one 3-step window."""
+    model = MLP().net
+    x, y = torch.randn(32, 128), torch.randn(32, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    for _ in range(20):
+        step()
+    writer = TraceWriter(on_error=print)
+    out = os.path.join(root, handler, str(time.time_ns()))
+    if handler == "torch":
+        on_ready = torch.profiler.tensorboard_trace_handler(out, use_gzip=True)
+    elif handler == "profkit":
+        def on_ready(prof):
+            writer.submit(WindowJob(prof.profiler.kineto_results, os.path.join(out, "w.1.pt.trace.json.gz")))
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1)
+    if handler != "none":
+        with without_usdt_lines():
+            prof = torch.profiler.profile(schedule=sched, on_trace_ready=on_ready)
+            prof.start()
+            for _ in range(3):
+                step()
+                prof.step()
+    start = time.perf_counter()
+    if handler != "none":
+        with without_usdt_lines():
+            step()
+            prof.step()  # the window ends here: the handler runs
+            prof.stop()
+    else:
+        step()
+    for _ in range(follow):
+        step()
+    elapsed = time.perf_counter() - start
+    writer.flush(60)
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3000)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    root = tempfile.mkdtemp(prefix="profkit-bench-")
+
+    configs = ["none", "profkit", "lightning"]
+    times: dict = {c: [] for c in configs}
+    fit_seconds("none", 200, root)  # warm imports and allocator
+    for r in range(args.repeats):
+        for c in configs[r % 3:] + configs[: r % 3]:  # rotate the order each repeat
+            times[c].append(fit_seconds(c, args.steps, root))
+    base = statistics.median(times["none"])
+    print(f"# {datetime.date.today()} fit of {args.steps} steps, median of {args.repeats}, torch {torch.__version__}")
+    print("| configuration | fit s | ms/step | ratio to no callback |")
+    print("|---|---|---|---|")
+    for c, label in zip(configs, ["no callback", "PerformanceMonitor() defaults", "Lightning PyTorchProfiler() defaults"]):
+        t = statistics.median(times[c])
+        print(f"| {label} | {t:.2f} | {1000 * t / args.steps:.3f} | {t / base:.3f} |")
+
+    handlers = ["none", "profkit", "torch"]
+    cost: dict = {h: [] for h in handlers}
+    for r in range(args.repeats * 3):
+        for h in handlers[r % 3:] + handlers[: r % 3]:
+            cost[h].append(window_cost(h, root))
+    base = statistics.median(cost["none"])
+    print()
+    print("| trace handler | training-thread ms lost per window |")
+    print("|---|---|")
+    for h, label in (("profkit", "PerformanceMonitor writer (background)"), ("torch", "tensorboard_trace_handler(use_gzip=True)")):
+        print(f"| {label} | {1000 * (statistics.median(cost[h]) - base):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
