@@ -8,6 +8,7 @@ import re
 import socket
 import time
 import warnings
+from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -16,6 +17,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch.profiler import ProfilerActivity
 
+from lightning_profkit import fetch_timer
+from lightning_profkit.epoch_stats import epoch_figures, reduce_ranks, to_vector, window_metrics
 from lightning_profkit.selection import Selection, StepRanges, make_selection
 from lightning_profkit.session import WindowRunner, WindowSession
 from lightning_profkit.writer import TraceWriter, WindowJob
@@ -67,6 +70,15 @@ class PerformanceMonitor(Callback):
     where the run dir is the first TensorBoardLogger's ``log_dir`` (else ``trainer.log_dir``), so
     ``tensorboard --logdir <run dir>`` shows every window in the PyTorch Profiler tab.
 
+    **Logged metrics** (through the trainer's loggers, once per epoch, x-axis ``global_step``), under
+    ``profkit/``: ``data_wait_ratio`` (time inside the DataLoader's ``next()`` over training time, which
+    leaves out validation), ``data_wait_s``, ``train_s``, ``step_time_ms_mean``/``_p90`` (fetch start to
+    batch end), ``dataloader_startup_s`` (epoch start to first fetch: worker start-up), ``samples_per_s``,
+    ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only). Several ranks: means, plus
+    ``data_wait_ratio_max`` and ``data_wait_worst_rank``. Per profiled window (rank zero's traces):
+    ``window/data_wait_share``, ``window/gpu_idle_ratio`` (GPU runs only), ``window/blocking_sync_ms``,
+    ``window/sync_ms/<call>``, ``window/peak_memory_mb/<device>``, ``window/step_time_ms``.
+
     Args:
         skip_first: batches skipped at the start of every epoch before the window (default mode).
         warmup: steps the profiler runs before recording, so start-up cost stays out of the trace.
@@ -81,6 +93,7 @@ class PerformanceMonitor(Callback):
             off by default because each adds cost to the profiled steps.
         quiet: hide the ``USDT:`` lines torch prints whenever a session starts or stops.
         flush_timeout: seconds to wait at the end of ``fit`` for traces still being written.
+        log_metrics: log the per-epoch and per-window metrics above.
 
     Example::
 
@@ -110,6 +123,7 @@ class PerformanceMonitor(Callback):
         with_modules: bool = False,
         quiet: bool = True,
         flush_timeout: float = 60.0,
+        log_metrics: bool = True,
     ) -> None:
         self.selection: Selection = make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter)
         if ranks is not None:
@@ -135,6 +149,9 @@ class PerformanceMonitor(Callback):
                 raise ValueError(f"`{name}` must be True or False, got {value!r}")
         if not isinstance(flush_timeout, (int, float)) or flush_timeout < 0:
             raise ValueError(f"`flush_timeout` must be a number of seconds >= 0, got {flush_timeout!r}")
+        if not isinstance(log_metrics, bool):
+            raise ValueError(f"`log_metrics` must be True or False, got {log_metrics!r}")
+        self.log_metrics = log_metrics
         self.quiet = bool(quiet)
         self.flush_timeout = float(flush_timeout)
         self.trace_dir: Optional[str] = None
@@ -145,6 +162,14 @@ class PerformanceMonitor(Callback):
         self._broken = False
         self._epoch = 0
         self._on_cuda = False
+        self._timer: Optional[fetch_timer.FetchTimer] = None
+        self._epoch_start = 0.0
+        self._validation_s = 0.0
+        self._validation_start: Optional[float] = None
+        self._in_epoch = False
+        self._step_times: list[float] = []
+        self._batch_size: Optional[int] = None
+        self._finished_windows: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -156,9 +181,11 @@ class PerformanceMonitor(Callback):
         self._worker = worker_name(trainer.global_rank)
         self._writer = TraceWriter(on_error=self._write_failed, on_written=self._written)
         self._runner = None
+        lightning_profiler = _runs_pytorch_profiler(trainer)
+        self._timer = fetch_timer.install(trainer)
         if self.ranks is not None and trainer.global_rank not in self.ranks:
             return
-        if _runs_pytorch_profiler(trainer):
+        if lightning_profiler:
             rank_zero_warn(
                 "PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
                 "session at a time; PerformanceMonitor records no windows in this run."
@@ -168,6 +195,9 @@ class PerformanceMonitor(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._on_cuda = pl_module.device.type == "cuda"
+        self._batch_size = getattr(trainer.train_dataloader, "batch_size", None)
+        if self.log_metrics and not self._on_cuda:
+            rank_zero_info("lightning_profkit: the model is not on a CUDA device; GPU idle and memory are not logged")
         ranks = "all ranks" if self.ranks is None else f"ranks {','.join(map(str, self.ranks))}"
         sel = self.selection.for_epoch(_epoch_length(trainer))
         rank_zero_info(
@@ -177,8 +207,14 @@ class PerformanceMonitor(Callback):
 
     # ------------------------------------------------------------------ step boundaries
     @_guarded
+    def _stop_windows(self) -> None:
+        if self._runner is not None:
+            self._runner.stop()
+
+    @_guarded
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._epoch = trainer.current_epoch
+        self._start_epoch_stats()
         if self._runner is not None:
             loop = trainer.fit_loop.epoch_loop
             self._runner.epoch_start(
@@ -189,21 +225,84 @@ class PerformanceMonitor(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        started = self._timer.stats.fetch_started if self._timer is not None else None
+        if started is not None:
+            self._step_times.append(perf_counter() - started)
         if self._runner is not None:
             loop = trainer.fit_loop.epoch_loop
             self._runner.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch)
 
-    @_guarded
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._in_epoch:
+            self._validation_start = perf_counter()
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._validation_start is not None:
+            self._validation_s += perf_counter() - self._validation_start
+            self._validation_start = None
+
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._runner is not None:
-            self._runner.stop()
+        end = perf_counter()
+        self._in_epoch = False
+        self._stop_windows()
+        if self.log_metrics and self._timer is not None:
+            # every rank takes part in the same collective here, whatever happened to its profiling
+            self._log_epoch(trainer, pl_module, end)
+
+    @_guarded
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._close()
+        self._log_windows(trainer)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._close()
+        fetch_timer.uninstall(trainer, self._timer)
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             self._close()
+            fetch_timer.uninstall(trainer, self._timer)
+            self._timer = None
+
+    # ------------------------------------------------------------------ metrics
+    def _start_epoch_stats(self) -> None:
+        if self._timer is not None:
+            self._timer.reset()
+        self._epoch_start = perf_counter()
+        self._in_epoch = True
+        self._validation_s = 0.0
+        self._step_times = []
+        if self._on_cuda:
+            torch.cuda.reset_peak_memory_stats()
+
+    def _log_epoch(self, trainer: Trainer, pl_module: LightningModule, end: float) -> None:
+        try:
+            peak = torch.cuda.max_memory_allocated() if self._on_cuda else None
+            figures = epoch_figures(
+                self._timer.stats, self._epoch_start, end, self._validation_s, self._step_times, self._batch_size, peak
+            )
+            vector = to_vector(figures)
+        except Exception as err:
+            self._warn_once(f"epoch metrics failed: {err!r}", key="metrics")
+            vector = to_vector({})
+        rows = trainer.strategy.all_gather(torch.tensor(vector, dtype=torch.float64, device=pl_module.device))
+        rows = rows.reshape(-1, len(vector)).cpu().tolist()
+        metrics = reduce_ranks(rows)
+        if metrics and trainer.is_global_zero:
+            metrics["epoch"] = float(trainer.current_epoch)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+        self._log_windows(trainer)
+
+    def _log_windows(self, trainer: Trainer) -> None:
+        done, self._finished_windows = self._finished_windows, []
+        if not (self.log_metrics and trainer.is_global_zero):
+            return
+        for window in done:
+            metrics = window_metrics(window["figures"])
+            if metrics:
+                for logger in trainer.loggers:
+                    logger.log_metrics(metrics, step=window["meta"]["steps"][1])
 
     # ------------------------------------------------------------------ sessions and traces
     def _open_session(self, selection: Selection, step: int, batch_idx: int, warmup: int) -> Optional[WindowSession]:
@@ -233,8 +332,9 @@ class PerformanceMonitor(Callback):
         }
         self._writer.submit(WindowJob(prof.profiler.kineto_results, path, meta))
 
-    def _written(self, figures: dict[str, Any]) -> None:
-        self.traces.append(figures["path"])
+    def _written(self, window: dict[str, Any]) -> None:
+        self.traces.append(window["path"])
+        self._finished_windows.append(window)
 
     def _write_failed(self, message: str) -> None:
         self._warn_once(f"a profiler trace could not be written (training continues): {message}", key="write")
@@ -282,7 +382,7 @@ def _check_writable(folder: str) -> None:
 
 
 def _runs_pytorch_profiler(trainer: Trainer) -> bool:
-    return any(cls.__name__ == "PyTorchProfiler" for cls in type(trainer.profiler).__mro__)
+    return any(cls.__name__ == "PyTorchProfiler" for cls in trainer.profiler.__class__.__mro__)
 
 
 def _epoch_length(trainer: Trainer) -> Optional[int]:

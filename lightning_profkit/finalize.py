@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from lightning_profkit.tensorboard_compat import relabel_dataloader_events
+from lightning_profkit.trace_metrics import window_figures
 
 
 def temporary_name(final_path: str) -> str:
@@ -41,7 +42,7 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict
             os.remove(tmp)
         raise
     os.remove(raw_path)
-    return {"path": final_path, "events": len(events)}
+    return {"path": final_path, "meta": meta, "figures": window_figures(events)}
 
 
 def main(argv: list[str]) -> int:

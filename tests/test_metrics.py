@@ -1,0 +1,166 @@
+"""Per-epoch metrics with a real Trainer: data-wait ratio against a ground truth, loggers read back."""
+
+import csv
+import glob
+import os
+import time
+
+import pytest
+import torch
+from lightning.pytorch import Callback
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from torch.utils.data import DataLoader
+
+from conftest import SleepDataset, SleepIterable, TinyModel, make_trainer
+from lightning_profkit import PerformanceMonitor
+
+
+class TruthLoader(DataLoader):
+    """A DataLoader whose iterators record the time spent inside ``next()``: the ground truth."""
+
+    def __iter__(self):
+        inner, spent = super().__iter__(), self.spent
+
+        class Timed:
+            def __iter__(self):
+                return self
+
+            def __next__(self):
+                t0 = time.perf_counter()
+                try:
+                    return next(inner)
+                finally:
+                    spent.append(time.perf_counter() - t0)
+
+            def __len__(self):
+                return len(inner)
+
+        return Timed()
+
+
+class Truth(Callback):
+    """Training time per epoch less validation, and the fetch time inside it."""
+
+    def __init__(self, loader):
+        self.loader, self.ratios = loader, []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.loader.spent.clear()
+        self.t0, self.val = time.perf_counter(), 0.0
+
+    def on_validation_start(self, trainer, pl_module):
+        self.v0 = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.val += time.perf_counter() - self.v0
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.ratios.append(sum(self.loader.spent) / (time.perf_counter() - self.t0 - self.val))
+
+
+class Recorder(Logger):
+    """A logger that keeps what it gets; ``delay`` makes it slow."""
+
+    def __init__(self, delay=0.0):
+        super().__init__()
+        self.rows, self.delay = [], delay
+
+    name, version = "recorder", 0
+
+    @property
+    def experiment(self):
+        return None
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+    def log_metrics(self, metrics, step=None):
+        time.sleep(self.delay)
+        self.rows.append((step, dict(metrics)))
+
+
+class IterModel(TinyModel):
+    def training_step(self, dataloader_iter):
+        batch, _, _ = next(dataloader_iter)
+        time.sleep(0.002)
+        return self.layer(batch).pow(2).mean()
+
+
+class ComputeModel(TinyModel):
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.004)  # the model's own work
+        return super().training_step(batch, batch_idx)
+
+
+CASES = {
+    "0-workers": dict(),
+    "validation-checkpoint-slow-logger": dict(validation=True, slow_logger=True),
+    "2-workers": dict(num_workers=2),
+    "dataloader_iter": dict(model=IterModel),
+    "iterable": dict(iterable=True),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_data_wait_ratio_matches_the_truth(tmp_path, case):
+    opts = CASES[case]
+    dataset = SleepIterable(60, delay=0.002) if opts.get("iterable") else SleepDataset(60, delay=0.002)
+    loader = TruthLoader(dataset, batch_size=2, num_workers=opts.get("num_workers", 0),
+                         persistent_workers=bool(opts.get("num_workers")))
+    loader.spent = []
+    model = opts.get("model", ComputeModel)(dataset)
+    recorder = Recorder(delay=0.005 if opts.get("slow_logger") else 0.0)
+    truth = Truth(loader)
+    callbacks = [PerformanceMonitor(steps="5-6"), truth]
+    kwargs = dict(max_epochs=2, logger=[recorder], log_every_n_steps=1)
+    val = None
+    if opts.get("validation"):
+        val = DataLoader(SleepDataset(10, delay=0.003), batch_size=2)
+        callbacks.append(ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=10))
+        kwargs.update(limit_val_batches=5, val_check_interval=10, enable_checkpointing=True)
+    make_trainer(tmp_path, callbacks, **kwargs).fit(model, loader, val)
+    logged = [m for _, m in recorder.rows if "profkit/data_wait_ratio" in m]
+    assert len(logged) == 2
+    for row, want in zip(logged, truth.ratios):
+        assert row["profkit/data_wait_ratio"] == pytest.approx(want, abs=0.02), (case, truth.ratios)
+    # the epoch's figures come along; GPU figures are absent on CPU
+    assert {"profkit/step_time_ms_mean", "profkit/step_time_ms_p90", "profkit/train_s"} <= set(logged[0])
+    assert not any("peak_memory" in k or "gpu" in k for k in logged[0])
+    if opts.get("validation"):
+        assert 0 < logged[0]["profkit/val_data_wait_ratio"] <= 1
+
+
+def test_csv_and_tensorboard_loggers_hold_the_metrics(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    csv_logger, tb_logger = CSVLogger(tmp_path, name="csv"), TensorBoardLogger(tmp_path, name="tb")
+    monitor = PerformanceMonitor(steps="4-6")
+    make_trainer(tmp_path, [monitor], max_epochs=2, logger=[csv_logger, tb_logger]).fit(
+        TinyModel(SleepDataset(40, delay=0.002))
+    )
+    with open(os.path.join(csv_logger.log_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    per_epoch = [r for r in rows if r.get("profkit/data_wait_ratio")]
+    assert [int(float(r["epoch"])) for r in per_epoch] == [0, 1]
+    assert all(0.3 < float(r["profkit/data_wait_ratio"]) <= 1 for r in per_epoch)
+    window = [r for r in rows if r.get("profkit/window/data_wait_share")]
+    assert len(window) == 1 and float(window[0]["profkit/window/data_wait_share"]) > 0.3
+
+    (events,) = glob.glob(os.path.join(tb_logger.log_dir, "events.out.tfevents.*"))
+    acc = EventAccumulator(events)
+    acc.Reload()
+    scalars = acc.Tags()["scalars"]
+    assert "profkit/data_wait_ratio" in scalars and "profkit/window/data_wait_share" in scalars
+    assert len(acc.Scalars("profkit/data_wait_ratio")) == 2
+
+
+def test_profiler_proxy_is_removed_and_user_profiler_kept(tmp_path):
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    profiler = SimpleProfiler()
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(steps="2")], profiler=profiler)
+    trainer.fit(TinyModel())
+    assert trainer.profiler is profiler
+    assert any("train_dataloader_next" in k for k in profiler.recorded_durations)
