@@ -150,9 +150,7 @@ def test_unknown_option_fails_at_construction():
 def test_unwritable_trace_folder_fails_at_setup_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    _, probe_trainer = None, None
     monitor = PerformanceMonitor(dirpath=str(blocker / "traces"))
-    probe = ProfilerProbe()
     seen = []
 
     class Steps(Callback):
@@ -160,7 +158,7 @@ def test_unwritable_trace_folder_fails_at_setup_before_training(tmp_path):
             seen.append(1)
 
     with pytest.raises(OSError, match="dirpath"):
-        make_trainer(tmp_path, [monitor, probe, Steps()]).fit(TinyModel())
+        make_trainer(tmp_path, [monitor, Steps()]).fit(TinyModel())
     assert seen == []
 
 

@@ -6,7 +6,6 @@ import os
 import time
 
 import pytest
-import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger

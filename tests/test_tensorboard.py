@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 
-import pytest
 from torch_tb_profiler.profiler.data import RunProfileData
 from torch_tb_profiler.profiler.event_parser import ProfileRole
 from torch_tb_profiler.profiler.loader import RunLoader
@@ -43,7 +42,7 @@ def test_plugin_loader_finds_each_window_as_a_run(tmp_path):
 
 
 def test_plugin_overview_counts_dataloader_time(tmp_path):
-    monitor = data_bound_run(tmp_path, steps="5-7")
+    data_bound_run(tmp_path, steps="5-7")
     (path,) = trace_files(tmp_path)
     per_step = tb_dataloader_per_step(path, tmp_path)
     assert len(per_step) == 3 and min(per_step) > 0
