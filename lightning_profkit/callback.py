@@ -19,6 +19,7 @@ from torch.profiler import ProfilerActivity
 
 from lightning_profkit import fetch_timer
 from lightning_profkit.epoch_stats import epoch_figures, reduce_ranks, to_vector, window_metrics
+from lightning_profkit.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.selection import Selection, StepRanges, make_selection
 from lightning_profkit.session import WindowRunner, WindowSession
 from lightning_profkit.writer import TraceWriter, WindowJob
@@ -60,7 +61,7 @@ def window_name(epoch: int, first: int, last: int) -> str:
 class PerformanceMonitor(Callback):
     r"""Profile selected training steps with ``torch.profiler`` and stream each window's trace.
 
-    By default one window per epoch: skip ``skip_first`` batches, warm up ``warmup``, record ``active``.
+    By default one window per epoch (``profile=False``: none, metrics only): skip ``skip_first`` batches, warm up ``warmup``, record ``active``.
     Other selections (pass at most one): ``steps`` (``"100-102,500-502"`` or a list), ``every_n_steps``,
     or ``step_filter(step) -> bool``. A *step* is one training batch, numbered from 0 across epochs; it
     equals ``trainer.global_step`` unless ``accumulate_grad_batches > 1``. The trace's ``ProfilerStep#N``
@@ -74,12 +75,14 @@ class PerformanceMonitor(Callback):
     ``profkit/``: ``data_wait_ratio`` (time inside the DataLoader's ``next()`` over training time, which
     leaves out validation), ``data_wait_s``, ``train_s``, ``step_time_ms_mean``/``_p90`` (fetch start to
     batch end), ``dataloader_startup_s`` (epoch start to first fetch: worker start-up), ``samples_per_s``,
-    ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only). Several ranks: means, plus
+    ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only), ``gpu_idle_ratio`` (CUDA with the ``nvml`` extra:
+    ``1 -`` mean NVML utilization over the epoch's training time, sampled about every 1/6 s to 1 s). Several ranks: means, plus
     ``data_wait_ratio_max`` and ``data_wait_worst_rank``. Per profiled window (rank zero's traces):
     ``window/data_wait_share``, ``window/gpu_idle_ratio`` (GPU runs only), ``window/blocking_sync_ms``,
     ``window/sync_ms/<call>``, ``window/peak_memory_mb/<device>``, ``window/step_time_ms``.
 
     Args:
+        profile: record profiler windows; ``False`` keeps only the per-epoch metrics.
         skip_first: batches skipped at the start of every epoch before the window (default mode).
         warmup: steps the profiler runs before recording, so start-up cost stays out of the trace.
         active: steps recorded per window (default mode and ``every_n_steps``).
@@ -107,6 +110,7 @@ class PerformanceMonitor(Callback):
 
     def __init__(
         self,
+        profile: bool = True,
         skip_first: int = 10,
         warmup: int = 1,
         active: int = 3,
@@ -125,7 +129,8 @@ class PerformanceMonitor(Callback):
         flush_timeout: float = 60.0,
         log_metrics: bool = True,
     ) -> None:
-        self.selection: Selection = make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter)
+        self.selection: Selection = make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile)
+        self.profile = profile
         if ranks is not None:
             if isinstance(ranks, (str, bytes)) or not all(isinstance(r, int) and r >= 0 for r in ranks) or not ranks:
                 raise ValueError(f"`ranks` must be a non-empty list of ranks >= 0, got {ranks!r}")
@@ -164,9 +169,10 @@ class PerformanceMonitor(Callback):
         self._on_cuda = False
         self._timer: Optional[fetch_timer.FetchTimer] = None
         self._epoch_start = 0.0
-        self._validation_s = 0.0
+        self._validation_spans: list[tuple[float, float]] = []
         self._validation_start: Optional[float] = None
         self._in_epoch = False
+        self._sampler: Optional[UtilizationSampler] = None
         self._step_times: list[float] = []
         self._batch_size: Optional[int] = None
         self._finished_windows: list[dict[str, Any]] = []
@@ -198,8 +204,17 @@ class PerformanceMonitor(Callback):
         self._batch_size = getattr(trainer.train_dataloader, "batch_size", None)
         if self.log_metrics and not self._on_cuda:
             rank_zero_info("lightning_profkit: the model is not on a CUDA device; GPU idle and memory are not logged")
+        if self.log_metrics and self._on_cuda and self._sampler is None:
+            read, why = nvml_reader(pl_module.device.index or 0)
+            if read is None:
+                rank_zero_info(f"lightning_profkit: {why}")
+            else:
+                self._sampler = UtilizationSampler(read).start()
         ranks = "all ranks" if self.ranks is None else f"ranks {','.join(map(str, self.ranks))}"
         sel = self.selection.for_epoch(_epoch_length(trainer))
+        if not self.profile:
+            rank_zero_info("lightning_profkit: metrics only (profile=False), no profiler windows")
+            return
         rank_zero_info(
             f"lightning_profkit: profiling {sel.describe()} on {ranks}; traces -> {self.trace_dir}"
             + ("" if self._runner is not None or trainer.world_size > 1 else " (disabled, see warning)")
@@ -238,7 +253,7 @@ class PerformanceMonitor(Callback):
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._validation_start is not None:
-            self._validation_s += perf_counter() - self._validation_start
+            self._validation_spans.append((self._validation_start, perf_counter()))
             self._validation_start = None
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -270,16 +285,20 @@ class PerformanceMonitor(Callback):
             self._timer.reset()
         self._epoch_start = perf_counter()
         self._in_epoch = True
-        self._validation_s = 0.0
+        self._validation_spans = []
         self._step_times = []
         if self._on_cuda:
             torch.cuda.reset_peak_memory_stats()
+        if self._sampler is not None:
+            self._sampler.clear()
 
     def _log_epoch(self, trainer: Trainer, pl_module: LightningModule, end: float) -> None:
         try:
             peak = torch.cuda.max_memory_allocated() if self._on_cuda else None
+            validation_s = sum(b - a for a, b in self._validation_spans)
             figures = epoch_figures(
-                self._timer.stats, self._epoch_start, end, self._validation_s, self._step_times, self._batch_size, peak
+                self._timer.stats, self._epoch_start, end, validation_s, self._step_times, self._batch_size, peak,
+                self._gpu_idle(end),
             )
             vector = to_vector(figures)
         except Exception as err:
@@ -293,6 +312,17 @@ class PerformanceMonitor(Callback):
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)
         self._log_windows(trainer)
+
+    def _gpu_idle(self, end: float) -> Optional[float]:
+        """NVML idle ratio of this epoch's training time (perf_counter spans moved to wall-clock µs)."""
+        if self._sampler is None:
+            return None
+        to_us = (time.time() - perf_counter()) * 1e6
+        spans = [(a * 1e6 + to_us, b * 1e6 + to_us) for a, b in self._validation_spans]
+        ratio = self._sampler.idle_ratio(self._epoch_start * 1e6 + to_us, end * 1e6 + to_us, spans)
+        if self._sampler.error is not None:
+            self._warn_once(f"NVML sampling stopped: {self._sampler.error!r}", key="nvml")
+        return ratio
 
     def _log_windows(self, trainer: Trainer) -> None:
         done, self._finished_windows = self._finished_windows, []
@@ -346,6 +376,9 @@ class PerformanceMonitor(Callback):
             except Exception as err:
                 self._warn_once(f"stopping the profiler failed: {err!r}")
             self._runner = None
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
         if self._writer is not None and not self._writer.flush(self.flush_timeout):
             self._warn_once(
                 f"{self._writer.pending} profiler trace(s) were still being written after {self.flush_timeout:.0f}s"

@@ -19,6 +19,7 @@ EPOCH_KEYS = (
     "samples_per_s",
     "val_data_wait_ratio",
     "peak_memory_mb",
+    "gpu_idle_ratio",
 )
 
 
@@ -38,6 +39,7 @@ def epoch_figures(
     step_times: Sequence[float],
     batch_size: Optional[int],
     peak_memory_bytes: Optional[int],
+    gpu_idle_ratio: Optional[float] = None,
 ) -> dict[str, float]:
     """Figures of one epoch on one rank; a figure that cannot be known is left out.
 
@@ -59,6 +61,8 @@ def epoch_figures(
         out["val_data_wait_ratio"] = fetch.val_s / validation_s
     if peak_memory_bytes is not None:
         out["peak_memory_mb"] = peak_memory_bytes / 2**20
+    if gpu_idle_ratio is not None:
+        out["gpu_idle_ratio"] = gpu_idle_ratio
     return out
 
 

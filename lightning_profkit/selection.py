@@ -125,6 +125,19 @@ class StepFilter(Selection):
         return f"steps where {getattr(self.step_filter, '__name__', 'step_filter')}(step) is true"
 
 
+@dataclass(frozen=True)
+class NoSteps(Selection):
+    """No step is recorded (``profile=False``): metrics only."""
+
+    warmup: int = 0
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return "no steps"
+
+
 def parse_step_ranges(steps: StepRanges) -> tuple[tuple[int, int], ...]:
     """Parse ``"100-102,500"`` or ``[[100, 102], 500, "7-9"]`` into sorted, merged inclusive ranges."""
     items: list = steps.split(",") if isinstance(steps, str) else list(steps)
@@ -174,14 +187,21 @@ def make_selection(
     steps: Optional[StepRanges],
     every_n_steps: Optional[int],
     step_filter: Optional[Callable[[int], bool]],
+    profile: bool = True,
 ) -> Selection:
     """Validate the user's arguments and build the selection they describe."""
+    if not isinstance(profile, bool):
+        raise ValueError(f"`profile` must be True or False, got {profile!r}")
     _non_negative("skip_first", skip_first)
     _non_negative("warmup", warmup)
     _non_negative("active", active, 1)
     chosen = [name for name, v in (("steps", steps), ("every_n_steps", every_n_steps), ("step_filter", step_filter)) if v is not None]
     if len(chosen) > 1:
         raise ValueError(f"Pass at most one of `steps`, `every_n_steps`, `step_filter`; got {', '.join(chosen)}")
+    if not profile:
+        if chosen:
+            raise ValueError(f"`profile=False` records no windows; do not pass `{chosen[0]}` with it")
+        return NoSteps()
     if steps is not None:
         return StepList(parse_step_ranges(steps), warmup)
     if every_n_steps is not None:

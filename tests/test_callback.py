@@ -52,8 +52,9 @@ def windows(tmp_path):
         (dict(steps=[[19, 21]]), 2, {"epoch=0-step=19": [19], "epoch=1-step=20-21": [20, 21]}),
         (dict(every_n_steps=15, active=2), 2, {f"epoch={s // 20}-step={s}-{s + 1}": [s, s + 1] for s in (15, 30)}),
         (dict(step_filter=lambda s: s % 17 == 5, warmup=2), 2, {"epoch=0-step=5": [5], "epoch=1-step=22": [22], "epoch=1-step=39": [39]}),
+        (dict(profile=False), 2, {}),
     ],
-    ids=["epoch-window", "no-warmup", "ranges", "range-across-epochs", "every-n", "filter"],
+    ids=["epoch-window", "no-warmup", "ranges", "range-across-epochs", "every-n", "filter", "metrics-only"],
 )
 def test_exactly_the_selected_steps_are_profiled(tmp_path, kwargs, epochs, expected):
     monitor = PerformanceMonitor(**kwargs)
@@ -135,6 +136,8 @@ def test_lightning_pytorch_profiler_wins_with_one_warning(tmp_path):
         (dict(record_shapes="yes"), "record_shapes"),
         (dict(flush_timeout=-1), "flush_timeout"),
         (dict(active=0), "active"),
+        (dict(profile="no"), "profile"),
+        (dict(profile=False, every_n_steps=5), "every_n_steps"),
     ],
 )
 def test_bad_arguments_fail_at_construction(kwargs, argument):
