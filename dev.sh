@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Usage: bash dev.sh demo | test [pytest args...]
+# Usage: bash dev.sh demo | test [pytest args...] | check-cuda
 # Each command creates or refreshes .venv (pinned by constraints.txt), then runs.
+# check-cuda is for a CUDA machine: there torch==2.13.0 from PyPI is the CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${PROFKIT_VENV:-.venv}
@@ -28,5 +29,6 @@ browser_deps() {
 case "${1:-}" in
   demo) shift; refresh_venv; exec "$VENV/bin/python" examples/data_bound.py "$@" ;;
   test) shift; refresh_venv; browser_deps; exec "$VENV/bin/python" -m pytest -q "$@" ;;
-  *) echo "usage: bash dev.sh demo | test [pytest args]" >&2; exit 2 ;;
+  check-cuda) shift; refresh_venv; exec "$VENV/bin/python" .ci/check_cuda.py "$@" ;;
+  *) echo "usage: bash dev.sh demo | test [pytest args] | check-cuda" >&2; exit 2 ;;
 esac
