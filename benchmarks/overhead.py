@@ -3,7 +3,10 @@
 1. Fit time, one epoch of 3000 steps of a small CPU model (~1.6 ms a step, 1 thread): no callback |
    metrics only, ``PerformanceMonitor(profile=False)`` (goal: within 0.5%) | metrics + default windows,
    ``PerformanceMonitor()`` (goal: within 2%) | Lightning's ``PyTorchProfiler()`` defaults.
-2. Training-thread time lost per written window: our background writer against torch's synchronous
+2. Hot path: the cost our code adds to one unprofiled step, timed inside a running fit (the proxy's
+   ``start``/``stop`` for one fetch plus ``on_train_batch_end``), against the plain Lightning profiler's.
+   Wall-clock ratios on a shared 2-core machine swing by several percent; this figure does not.
+3. Training-thread time lost per written window: our background writer against torch's synchronous
    ``tensorboard_trace_handler(use_gzip=True)``, measured as the extra wall time of the 300 steps that
    follow a window's end compared with the same steps without one.
 
@@ -21,7 +24,7 @@ import tempfile
 import time
 
 import torch
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.profilers import PyTorchProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -42,6 +45,38 @@ class MLP(LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+
+class HotPath(Callback):
+    """Placed after PerformanceMonitor: at batch ``at``, times ``n`` fetch + batch-end calls of ours."""
+
+    def __init__(self, monitor: PerformanceMonitor, at: int = 100, n: int = 20000) -> None:
+        self.monitor, self.at, self.n, self.us = monitor, at, n, {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if batch_idx != self.at:
+            return
+        name = "[_TrainingEpochLoop].train_dataloader_next"
+        for label, prof, hook in (("ours", trainer.profiler, self.monitor.on_train_batch_end),
+                                  ("lightning", trainer.profiler.inner, lambda *a: None)):
+            start = time.perf_counter()
+            for i in range(self.n):
+                prof.start(name)
+                prof.stop(name)
+                hook(trainer, pl_module, outputs, batch, batch_idx)
+            self.us[label] = (time.perf_counter() - start) / self.n * 1e6
+
+
+def hot_path_us(profile: bool, root: str) -> float:
+    monitor = PerformanceMonitor(profile=profile)
+    probe = HotPath(monitor)
+    trainer = Trainer(
+        max_steps=200, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[monitor, probe],
+    )
+    with without_usdt_lines():
+        trainer.fit(MLP(), DataLoader(TensorDataset(torch.randn(6400, 128), torch.randn(6400, 1)), batch_size=32))
+    return probe.us["ours"] - probe.us["lightning"]
 
 
 def fit_seconds(config: str, steps: int, root: str) -> float:
@@ -136,6 +171,14 @@ def main() -> None:
     for c, (label, goal) in configs.items():
         t = statistics.median(times[c])
         print(f"| {label} | {t:.2f} | {1000 * t / args.steps:.3f} | {t / base:.3f} | {goal} |")
+
+    step_us = 1e6 * base / args.steps
+    print()
+    print("| hot path, per unprofiled step | µs added | share of a step |")
+    print("|---|---|---|")
+    for profile, label in ((False, "metrics only"), (True, "metrics + default windows")):
+        us = statistics.median(hot_path_us(profile, root) for _ in range(3))
+        print(f"| {label} | {us:.2f} | {us / step_us:.3%} |")
 
     handlers = ["none", "profkit", "torch"]
     cost: dict = {h: [] for h in handlers}
