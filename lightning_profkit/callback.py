@@ -12,13 +12,16 @@ from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch.profiler import ProfilerActivity
 
-from lightning_profkit import fetch_timer
-from lightning_profkit.epoch_stats import epoch_figures, reduce_ranks, to_vector, window_metrics
+from lightning_profkit import alerts, capture_request, fetch_timer
+from lightning_profkit.advice import data_wait_advice, gpu_idle_advice, loader_facts
+from lightning_profkit.alerts import AlertRule, DataWaitAlert, DataWaitAlertError
+from lightning_profkit.epoch_stats import PREFIX, epoch_figures, reduce_ranks, to_vector, window_metrics
 from lightning_profkit.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.selection import Selection, StepRanges, make_selection
 from lightning_profkit.session import WindowRunner, WindowSession
@@ -26,6 +29,10 @@ from lightning_profkit.writer import TraceWriter, WindowJob
 
 _ACTIVITIES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
 _OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+
+
+class DataWaitWarning(UserWarning):
+    """The category of data-wait alert warnings (filter it like any warning)."""
 
 
 def _guarded(hook: Callable) -> Callable:
@@ -80,6 +87,19 @@ class PerformanceMonitor(Callback):
     ``data_wait_ratio_max`` and ``data_wait_worst_rank``. Per profiled window (rank zero's traces):
     ``window/data_wait_share``, ``window/gpu_idle_ratio`` (GPU runs only), ``window/blocking_sync_ms``,
     ``window/sync_ms/<call>``, ``window/peak_memory_mb/<device>``, ``window/step_time_ms``.
+    With alerts on: ``data_wait_alert`` (1 when the epoch was in a data-wait episode, else 0).
+
+    **Alerts**: the data-wait ratio is checked every ``alert_window`` steps and at each epoch end (with several
+    ranks, the worst rank's). ``alert_patience`` consecutive checks over ``alert_threshold`` start an episode,
+    which gives one alert (none within ``alert_cooldown`` steps of the previous one): a
+    :class:`DataWaitWarning` on rank zero with advice from the training DataLoader, ``on_alert(alert)`` with a
+    :class:`~lightning_profkit.alerts.DataWaitAlert`, and, with ``capture_on_alert``, a window recorded right
+    after the alert whose folder is in the alert. ``alert_action="stop"`` ends training at the next step
+    boundary; ``"raise"`` raises :class:`~lightning_profkit.alerts.DataWaitAlertError`.
+
+    **Capture on demand**: ``profkit capture <run dir>`` (or any process that creates
+    ``<dirpath>/capture.request``) gets a window recorded within about a second (single process) or
+    ``alert_window`` steps (several ranks, so that all ranks record the same steps).
 
     Args:
         profile: record profiler windows; ``False`` keeps only the per-epoch metrics.
@@ -97,6 +117,15 @@ class PerformanceMonitor(Callback):
         quiet: hide the ``USDT:`` lines torch prints whenever a session starts or stops.
         flush_timeout: seconds to wait at the end of ``fit`` for traces still being written.
         log_metrics: log the per-epoch and per-window metrics above.
+        alert_threshold: data-wait ratio above which a check counts (default 0.2, TensorFlow's "highly
+            input-bound"); ``None`` turns alerts off.
+        alert_window: steps per rolling check.
+        alert_patience: consecutive checks over the threshold before an alert.
+        alert_cooldown: steps after an alert during which no new one is raised.
+        alert_action: ``"warn"``, ``"stop"`` (end training gracefully) or ``"raise"``.
+        on_alert: called on rank zero with each :class:`~lightning_profkit.alerts.DataWaitAlert`.
+        capture_on_alert: record a window (``warmup`` + ``active`` steps) right after an alert.
+        max_captures: the most windows recorded per ``fit`` after alerts and on request.
 
     Example::
 
@@ -128,6 +157,14 @@ class PerformanceMonitor(Callback):
         quiet: bool = True,
         flush_timeout: float = 60.0,
         log_metrics: bool = True,
+        alert_threshold: Optional[float] = alerts.DEFAULT_THRESHOLD,
+        alert_window: int = 100,
+        alert_patience: int = 2,
+        alert_cooldown: int = 1000,
+        alert_action: str = "warn",
+        on_alert: Optional[Callable[[DataWaitAlert], Any]] = None,
+        capture_on_alert: bool = True,
+        max_captures: int = 10,
     ) -> None:
         self.selection: Selection = make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile)
         self.profile = profile
@@ -157,6 +194,23 @@ class PerformanceMonitor(Callback):
         if not isinstance(log_metrics, bool):
             raise ValueError(f"`log_metrics` must be True or False, got {log_metrics!r}")
         self.log_metrics = log_metrics
+        alerts.validate(alert_threshold, alert_window, alert_patience, alert_cooldown, alert_action)
+        if on_alert is not None and not callable(on_alert):
+            raise ValueError(f"`on_alert` must be callable, got {on_alert!r}")
+        if not isinstance(capture_on_alert, bool):
+            raise ValueError(f"`capture_on_alert` must be True or False, got {capture_on_alert!r}")
+        if isinstance(max_captures, bool) or not isinstance(max_captures, int) or max_captures < 0:
+            raise ValueError(f"`max_captures` must be an integer >= 0, got {max_captures!r}")
+        self.active = active
+        self.alert_threshold = alert_threshold
+        self.alert_window = alert_window
+        self.alert_patience = alert_patience
+        self.alert_cooldown = alert_cooldown
+        self.alert_action = alert_action
+        self.on_alert = on_alert
+        self.capture_on_alert = capture_on_alert
+        self.max_captures = max_captures
+        self.alerts: list[DataWaitAlert] = []
         self.quiet = bool(quiet)
         self.flush_timeout = float(flush_timeout)
         self.trace_dir: Optional[str] = None
@@ -170,7 +224,21 @@ class PerformanceMonitor(Callback):
         self._timer: Optional[fetch_timer.FetchTimer] = None
         self._epoch_start = 0.0
         self._validation_spans: list[tuple[float, float]] = []
+        self._validation_total = 0.0
         self._validation_start: Optional[float] = None
+        self._rule: Optional[AlertRule] = None
+        self._episode_in_epoch = False
+        self._pending: list[DataWaitAlert] = []  # alerts waiting for their capture window
+        self._captures_left = max_captures
+        self._requested = 0  # steps asked for from outside, for the next exchange (several ranks)
+        self._poller: Optional[capture_request.RequestPoller] = None
+        self._marker: Optional[str] = None
+        self._group: Any = None
+        self._block_n = 0
+        self._block_t0 = 0.0
+        self._block_fetch0 = 0.0
+        self._block_val0 = 0.0
+        self._is_zero = True
         self._in_epoch = False
         self._sampler: Optional[UtilizationSampler] = None
         self._step_times: list[float] = []
@@ -187,6 +255,15 @@ class PerformanceMonitor(Callback):
         self._worker = worker_name(trainer.global_rank)
         self._writer = TraceWriter(on_error=self._write_failed, on_written=self._written)
         self._runner = None
+        self._rule = AlertRule(self.alert_threshold, self.alert_patience, self.alert_cooldown) if self.alert_threshold else None
+        self._captures_left = self.max_captures
+        self._pending = []
+        self._group = _exchange_group(trainer)
+        self._is_zero = trainer.is_global_zero
+        if trainer.is_global_zero:
+            capture_request.take_request(self.trace_dir)  # a request left from an earlier run is stale
+            self._marker = capture_request.mark_running(self.trace_dir)
+            self._poller = capture_request.RequestPoller(self.trace_dir)
         lightning_profiler = _runs_pytorch_profiler(trainer)
         self._timer = fetch_timer.install(trainer)
         if self.ranks is not None and trainer.global_rank not in self.ranks:
@@ -236,13 +313,23 @@ class PerformanceMonitor(Callback):
                 loop.total_batch_idx + 1, loop.batch_progress.current.ready, _epoch_length(trainer)
             )
 
-    @_guarded
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        started = self._timer.stats.fetch_started if self._timer is not None else None
-        if started is not None:
-            self._step_times.append(perf_counter() - started)
+        now = perf_counter()
+        if self._timer is not None:
+            started = self._timer.stats.fetch_started
+            if started is not None:
+                self._step_times.append(now - started)
+            self._block_n += 1
+            if self._block_n >= self.alert_window:
+                self._check_block(trainer, now)  # every rank at the same step: it may exchange figures
+        if self._poller is not None and now >= self._poller.next_poll:
+            self._poll_requests(trainer, now)
+        self._advance_windows(trainer, batch_idx)
+
+    @_guarded
+    def _advance_windows(self, trainer: Trainer, batch_idx: int) -> None:
         if self._runner is not None:
             loop = trainer.fit_loop.epoch_loop
             self._runner.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch)
@@ -253,25 +340,44 @@ class PerformanceMonitor(Callback):
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._validation_start is not None:
-            self._validation_spans.append((self._validation_start, perf_counter()))
+            end = perf_counter()
+            self._validation_spans.append((self._validation_start, end))
+            self._validation_total += end - self._validation_start
             self._validation_start = None
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         end = perf_counter()
         self._in_epoch = False
         self._stop_windows()
-        if self.log_metrics and self._timer is not None:
-            # every rank takes part in the same collective here, whatever happened to its profiling
-            self._log_epoch(trainer, pl_module, end)
+        if self._timer is None or not (self.log_metrics or self._rule is not None):
+            return
+        # every rank takes part in the same collective here, whatever happened to its profiling
+        metrics = self._epoch_metrics(trainer, pl_module, end)
+        alert = None
+        if self._rule is not None:
+            ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
+            if ratio is not None:
+                worst = metrics.get(PREFIX + "data_wait_worst_rank")
+                alert = self._check(trainer, ratio, None if worst is None else int(worst), f"epoch {self._epoch}")
+            metrics[PREFIX + "data_wait_alert"] = float(self._episode_in_epoch)
+        if self.log_metrics and metrics and trainer.is_global_zero:
+            metrics["epoch"] = float(trainer.current_epoch)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+        self._log_windows(trainer)
+        if alert is not None and self.alert_action == "raise":
+            raise DataWaitAlertError(alert)
 
     @_guarded
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._close()
         self._log_windows(trainer)
+        self._deliver_pending()
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._close()
         fetch_timer.uninstall(trainer, self._timer)
+        self._pending = []
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
@@ -286,13 +392,17 @@ class PerformanceMonitor(Callback):
         self._epoch_start = perf_counter()
         self._in_epoch = True
         self._validation_spans = []
+        self._validation_total = 0.0
+        self._episode_in_epoch = False
         self._step_times = []
+        self._start_block(self._epoch_start)
         if self._on_cuda:
             torch.cuda.reset_peak_memory_stats()
         if self._sampler is not None:
             self._sampler.clear()
 
-    def _log_epoch(self, trainer: Trainer, pl_module: LightningModule, end: float) -> None:
+    def _epoch_metrics(self, trainer: Trainer, pl_module: LightningModule, end: float) -> dict[str, float]:
+        """This epoch's figures from every rank, reduced (the same on all ranks)."""
         try:
             peak = torch.cuda.max_memory_allocated() if self._on_cuda else None
             validation_s = sum(b - a for a, b in self._validation_spans)
@@ -305,13 +415,115 @@ class PerformanceMonitor(Callback):
             self._warn_once(f"epoch metrics failed: {err!r}", key="metrics")
             vector = to_vector({})
         rows = trainer.strategy.all_gather(torch.tensor(vector, dtype=torch.float64, device=pl_module.device))
-        rows = rows.reshape(-1, len(vector)).cpu().tolist()
-        metrics = reduce_ranks(rows)
-        if metrics and trainer.is_global_zero:
-            metrics["epoch"] = float(trainer.current_epoch)
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
-        self._log_windows(trainer)
+        return reduce_ranks(rows.reshape(-1, len(vector)).cpu().tolist())
+
+    # ------------------------------------------------------------------ alerts and captures
+    def _start_block(self, now: float) -> None:
+        self._block_n = 0
+        self._block_t0 = now
+        self._block_fetch0 = self._timer.stats.train_s if self._timer is not None else 0.0
+        self._block_val0 = self._validation_total
+
+    def _check_block(self, trainer: Trainer, now: float) -> None:
+        """The rolling check: this block's data wait on every rank (exchanged off the device), then the rule."""
+        fetch = self._timer.stats.train_s - self._block_fetch0 if self._timer is not None else 0.0
+        train = now - self._block_t0 - (self._validation_total - self._block_val0)
+        requested, self._requested = self._requested, 0
+        self._start_block(now)
+        rows = _exchange(self._group, [fetch, train, float(requested)])
+        asked = int(max(row[2] for row in rows))
+        if asked:
+            self._start_capture(trainer, asked, "requested from outside")
+        ratios = [(row[0] / row[1], rank) for rank, row in enumerate(rows) if row[1] > 0]
+        if self._rule is not None and ratios:
+            ratio, worst = max(ratios)
+            alert = self._check(trainer, ratio, worst if len(rows) > 1 else None, f"last {self.alert_window} steps")
+            if alert is not None and self.alert_action == "raise":
+                raise DataWaitAlertError(alert)
+
+    def _check(self, trainer: Trainer, ratio: float, worst_rank: Optional[int], checked: str) -> Optional[DataWaitAlert]:
+        """Feed one check to the rule; on an alert, act on it (every rank decides alike) and return it."""
+        assert self._rule is not None
+        step = trainer.fit_loop.epoch_loop.total_batch_idx
+        fired = self._rule.check(ratio, step)
+        self._episode_in_epoch |= self._rule.in_episode
+        if not fired:
+            return None
+        alert = DataWaitAlert(ratio, self._rule.threshold, self._epoch, step, checked, worst_rank, self._advice(trainer))
+        self.alerts.append(alert)
+        if self.alert_action == "stop":
+            trainer.should_stop = True
+        captured = (
+            self.alert_action == "warn" and self.capture_on_alert
+            and self._start_capture(trainer, self.active, "after a data-wait alert")
+        )
+        if captured:
+            self._pending.append(alert)  # delivered with its trace folder when the window ends
+        else:
+            self._deliver(alert)
+        return alert
+
+    def _advice(self, trainer: Trainer) -> list[str]:
+        try:
+            loader = trainer.train_dataloader
+            if isinstance(loader, dict):
+                loader = next(iter(loader.values()), None)
+            elif isinstance(loader, (list, tuple)):
+                loader = loader[0] if loader else None
+            facts = loader_facts(loader, self._on_cuda, trainer.world_size // max(trainer.num_nodes, 1))
+            stats = self._timer.stats if self._timer is not None else None
+            startup = stats.first_fetch - self._epoch_start if stats is not None and stats.first_fetch else None
+            return data_wait_advice(facts, startup, perf_counter() - self._epoch_start)
+        except Exception as err:
+            self._warn_once(f"advice failed: {err!r}", key="advice")
+            return []
+
+    def _start_capture(self, trainer: Trainer, steps: int, reason: str) -> Optional[tuple[int, int]]:
+        """Record ``steps`` steps from the next step on; None when this rank cannot (or the budget is spent)."""
+        if self._runner is None or self._broken:
+            return None
+        if self._captures_left <= 0:
+            self._warn_once(f"no more captures: `max_captures={self.max_captures}` windows were recorded", key="budget")
+            return None
+        self._captures_left -= 1
+        first, last = self._runner.capture(trainer.fit_loop.epoch_loop.total_batch_idx + 1, steps)
+        rank_zero_info(f"lightning_profkit: recording steps {first}-{last} ({reason})")
+        return first, last
+
+    def _poll_requests(self, trainer: Trainer, now: float) -> None:
+        try:
+            request = self._poller.poll(now)  # type: ignore[union-attr]
+        except OSError as err:
+            self._warn_once(f"cannot read capture requests: {err!r}", key="request")
+            self._poller = None
+            return
+        if request is not None:
+            steps = request["steps"] or self.active
+            if trainer.world_size > 1:
+                self._requested = steps  # all ranks start it together at the next rolling check
+            else:
+                self._start_capture(trainer, steps, "requested from outside")
+
+    def _deliver(self, alert: DataWaitAlert) -> None:
+        if not self._is_zero:
+            return
+        warnings.warn(f"PerformanceMonitor: {alert.message}", DataWaitWarning, stacklevel=2)
+        if self.on_alert is not None:
+            try:
+                self.on_alert(alert)
+            except Exception as err:
+                self._warn_once(f"`on_alert` raised {err!r}; training continues", key="on_alert")
+
+    def _deliver_pending(self, path: Optional[str] = None, steps: Optional[tuple[int, int]] = None) -> None:
+        """Deliver the alerts whose capture window is ``steps`` (written to ``path``), or all of them."""
+        keep = []
+        for alert in self._pending:
+            if steps is None or alert.step < steps[1]:
+                alert.trace_dir = os.path.dirname(path) if path else None
+                self._deliver(alert)
+            else:
+                keep.append(alert)
+        self._pending = keep
 
     def _gpu_idle(self, end: float) -> Optional[float]:
         """NVML idle ratio of this epoch's training time (perf_counter spans moved to wall-clock µs)."""
@@ -326,7 +538,11 @@ class PerformanceMonitor(Callback):
 
     def _log_windows(self, trainer: Trainer) -> None:
         done, self._finished_windows = self._finished_windows, []
-        if not (self.log_metrics and trainer.is_global_zero):
+        if not trainer.is_global_zero:
+            return
+        for window in done:
+            self._gpu_idle_notice(window)
+        if not self.log_metrics:
             return
         for window in done:
             metrics = window_metrics(window["figures"])
@@ -361,6 +577,20 @@ class PerformanceMonitor(Callback):
             "worker": self._worker,
         }
         self._writer.submit(WindowJob(prof.profiler.kineto_results, path, meta))
+        if self._pending:
+            self._deliver_pending(path, (first, last))
+
+    def _gpu_idle_notice(self, window: dict[str, Any]) -> None:
+        """A window where the GPU mostly idles although the loop hardly waits for data: say why, once."""
+        figures = window.get("figures") or {}
+        idle, data = figures.get("gpu_idle_frac_window"), figures.get("dataloader_frac")
+        threshold = self.alert_threshold or alerts.DEFAULT_THRESHOLD
+        if idle is not None and idle > 0.5 and (data or 0.0) < threshold:
+            lines = "\n".join(f"  - {line}" for line in gpu_idle_advice(figures))
+            self._warn_once(
+                f"the GPU was idle {idle:.0%} of the steps in {os.path.dirname(window['path'])} while the DataLoader "
+                f"took {data or 0:.0%}: the CPU side of the step is the limit.\n{lines}", key="gpu_idle"
+            )
 
     def _written(self, window: dict[str, Any]) -> None:
         self.traces.append(window["path"])
@@ -379,6 +609,13 @@ class PerformanceMonitor(Callback):
         if self._sampler is not None:
             self._sampler.close()
             self._sampler = None
+        if self._marker is not None:
+            try:
+                os.remove(self._marker)
+            except OSError:
+                pass
+            self._marker = None
+        self._poller = None
         if self._writer is not None and not self._writer.flush(self.flush_timeout):
             self._warn_once(
                 f"{self._writer.pending} profiler trace(s) were still being written after {self.flush_timeout:.0f}s"
@@ -412,6 +649,23 @@ def _check_writable(folder: str) -> None:
             f"PerformanceMonitor cannot write traces to {folder!r} ({err.strerror or err}); "
             "pass `dirpath=` a writable folder"
         ) from err
+
+
+def _exchange_group(trainer: Trainer) -> Any:
+    """A gloo process group for the rolling checks, so exchanging a few numbers never touches the device."""
+    if trainer.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.group.WORLD if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+
+
+def _exchange(group: Any, values: list[float]) -> list[list[float]]:
+    """Every rank's ``values`` (a CPU all_gather); just ours in a single process."""
+    if group is None:
+        return [values]
+    mine = torch.tensor(values, dtype=torch.float64)
+    rows = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(rows, mine, group=group)
+    return [row.tolist() for row in rows]
 
 
 def _runs_pytorch_profiler(trainer: Trainer) -> bool:

@@ -138,6 +138,32 @@ class NoSteps(Selection):
         return "no steps"
 
 
+@dataclass(frozen=True)
+class WithCaptures(Selection):
+    """The schedule's selection plus captures asked for while training (after an alert, or from outside)."""
+
+    base: Selection
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def warmup(self) -> int:  # type: ignore[override]
+        return self.base.warmup
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        return self.base.is_active(step, batch_idx) or any(lo <= step <= hi for lo, hi in self.ranges)
+
+    def for_epoch(self, num_batches: Optional[int]) -> "WithCaptures":
+        return WithCaptures(self.base.for_epoch(num_batches), self.ranges)
+
+    def add(self, first: int, last: int, now: int) -> "WithCaptures":
+        """With the capture ``first..last`` added and the ones that ended before ``now`` dropped."""
+        kept = tuple(r for r in self.ranges if r[1] >= now)
+        return WithCaptures(self.base, kept + ((first, last),))
+
+    def describe(self) -> str:
+        return self.base.describe()
+
+
 def parse_step_ranges(steps: StepRanges) -> tuple[tuple[int, int], ...]:
     """Parse ``"100-102,500"`` or ``[[100, 102], 500, "7-9"]`` into sorted, merged inclusive ranges."""
     items: list = steps.split(",") if isinstance(steps, str) else list(steps)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
-from lightning_profkit.selection import Selection
+from lightning_profkit.selection import Selection, WithCaptures
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
@@ -137,15 +137,22 @@ class WindowRunner:
         selection: Selection,
         open_session: Callable[[Selection, int, int, int], Optional[WindowSession]],
     ) -> None:
-        self._base = selection
-        self.selection = selection
+        self.selection = WithCaptures(selection)
         self._open = open_session
         self.session: Optional[WindowSession] = None
 
     def epoch_start(self, next_step: int, next_batch_idx: int, num_batches: Optional[int]) -> None:
         self.stop()
-        self.selection = self._base.for_epoch(num_batches)
+        self.selection = self.selection.for_epoch(num_batches)
         self._maybe_open(next_step, next_batch_idx)
+
+    def capture(self, next_step: int, active: int) -> tuple[int, int]:
+        """Record ``active`` steps after a warm-up from ``next_step`` on; returns the steps to be recorded.
+        Takes effect when no session is open at the next step boundary (an open window finishes first)."""
+        first = next_step + self.selection.warmup
+        last = first + active - 1
+        self.selection = self.selection.add(first, last, next_step)
+        return first, last
 
     def step_end(self, step: int, batch_idx: int, last_in_epoch: bool) -> None:
         if self.session is not None:

@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -172,7 +173,7 @@ def test_write_failure_warns_once_and_training_completes(tmp_path):
         def on_train_batch_start(self, trainer, *args):
             # after setup checked the folder, replace it with a file: every write now fails
             if trainer.global_step == 1:
-                os.rmdir(tmp_path / "traces")
+                shutil.rmtree(tmp_path / "traces")
                 (tmp_path / "traces").write_text("gone")
 
     trainer = make_trainer(tmp_path, [monitor, BreakFolder()])
