@@ -238,6 +238,8 @@ class PerformanceMonitor(Callback):
         self._block_t0 = 0.0
         self._block_fetch0 = 0.0
         self._block_val0 = 0.0
+        self._carry = (0.0, 0.0)  # data wait and training time of the current block in earlier epochs
+        self._epoch_carry = (0.0, 0.0)
         self._is_zero = True
         self._in_epoch = False
         self._sampler: Optional[UtilizationSampler] = None
@@ -258,6 +260,8 @@ class PerformanceMonitor(Callback):
         self._rule = AlertRule(self.alert_threshold, self.alert_patience, self.alert_cooldown) if self.alert_threshold else None
         self._captures_left = self.max_captures
         self._pending = []
+        self._block_n = 0
+        self._epoch_carry = (0.0, 0.0)
         self._group = _exchange_group(trainer)
         self._is_zero = trainer.is_global_zero
         if trainer.is_global_zero:
@@ -349,6 +353,8 @@ class PerformanceMonitor(Callback):
         end = perf_counter()
         self._in_epoch = False
         self._stop_windows()
+        if self._timer is not None:
+            self._epoch_carry = self._block_so_far(end)
         if self._timer is None or not (self.log_metrics or self._rule is not None):
             return
         # every rank takes part in the same collective here, whatever happened to its profiling
@@ -395,7 +401,7 @@ class PerformanceMonitor(Callback):
         self._validation_total = 0.0
         self._episode_in_epoch = False
         self._step_times = []
-        self._start_block(self._epoch_start)
+        self._start_block(self._epoch_start, self._epoch_carry)  # a block runs on across epochs
         if self._on_cuda:
             torch.cuda.reset_peak_memory_stats()
         if self._sampler is not None:
@@ -418,17 +424,17 @@ class PerformanceMonitor(Callback):
         return reduce_ranks(rows.reshape(-1, len(vector)).cpu().tolist())
 
     # ------------------------------------------------------------------ alerts and captures
-    def _start_block(self, now: float) -> None:
-        self._block_n = 0
+    def _start_block(self, now: float, carry: tuple[float, float] = (0.0, 0.0)) -> None:
+        self._carry = carry
         self._block_t0 = now
         self._block_fetch0 = self._timer.stats.train_s if self._timer is not None else 0.0
         self._block_val0 = self._validation_total
 
     def _check_block(self, trainer: Trainer, now: float) -> None:
         """The rolling check: this block's data wait on every rank (exchanged off the device), then the rule."""
-        fetch = self._timer.stats.train_s - self._block_fetch0 if self._timer is not None else 0.0
-        train = now - self._block_t0 - (self._validation_total - self._block_val0)
+        fetch, train = self._block_so_far(now)
         requested, self._requested = self._requested, 0
+        self._block_n = 0
         self._start_block(now)
         rows = _exchange(self._group, [fetch, train, float(requested)])
         asked = int(max(row[2] for row in rows))
@@ -437,9 +443,17 @@ class PerformanceMonitor(Callback):
         ratios = [(row[0] / row[1], rank) for rank, row in enumerate(rows) if row[1] > 0]
         if self._rule is not None and ratios:
             ratio, worst = max(ratios)
-            alert = self._check(trainer, ratio, worst if len(rows) > 1 else None, f"last {self.alert_window} steps")
+            step = trainer.fit_loop.epoch_loop.total_batch_idx
+            alert = self._check(trainer, ratio, worst if len(rows) > 1 else None,
+                                f"steps {step - self.alert_window + 1}-{step}")
             if alert is not None and self.alert_action == "raise":
                 raise DataWaitAlertError(alert)
+
+    def _block_so_far(self, now: float) -> tuple[float, float]:
+        """Data wait and training time (validation left out) of the current block up to ``now``."""
+        fetch = self._timer.stats.train_s - self._block_fetch0 if self._timer is not None else 0.0
+        train = now - self._block_t0 - (self._validation_total - self._block_val0)
+        return self._carry[0] + fetch, self._carry[1] + train
 
     def _check(self, trainer: Trainer, ratio: float, worst_rank: Optional[int], checked: str) -> Optional[DataWaitAlert]:
         """Feed one check to the rule; on an alert, act on it (every rank decides alike) and return it."""
@@ -518,7 +532,7 @@ class PerformanceMonitor(Callback):
         """Deliver the alerts whose capture window is ``steps`` (written to ``path``), or all of them."""
         keep = []
         for alert in self._pending:
-            if steps is None or alert.step < steps[1]:
+            if steps is None or alert.step < steps[0]:  # the first window wholly after the alert
                 alert.trace_dir = os.path.dirname(path) if path else None
                 self._deliver(alert)
             else:

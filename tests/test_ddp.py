@@ -2,6 +2,7 @@
 
 import csv
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -20,11 +21,24 @@ def test_ddp_two_ranks(tmp_path):
     assert output.count("lightning_profkit: profiling steps 3-5") == 1  # one plan line, rank zero
     assert "USDT:" not in output
     paths = trace_files(tmp_path)
-    folders = {os.path.basename(os.path.dirname(p)) for p in paths}
-    assert folders == {"epoch=0-step=3-5"}  # 40 samples / 2 ranks / batch 2 = 10 steps per epoch
-    workers = sorted(os.path.basename(p).split(".")[0] for p in paths)
-    assert len(workers) == 2 and workers[0].endswith("_rank0") and workers[1].endswith("_rank1")
-    assert all(profiler_steps(read_trace(p)) == [3, 4, 5] for p in paths)
+    # 40 samples / 2 ranks / batch 2 = 10 steps per epoch; the first rolling check (steps 0-4) alerts, and
+    # every rank records the same capture window once the scheduled one (3-5) is done
+    by_folder = {}
+    for p in paths:
+        by_folder.setdefault(os.path.basename(os.path.dirname(p)), []).append(p)
+    assert set(by_folder) == {"epoch=0-step=3-5", "epoch=0-step=6-8"}
+    for folder, files in by_folder.items():
+        workers = sorted(os.path.basename(p).split(".")[0] for p in files)
+        assert len(workers) == 2 and workers[0].endswith("_rank0") and workers[1].endswith("_rank1")
+        first, last = map(int, folder.split("step=")[1].split("-"))
+        assert all(profiler_steps(read_trace(p)) == list(range(first, last + 1)) for p in files)
+
+    # one alert, on rank zero only, naming the slow rank and pointing to the capture
+    assert not os.path.exists(os.path.join(str(tmp_path), "alerts-rank1.jsonl"))
+    with open(os.path.join(str(tmp_path), "alerts-rank0.jsonl")) as f:
+        (alert,) = [json.loads(line) for line in f]
+    assert alert["worst_rank"] == 1 and alert["step"] == 4 and alert["trace_dir"].endswith("epoch=0-step=6-8")
+    assert output.count("was spent waiting for the DataLoader on rank 1") == 1
 
     (metrics,) = glob.glob(os.path.join(str(tmp_path), "csv", "*", "metrics.csv"))
     with open(metrics) as f:

@@ -1,0 +1,81 @@
+"""Alert rules and advice, without a Trainer."""
+
+import pytest
+
+from lightning_profkit.advice import LoaderFacts, data_wait_advice, gpu_idle_advice
+from lightning_profkit.alerts import AlertRule, DataWaitAlert, validate
+
+
+def run(rule, ratios, every=10):
+    """Feed checks at steps every, 2*every, ...; the steps at which an alert fired."""
+    return [(i + 1) * every for i, r in enumerate(ratios) if rule.check(r, (i + 1) * every)]
+
+
+def test_patience_counts_consecutive_checks():
+    assert run(AlertRule(0.2, patience=3, cooldown=0), [0.5, 0.5, 0.1, 0.5, 0.5, 0.5, 0.5]) == [60]
+    assert run(AlertRule(0.2, patience=1, cooldown=0), [0.1, 0.3]) == [20]
+    assert run(AlertRule(0.2, patience=2, cooldown=0), [0.2, 0.2, 0.2]) == []  # at the threshold is not over it
+
+
+def test_one_alert_per_episode_and_cooldown_between_episodes():
+    flicker = [0.5, 0.5, 0.5, 0.1, 0.5, 0.5, 0.5, 0.1, 0.5, 0.5]
+    assert run(AlertRule(0.2, patience=1, cooldown=0), flicker) == [10, 50, 90]
+    assert run(AlertRule(0.2, patience=1, cooldown=45), flicker) == [10, 90]  # the episode at 50 is too soon
+    rule = AlertRule(0.2, patience=1, cooldown=0)
+    assert run(rule, [0.9] * 50) == [10] and rule.in_episode and rule.alerts == 1
+
+
+def test_rule_state_round_trips():
+    rule = AlertRule(0.2, patience=2, cooldown=100)
+    run(rule, [0.5, 0.5, 0.5])
+    again = AlertRule(0.2, patience=2, cooldown=100)
+    again.load_state_dict(rule.state_dict())
+    assert again == rule
+
+
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        (dict(threshold=0), "alert_threshold"), (dict(threshold=1.5), "alert_threshold"),
+        (dict(threshold="0.2"), "alert_threshold"), (dict(window=0), "alert_window"),
+        (dict(patience=0), "alert_patience"), (dict(cooldown=-1), "alert_cooldown"),
+        (dict(action="explode"), "alert_action"),
+    ],
+)
+def test_bad_alert_arguments(kwargs, argument):
+    args = dict(threshold=0.2, window=100, patience=2, cooldown=0, action="warn") | kwargs
+    with pytest.raises(ValueError, match=argument):
+        validate(**args)
+
+
+def test_message_names_ratio_rank_advice_and_trace():
+    alert = DataWaitAlert(0.62, 0.2, 3, 1200, "epoch 3", worst_rank=1, advice=["try num_workers=6"], trace_dir="/t/w")
+    text = alert.message
+    assert "62%" in text and "rank 1, the worst" in text and "num_workers=6" in text and "/t/w" in text
+    assert alert.as_dict()["step"] == 1200
+
+
+def test_advice_from_the_loader():
+    lines = data_wait_advice(LoaderFacts(num_workers=0, cpus=8, on_cuda=True))
+    assert lines[0].startswith("num_workers=0") and "num_workers=6" in lines[0]
+    assert any("pin_memory=True" in line for line in lines)
+    lines = data_wait_advice(LoaderFacts(num_workers=2, cpus=16, processes_per_node=2, persistent_workers=False,
+                                         pin_memory=True, on_cuda=True), startup_s=4.0, train_s=60.0)
+    assert "num_workers=6" in lines[0] and "2 ranks" in lines[0]
+    assert any("persistent_workers=True" in line and "4.0s" in line for line in lines)
+    assert not any("pin_memory" in line for line in lines)
+    lines = data_wait_advice(LoaderFacts(num_workers=7, cpus=8, persistent_workers=True, prefetch_factor=2,
+                                         batch_size=4, iterable=True))
+    assert "per-sample work" in lines[0]
+    assert any("prefetch_factor=4" in line for line in lines)
+    assert any("batch_size=4" in line for line in lines)
+    assert any("get_worker_info" in line for line in lines)
+
+
+def test_gpu_idle_advice_on_real_traces(reference):
+    """resnet50 with 4 workers: little data wait but the GPU idles 28%; blocking copies are the reason."""
+    figures = next(v["host_step"] for k, v in reference.items() if "resnet50_num_workers_4" in k)
+    lines = gpu_idle_advice(figures)
+    assert lines and lines[0].startswith("cudaMemcpyAsync") and "pin_memory=True" in lines[0]
+    cpu_only = next(v["host_step"] for k, v in reference.items() if "cpu_only" in k)
+    assert gpu_idle_advice(cpu_only) == []

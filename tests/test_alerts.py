@@ -1,0 +1,166 @@
+"""Data-wait alerts with a real Trainer: episodes, advice, the hook, stop/raise, captures."""
+
+import glob
+import os
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader, Dataset
+
+from conftest import SleepDataset, TinyModel, leftovers, make_trainer, profiler_steps, read_trace, trace_files
+from lightning_profkit import PerformanceMonitor
+from lightning_profkit.alerts import DataWaitAlertError
+from lightning_profkit.callback import DataWaitWarning
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Busy(TinyModel):
+    """A model whose step takes ``work`` seconds, so a fed loop waits for nothing."""
+
+    def __init__(self, dataset, work=0.002, **kwargs):
+        super().__init__(dataset, **kwargs)
+        self.work = work
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(self.work)
+        return super().training_step(batch, batch_idx)
+
+    def train_dataloader(self):
+        return DataLoader(self.dataset, batch_size=self.batch_size, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)
+
+
+class Switch(Dataset):
+    """Sample i (= batch i with batch_size 1) sleeps ``delay`` inside the ``slow`` ranges."""
+
+    def __init__(self, size, slow, delay=0.01):
+        self.size, self.slow, self.delay = size, slow, delay
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, i):
+        if any(lo <= i <= hi for lo, hi in self.slow):
+            time.sleep(self.delay)
+        return torch.full((8,), float(i))
+
+
+def fit(tmp_path, monitor, model, **kwargs):
+    trainer = make_trainer(tmp_path, [monitor], **kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model)
+    return trainer, [w for w in caught if issubclass(w.category, DataWaitWarning)]
+
+
+def test_data_bound_run_alerts_once_with_advice_and_fed_run_not_at_all(tmp_path):
+    got = []
+    monitor = PerformanceMonitor(profile=False, alert_window=10, on_alert=got.append)
+    _, warned = fit(tmp_path / "a", monitor, Busy(SleepDataset(120, delay=0.004), work=0.006))
+    assert len(got) == 1 and len(warned) == 1
+    alert = got[0]
+    assert alert.ratio > 0.4 and alert.threshold == 0.2 and alert.epoch == 0 and alert.worst_rank is None
+    assert alert.advice[0].startswith("num_workers=0") and "num_workers=" in alert.message
+    assert str(alert.step) in str(warned[0].message)
+
+    fed = PerformanceMonitor(profile=False, alert_window=10)
+    _, warned = fit(tmp_path / "b", fed, Busy(SleepDataset(120, delay=0.004), work=0.006, num_workers=2))
+    assert fed.alerts == [] and warned == []
+
+
+@pytest.mark.parametrize(
+    "slow, patience, cooldown, expected",
+    [
+        ([(20, 79)], 2, 0, 1),  # one long episode: one alert
+        ([(20, 29)], 2, 0, 0),  # one slow block: patience holds it back
+        ([(20, 59), (120, 159)], 2, 0, 2),  # two episodes
+        ([(20, 59), (120, 159)], 2, 200, 1),  # the second is inside the cooldown
+    ],
+    ids=["episode", "burst", "two-episodes", "cooldown"],
+)
+def test_patience_and_cooldown_with_switching_sleeps(tmp_path, slow, patience, cooldown, expected):
+    monitor = PerformanceMonitor(profile=False, alert_window=10, alert_patience=patience,
+                                 alert_cooldown=cooldown, capture_on_alert=False)
+    _, warned = fit(tmp_path, monitor, Busy(Switch(200, slow), batch_size=1))
+    assert len(monitor.alerts) == expected == len(warned), [(a.step, a.checked, round(a.ratio, 2)) for a in monitor.alerts]
+    for alert, (lo, hi) in zip(monitor.alerts, slow):
+        assert lo + 10 <= alert.step <= hi  # fired inside its slow stretch, after two slow blocks
+
+
+def test_alert_points_to_a_trace_of_the_steps_after_it(tmp_path):
+    got = []
+    monitor = PerformanceMonitor(profile=False, alert_window=10, on_alert=got.append)
+    fit(tmp_path, monitor, Busy(SleepDataset(120, delay=0.004), work=0.006))
+    (alert,) = got
+    assert alert.trace_dir and os.path.isdir(alert.trace_dir) and alert.trace_dir.startswith(str(tmp_path))
+    (trace,) = glob.glob(os.path.join(alert.trace_dir, "*.pt.trace.json.gz"))
+    steps = profiler_steps(read_trace(trace))
+    assert steps and min(steps) > alert.step and len(steps) == 3
+    assert trace_files(tmp_path) == [trace] and leftovers(tmp_path) == []
+
+
+def test_stop_ends_training_at_the_next_step_with_metrics_and_traces(tmp_path):
+    got = []
+    monitor = PerformanceMonitor(steps="2-3", alert_window=10, alert_action="stop", on_alert=got.append)
+    logger = CSVLogger(str(tmp_path), name="csv")
+    trainer, _ = fit(tmp_path, monitor, Busy(SleepDataset(120, delay=0.004), work=0.006), logger=logger,
+                     max_epochs=3)
+    (alert,) = got
+    assert trainer.global_step == alert.step + 1 < 60  # the step that fired was the last
+    assert alert.trace_dir is None
+    with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
+        text = f.read()
+    assert "profkit/data_wait_ratio" in text and "profkit/data_wait_alert" in text
+    assert [os.path.basename(os.path.dirname(p)) for p in trace_files(tmp_path)] == ["epoch=0-step=2-3"]
+    assert leftovers(tmp_path) == []
+
+
+def test_raise_gives_a_catchable_error_and_cleans_up(tmp_path):
+    monitor = PerformanceMonitor(every_n_steps=7, active=2, alert_window=10, alert_action="raise")
+    trainer = make_trainer(tmp_path, [monitor])
+    with pytest.raises(DataWaitAlertError) as err:
+        trainer.fit(Busy(SleepDataset(120, delay=0.004), work=0.006))
+    assert err.value.alert.ratio > 0.2 and "num_workers" in str(err.value)
+    assert type(trainer.profiler).__name__ != "FetchTimer" and leftovers(tmp_path) == []
+    assert all(profiler_steps(read_trace(p)) for p in trace_files(tmp_path))  # windows written before it are whole
+
+
+def test_capture_requested_from_another_process(tmp_path):
+    steps = 1500
+    run = subprocess.Popen([sys.executable, os.path.join(HERE, "capture_script.py"), str(tmp_path), str(steps)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        marker = tmp_path / "profiler" / ".profkit-run"
+        deadline = time.time() + 120
+        while not marker.exists() and time.time() < deadline and run.poll() is None:
+            time.sleep(0.1)
+        assert marker.exists(), "the run did not start"
+        profkit = os.path.join(os.path.dirname(sys.executable), "profkit")
+        asked = subprocess.run([profkit, "capture", str(tmp_path), "--steps", "4"], capture_output=True, text=True)
+        assert asked.returncode == 0, asked.stderr
+        while not trace_files(tmp_path) and time.time() < deadline and run.poll() is None:
+            time.sleep(0.05)
+        found = trace_files(tmp_path)
+        assert found and run.poll() is None  # written while training goes on
+        out, _ = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 0, out[-2000:]
+    recorded = profiler_steps(read_trace(found[0]))
+    assert len(recorded) == 4 and max(recorded) < steps - 1
+    assert "recording steps" in out and "requested from outside" in out
+    assert not marker.exists() and leftovers(tmp_path) == []
+
+
+def test_capture_command_refuses_a_folder_without_a_run(tmp_path):
+    profkit = os.path.join(os.path.dirname(sys.executable), "profkit")
+    done = subprocess.run([profkit, "capture", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "no running PerformanceMonitor" in done.stderr
+    done = subprocess.run([profkit, "capture", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert done.returncode == 1 and "no such folder" in done.stderr and "Traceback" not in done.stderr
