@@ -23,8 +23,10 @@ from lightning_profkit.advice import data_wait_advice, gpu_idle_advice, loader_f
 from lightning_profkit.alerts import AlertRule, DataWaitAlert, DataWaitAlertError
 from lightning_profkit.epoch_stats import PREFIX, epoch_figures, reduce_ranks, to_vector, window_metrics
 from lightning_profkit.gpu_sampler import UtilizationSampler, nvml_reader
+from lightning_profkit.report_text import short_summary
 from lightning_profkit.selection import Selection, StepRanges, make_selection
 from lightning_profkit.session import WindowRunner, WindowSession
+from lightning_profkit.trace_summary import aggregate
 from lightning_profkit.writer import TraceWriter, WindowJob
 
 _ACTIVITIES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
@@ -246,6 +248,7 @@ class PerformanceMonitor(Callback):
         self._step_times: list[float] = []
         self._batch_size: Optional[int] = None
         self._finished_windows: list[dict[str, Any]] = []
+        self._summaries: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ setup
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -260,6 +263,7 @@ class PerformanceMonitor(Callback):
         self._rule = AlertRule(self.alert_threshold, self.alert_patience, self.alert_cooldown) if self.alert_threshold else None
         self._captures_left = self.max_captures
         self._pending = []
+        self._summaries = []
         self._block_n = 0
         self._epoch_carry = (0.0, 0.0)
         self._group = _exchange_group(trainer)
@@ -379,6 +383,12 @@ class PerformanceMonitor(Callback):
         self._close()
         self._log_windows(trainer)
         self._deliver_pending()
+        if self._summaries and trainer.is_global_zero:
+            rank_zero_info(
+                f"lightning_profkit: {len(self._summaries)} window(s) of rank 0: {short_summary(aggregate(self._summaries))}."
+                f" More: profkit summary {self.trace_dir}"
+            )
+        self._summaries = []
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._close()
@@ -609,6 +619,8 @@ class PerformanceMonitor(Callback):
     def _written(self, window: dict[str, Any]) -> None:
         self.traces.append(window["path"])
         self._finished_windows.append(window)
+        if window.get("summary"):
+            self._summaries.append(window["summary"])
 
     def _write_failed(self, message: str) -> None:
         self._warn_once(f"a profiler trace could not be written (training continues): {message}", key="write")

@@ -1,16 +1,22 @@
 """The ``profkit`` command.
 
+    profkit summary PATH [--json]         where the time went: a trace, a window folder or a run folder
+    profkit compare A B [--json]          the same figures for two paths side by side (before / after)
     profkit capture RUN_DIR [--steps N]   ask a running PerformanceMonitor to record a window now
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Optional, Sequence
 
 from lightning_profkit import capture_request
+from lightning_profkit.report_text import compare_text, summary_text, use_color, write
+from lightning_profkit.trace_file import TraceError
+from lightning_profkit.trace_summary import aggregate, compare, summarize_path
 
 
 class CommandError(Exception):
@@ -36,9 +42,37 @@ def capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def summary(args: argparse.Namespace) -> int:
+    summaries = summarize_path(args.path)
+    agg = aggregate(summaries)
+    if args.json:
+        write(json.dumps({"traces": summaries, "aggregate": agg}, indent=1))
+    else:
+        write(summary_text(summaries, agg, use_color(sys.stdout)))
+    return 0
+
+
+def compare_paths(args: argparse.Namespace) -> int:
+    result = compare(aggregate(summarize_path(args.a)), aggregate(summarize_path(args.b)))
+    if args.json:
+        write(json.dumps(result, indent=1))
+    else:
+        write(compare_text(result, use_color(sys.stdout)))
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="profkit", description="lightning_profkit's command line")
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("summary", help="where the time went in a trace, a window folder or a run folder")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help="the same figures as JSON")
+    p.set_defaults(run=summary)
+    p = sub.add_parser("compare", help="two traces or folders side by side, with differences")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--json", action="store_true", help="the same figures as JSON")
+    p.set_defaults(run=compare_paths)
     p = sub.add_parser("capture", help="ask a running PerformanceMonitor to record a window now")
     p.add_argument("run_dir", help="the run folder (its profiler/ subfolder) or the trace folder itself")
     p.add_argument("--steps", type=int, default=None, help="steps to record (default: the callback's `active`)")
@@ -48,11 +82,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--steps must be at least 1")
     try:
         return args.run(args)
-    except CommandError as err:
+    except (CommandError, TraceError) as err:
         print(f"profkit: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `profkit summary ... | head`
+        return 0
     except OSError as err:
         print(f"profkit: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # a trace with unexpected content: one line, never a traceback
+        if os.environ.get("PROFKIT_DEBUG"):
+            raise
+        print(f"profkit: could not read the trace ({type(err).__name__}: {err}); PROFKIT_DEBUG=1 shows where", file=sys.stderr)
         return 1
 
 

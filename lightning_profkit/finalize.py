@@ -3,7 +3,7 @@
 ``python -m lightning_profkit.finalize RAW FINAL META_JSON`` reads the raw JSON that torch saved,
 applies the TensorBoard fix, adds our labels under the ``"profkit"`` key, writes gzip under a
 temporary name that no viewer picks up, renames it to ``FINAL`` and removes ``RAW``. It prints the
-window's figures as one JSON line on stdout.
+window's figures and summary (:mod:`trace_summary`) as one JSON line on stdout.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from lightning_profkit.tensorboard_compat import relabel_dataloader_events
-from lightning_profkit.trace_metrics import window_figures
+from lightning_profkit.trace_summary import summarize_events
 
 
 def temporary_name(final_path: str) -> str:
@@ -42,7 +42,9 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict
             os.remove(tmp)
         raise
     os.remove(raw_path)
-    return {"path": final_path, "meta": meta, "figures": window_figures(events)}
+    summary = summarize_events(events)
+    summary.update(path=final_path, window=os.path.basename(os.path.dirname(final_path)), worker=meta.get("worker"))
+    return {"path": final_path, "meta": meta, "figures": summary["host"], "summary": summary}
 
 
 def main(argv: list[str]) -> int:

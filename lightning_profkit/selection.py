@@ -134,6 +134,9 @@ class NoSteps(Selection):
     def is_active(self, step: int, batch_idx: int) -> bool:
         return False
 
+    def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
+        return None
+
     def describe(self) -> str:
         return "no steps"
 
@@ -150,7 +153,9 @@ class WithCaptures(Selection):
         return self.base.warmup
 
     def is_active(self, step: int, batch_idx: int) -> bool:
-        return self.base.is_active(step, batch_idx) or any(lo <= step <= hi for lo, hi in self.ranges)
+        if self.base.is_active(step, batch_idx):
+            return True
+        return bool(self.ranges) and any(lo <= step <= hi for lo, hi in self.ranges)
 
     def for_epoch(self, num_batches: Optional[int]) -> "WithCaptures":
         return WithCaptures(self.base.for_epoch(num_batches), self.ranges)

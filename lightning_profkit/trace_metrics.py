@@ -54,6 +54,24 @@ def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
     return out
 
 
+def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    """``a`` minus ``b`` (each sorted and disjoint)."""
+    out: list[Interval] = []
+    j = 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > start:
+                out.append((start, b[k][0]))
+            start = max(start, b[k][1])
+            k += 1
+        if start < end:
+            out.append((start, end))
+    return out
+
+
 def _span(event: dict[str, Any]) -> Interval:
     start = float(event["ts"])
     return start, start + float(event.get("dur", 0))

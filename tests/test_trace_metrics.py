@@ -6,7 +6,11 @@ import json
 import pytest
 
 from conftest import SHARED_TRACES
-from lightning_profkit.trace_metrics import intersect, union, window_figures
+from lightning_profkit.operator_times import operator_times
+from lightning_profkit.step_breakdown import COLUMNS, step_breakdown
+from lightning_profkit.temporal_breakdown import temporal_breakdown
+from lightning_profkit.trace_file import read_trace
+from lightning_profkit.trace_metrics import intersect, subtract, union, window_figures
 
 TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
 FIELDS = (
@@ -33,3 +37,46 @@ def test_host_step_figures_match_reference(name, shared_traces, reference):
     if "blocking_sync_us_by_name" in want:
         assert got["blocking_sync_us_by_name"] == pytest.approx(want["blocking_sync_us_by_name"], rel=1e-6)
     assert got["peak_memory_bytes"] == want["peak_memory_bytes"]
+
+
+def test_subtract():
+    assert subtract([(0, 10), (20, 30)], [(2, 3), (5, 22), (29, 40)]) == [(0, 2), (3, 5), (22, 29)]
+    assert subtract([(0, 1)], []) == [(0, 1)] and subtract([], [(0, 1)]) == []
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_step_breakdown_matches_patched_plugin(name, shared_traces, reference):
+    """torch-tb-profiler's Overview with kineto's later fixes (tb_patched), per step, within 1 µs."""
+    events = read_trace(str(shared_traces / name))["traceEvents"]
+    got, want = step_breakdown(events), reference[name]["tb_patched"]
+    assert len(got["per_step"]) == want["n_steps"] == len(want["per_step"])
+    for mine, theirs in zip(got["per_step"], want["per_step"]):
+        for column in COLUMNS:
+            assert mine[column] == pytest.approx(theirs[column], abs=1.0), column
+    assert got["dataloader_frac"] == pytest.approx(want["dataloader_frac"], rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_temporal_breakdown_matches_hta(name, shared_traces, reference):
+    """HolisticTraceAnalysis's temporal breakdown (hta_temporal), within 1 µs; absent without GPU activity."""
+    events = read_trace(str(shared_traces / name))["traceEvents"]
+    got, want = temporal_breakdown(events), reference[name]["hta_temporal"]
+    if want is None:
+        assert got is None
+        return
+    for key in ("span_us", "idle_us", "compute_us", "non_compute_us"):
+        assert got[key] == pytest.approx(want[key], abs=1.0), key
+
+
+def test_operator_self_and_total_time():
+    ev = lambda name, ts, dur, tid=1, cat="cpu_op": {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": tid}  # noqa: E731
+    events = [
+        ev("outer", 0, 100), ev("inner", 10, 30), ev("leaf", 15, 10), ev("inner", 50, 20),
+        ev("cudaLaunchKernel", 55, 5, cat="cuda_runtime"), ev("outer", 0, 40, tid=2),
+        ev("k", 60, 7, cat="kernel"), ev("k", 70, 3, cat="kernel"),
+    ]
+    got = operator_times(events)
+    assert got["cpu"]["outer"] == {"calls": 2, "total_us": 140, "self_us": 50 + 40}
+    assert got["cpu"]["inner"] == {"calls": 2, "total_us": 50, "self_us": 20 + 15}
+    assert got["cpu"]["leaf"]["self_us"] == 10 and got["cpu"]["cudaLaunchKernel"]["self_us"] == 5
+    assert got["device"]["k"] == {"calls": 2, "total_us": 10}

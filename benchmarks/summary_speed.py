@@ -1,0 +1,75 @@
+"""`profkit summary --json` against HolisticTraceAnalysis's temporal breakdown, on the same traces.
+
+Each tool runs as a fresh process, as a user runs it, interleaved and repeated; wall time and peak
+memory (max RSS of the process) are the medians. HTA computes only its temporal breakdown here;
+`profkit summary` computes that and torch-tb-profiler's step breakdown, host-step figures and top
+operators.
+
+    python benchmarks/summary_speed.py [--repeats 3] [TRACE ...]     (default: ../shared/traces)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "traces")
+HTA = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)"
+
+
+def run(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS in MiB of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
+    return elapsed, usage.ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("traces", nargs="*")
+    args = parser.parse_args()
+    traces = args.traces or [
+        os.path.join(SHARED, p) for p in (
+            "hta/trace_diff_control/control.json.gz",
+            "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+            "hta/df_index_resolver/df_index_resolver.json.gz",
+            "hta/amd_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+        )
+    ]
+    rows = []
+    for path in traces:
+        folder = tempfile.mkdtemp(prefix="profkit-hta-")  # HTA reads a folder of traces
+        os.symlink(os.path.abspath(path), os.path.join(folder, os.path.basename(path)))
+        tools = {
+            "profkit": [sys.executable, "-m", "lightning_profkit.cli", "summary", "--json", path],
+            "hta": [sys.executable, "-c", HTA, folder],
+        }
+        got: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
+        for r in range(args.repeats):
+            for name in (list(tools) if r % 2 == 0 else list(tools)[::-1]):
+                got[name].append(run(tools[name]))
+        med = {t: (statistics.median(v[0] for v in got[t]), statistics.median(v[1] for v in got[t])) for t in tools}
+        rows.append((os.path.basename(path), os.path.getsize(path) / 2**20, med))
+    print(f"# {datetime.date.today()}, median of {args.repeats}, one process per run (imports included)")
+    print("| trace | gz MB | profkit s | HTA s | speed-up | profkit peak MB | HTA peak MB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, size, med in rows:
+        (ps, pm), (hs, hm) = med["profkit"], med["hta"]
+        print(f"| {name} | {size:.1f} | {ps:.2f} | {hs:.2f} | {hs / ps:.1f}x | {pm:.0f} | {hm:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Find and read torch.profiler (Kineto) Chrome-trace files; every problem is one :class:`TraceError` line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from typing import Any
+
+TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+JSON_SUFFIXES = (".json", ".json.gz")
+
+
+class TraceError(ValueError):
+    """A path that is not a readable trace, with a message fit for one line."""
+
+
+def read_trace(path: str) -> dict[str, Any]:
+    """The trace as a dict with a ``traceEvents`` list (``.json`` or ``.json.gz``)."""
+    if not os.path.exists(path):
+        raise TraceError(f"{path}: no such file or folder")
+    try:
+        if os.path.getsize(path) == 0:
+            raise TraceError(f"{path}: empty file")
+        with open(path, "rb") as f:
+            raw = f.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise TraceError(f"{path}: not a complete gzip file ({err})") from None
+    except OSError as err:
+        raise TraceError(f"{path}: {err.strerror or err}") from None
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise TraceError(f"{path}: not JSON ({str(err).splitlines()[0]})") from None
+    if isinstance(data, list):  # the bare-array form of the Chrome trace format
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceError(f"{path}: JSON without a traceEvents list, not a profiler trace")
+    return data
+
+
+def find_traces(path: str) -> list[str]:
+    """``path`` itself if it is a file, else the trace files under it (``*.pt.trace.json[.gz]``, or any
+    ``*.json[.gz]`` when there are none of those), sorted."""
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise TraceError(f"{path}: no such file or folder")
+    found: dict[bool, list[str]] = {True: [], False: []}
+    for folder, _, files in os.walk(path):
+        for name in files:
+            if name.startswith("."):
+                continue  # our temporary files
+            if name.endswith(TRACE_SUFFIXES):
+                found[True].append(os.path.join(folder, name))
+            elif name.endswith(JSON_SUFFIXES):
+                found[False].append(os.path.join(folder, name))
+    traces = sorted(found[True] or found[False])
+    if not traces:
+        raise TraceError(f"{path}: no trace files (*.pt.trace.json[.gz]) in this folder")
+    return traces

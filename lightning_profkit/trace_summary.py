@@ -1,0 +1,129 @@
+"""Where the time went in one trace, in many, and between two sets: the figures behind ``profkit summary``.
+
+One trace's summary holds torch-tb-profiler's step breakdown (:mod:`step_breakdown`), HTA's temporal
+breakdown (:mod:`temporal_breakdown`), the host-step figures the callback logs (:mod:`trace_metrics`) and
+the top operators (:mod:`operator_times`). :func:`key_figures` flattens it to the numbers that are
+averaged over traces and compared between runs. A figure a trace cannot support is None, with a note.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Optional, Sequence
+
+from lightning_profkit.operator_times import operator_times, top
+from lightning_profkit.step_breakdown import COLUMNS, ROLES, step_breakdown
+from lightning_profkit.temporal_breakdown import temporal_breakdown
+from lightning_profkit.trace_file import find_traces, read_trace
+from lightning_profkit.trace_metrics import window_figures
+
+TOP_N = 10
+
+
+def summarize_events(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    steps = step_breakdown(events)
+    host = window_figures(events)
+    ops = operator_times(events)
+    notes = []
+    if not host.get("n_host_steps"):
+        notes.append("no ProfilerStep: host-step figures absent" + ("; the step breakdown uses one step over the whole trace" if steps else ""))
+    temporal = temporal_breakdown(events)
+    if temporal is None:
+        notes.append("no GPU activity: GPU figures absent")
+    return {
+        "step_breakdown": steps,
+        "temporal": temporal,
+        "host": host,
+        "operators": {
+            "cpu_by_self": top(ops["cpu"], "self_us", TOP_N),
+            "cpu_by_total": top(ops["cpu"], "total_us", TOP_N),
+            "device_by_total": top(ops["device"], "total_us", TOP_N),
+        },
+        "notes": notes,
+    }
+
+
+def summarize_file(path: str) -> dict[str, Any]:
+    trace = read_trace(path)
+    meta = trace.get("profkit") if isinstance(trace.get("profkit"), dict) else {}
+    rank = (trace.get("distributedInfo") or {}).get("rank") if isinstance(trace.get("distributedInfo"), dict) else None
+    out = {
+        "path": path,
+        "window": os.path.basename(os.path.dirname(os.path.abspath(path))),
+        "worker": meta.get("worker") or os.path.basename(path).split(".")[0],
+        "rank": rank,
+    }
+    out.update(summarize_events(trace["traceEvents"]))
+    return out
+
+
+def summarize_path(path: str) -> list[dict[str, Any]]:
+    """Every trace under ``path`` (a file, a window folder or a run folder)."""
+    return [summarize_file(p) for p in find_traces(path)]
+
+
+def key_figures(summary: dict[str, Any]) -> dict[str, Optional[float]]:
+    """The comparable numbers of one trace summary, flat; None where the trace cannot tell."""
+    out: dict[str, Optional[float]] = {}
+    steps = summary.get("step_breakdown")
+    avg = steps["avg"] if steps else {}
+    out["step_time_ms"] = avg["Total"] / 1000 if avg else None
+    for role in ROLES + ("Other",):
+        out[f"share/{role}"] = avg[role] / avg["Total"] if avg and avg["Total"] else None
+    host = summary.get("host") or {}
+    n = host.get("n_host_steps") or 0
+    out["data_wait_share"] = host.get("dataloader_frac")
+    out["gpu_idle"] = host.get("gpu_idle_frac_window")
+    out["blocking_sync_ms_per_step"] = host["blocking_sync_calls_us_in_steps"] / n / 1000 if n else None
+    for name, us in (host.get("blocking_sync_us_by_name") or {}).items():
+        out[f"sync_ms_per_step/{name}"] = us / n / 1000 if n else None
+    temporal = summary.get("temporal") or {}
+    for key in ("idle", "compute", "non_compute"):
+        out[f"hta/{key}"] = temporal.get(f"{key}_frac")
+    for device, peak in (host.get("peak_memory_bytes") or {}).items():
+        out[f"peak_memory_mb/{device}"] = peak["Total Allocated"] / 2**20
+    return out
+
+
+def aggregate(summaries: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Means over traces of each key figure (traces lacking it left out), and the operator tables summed."""
+    summaries = list(summaries)
+    figures: dict[str, list[float]] = {}
+    for s in summaries:
+        for key, value in key_figures(s).items():
+            figures.setdefault(key, [])
+            if value is not None:
+                figures[key].append(value)
+    ops: dict[str, dict[str, dict[str, float]]] = {"cpu_by_self": {}, "cpu_by_total": {}, "device_by_total": {}}
+    for s in summaries:
+        for table, rows in s["operators"].items():
+            for row in rows:
+                acc = ops[table].setdefault(row["name"], {k: 0.0 for k in row if k != "name"})
+                for k in acc:
+                    acc[k] += row[k]
+    sort_key = {"cpu_by_self": "self_us", "cpu_by_total": "total_us", "device_by_total": "total_us"}
+    return {
+        "traces": len(summaries),
+        "figures": {k: (sum(v) / len(v) if v else None) for k, v in figures.items()},
+        "operators": {t: top(rows, sort_key[t], TOP_N) for t, rows in ops.items()},
+    }
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two aggregates side by side: each figure's A, B and B - A."""
+    keys = list(a["figures"]) + [k for k in b["figures"] if k not in a["figures"]]
+    rows = {}
+    for key in keys:
+        va, vb = a["figures"].get(key), b["figures"].get(key)
+        rows[key] = {"a": va, "b": vb, "diff": (vb - va) if va is not None and vb is not None else None}
+    cpu_a = {r["name"]: r["self_us"] for r in a["operators"]["cpu_by_self"]}
+    cpu_b = {r["name"]: r["self_us"] for r in b["operators"]["cpu_by_self"]}
+    names = sorted(set(cpu_a) | set(cpu_b), key=lambda n: -max(cpu_a.get(n, 0), cpu_b.get(n, 0)))[:TOP_N]
+    per_trace = lambda agg, us: us / agg["traces"] if us is not None and agg["traces"] else None  # noqa: E731
+    ops = [
+        {"name": n, "a_self_us": per_trace(a, cpu_a.get(n)), "b_self_us": per_trace(b, cpu_b.get(n))} for n in names
+    ]
+    return {"traces": {"a": a["traces"], "b": b["traces"]}, "figures": rows, "cpu_by_self_per_trace": ops}
+
+
+__all__ = ["COLUMNS", "aggregate", "compare", "key_figures", "summarize_events", "summarize_file", "summarize_path"]

@@ -1,0 +1,131 @@
+"""The `profkit` command on real traces: summary, compare, JSON, terminal output and bad input."""
+
+import gzip
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SleepDataset, TinyModel, make_trainer, trace_files
+from lightning_profkit import PerformanceMonitor
+
+PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
+CONTROL = "hta/trace_diff_control/control.json.gz"
+WORKERS_0 = "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+WORKERS_4 = "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
+
+
+def profkit(*args):
+    return subprocess.run([PROFKIT, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_summary_json_equals_the_reference(shared_traces, reference):
+    done = profkit("summary", "--json", shared_traces / CONTROL)
+    assert done.returncode == 0, done.stderr
+    (trace,) = json.loads(done.stdout)["traces"]
+    want = reference[CONTROL]
+    assert [s["Kernel"] for s in trace["step_breakdown"]["per_step"]] == [s["Kernel"] for s in want["tb_patched"]["per_step"]]
+    assert trace["temporal"]["idle_us"] == pytest.approx(want["hta_temporal"]["idle_us"], abs=1)
+    assert trace["host"]["dataloader_frac"] == pytest.approx(want["host_step"]["dataloader_frac"], rel=1e-6)
+    assert trace["rank"] == 3 and trace["operators"]["cpu_by_self"][0]["self_us"] > 0
+
+
+def test_summary_text_is_aligned_and_plain_off_a_tty(shared_traces):
+    done = profkit("summary", shared_traces / WORKERS_0)
+    assert done.returncode == 0 and "\033[" not in done.stdout
+    lines = done.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("trace "))
+    assert len(lines[header]) == len(lines[header + 1])  # columns line up
+    assert "DataLoader" in lines[header] and "Top CPU operators by self" in done.stdout
+
+
+def test_colour_only_on_a_terminal(shared_traces):
+    main, child = pty.openpty()
+    proc = subprocess.Popen([PROFKIT, "summary", str(shared_traces / WORKERS_4)], stdout=child, stderr=child)
+    os.close(child)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert proc.wait(timeout=120) == 0
+    assert b"\033[1m" in out
+
+
+def test_cpu_only_and_stepless_traces_say_what_is_absent(shared_traces):
+    done = profkit("summary", shared_traces / "hta/cpu_only")
+    assert done.returncode == 0 and "no GPU activity: GPU figures absent" in done.stdout
+    done = profkit("summary", "--json", shared_traces / "hta/critical_path_alexnet")
+    (trace,) = json.loads(done.stdout)["traces"]
+    assert trace["host"]["n_host_steps"] == 0 and any("no ProfilerStep" in n for n in trace["notes"])
+    assert trace["temporal"] is not None
+
+
+def test_compare_before_and_after_a_dataloader_fix(shared_traces):
+    done = profkit("compare", "--json", shared_traces / WORKERS_0, shared_traces / WORKERS_4)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["figures"]
+    share = rows["share/DataLoader"]
+    assert share["a"] > 0.2 > share["b"] and share["diff"] == pytest.approx(share["b"] - share["a"])
+    text = profkit("compare", shared_traces / WORKERS_0, shared_traces / WORKERS_4).stdout
+    assert "B - A" in text and "step share DataLoader" in text
+
+
+def test_summary_of_a_run_folder_lists_every_window(tmp_path):
+    monitor = PerformanceMonitor(steps="2-3,8-9", alert_threshold=None)
+    make_trainer(tmp_path, [monitor]).fit(TinyModel(SleepDataset(40, delay=0.001)))
+    done = profkit("summary", "--json", tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert sorted(t["window"] for t in got["traces"]) == ["epoch=0-step=2-3", "epoch=0-step=8-9"]
+    assert all(t["step_breakdown"]["steps"] == t["window"].split("step=")[1].split("-") for t in got["traces"])
+    assert got["aggregate"]["traces"] == 2 and got["aggregate"]["figures"]["share/DataLoader"] > 0
+    assert got["aggregate"]["figures"]["gpu_idle"] is None  # CPU run: absent
+    text = profkit("summary", tmp_path).stdout
+    assert "epoch=0-step=2-3/" in text and "mean" in text
+
+
+def bad_inputs(tmp_path, shared_traces):
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    truncated = tmp_path / "cut.json.gz"
+    truncated.write_bytes((shared_traces / CONTROL).read_bytes()[:5000])
+    not_json = tmp_path / "text.json"
+    not_json.write_text("hello")
+    not_trace = tmp_path / "other.json.gz"
+    with gzip.open(not_trace, "wt") as f:
+        json.dump({"name": "not a trace"}, f)
+    folder = tmp_path / "nothing"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("x")
+    return {
+        "missing": (tmp_path / "missing.json", "no such file or folder"),
+        "empty": (empty, "empty file"),
+        "truncated gzip": (truncated, "not a complete gzip file"),
+        "not JSON": (not_json, "not JSON"),
+        "not a trace": (not_trace, "not a profiler trace"),
+        "no traces": (folder, "no trace files"),
+    }
+
+
+def test_bad_input_gets_one_line_and_a_non_zero_exit(tmp_path, shared_traces):
+    for case, (path, message) in bad_inputs(tmp_path, shared_traces).items():
+        for args in (("summary", path), ("compare", path, shared_traces / WORKERS_0)):
+            done = profkit(*args)
+            assert done.returncode == 1, case
+            assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr, (case, done.stderr)
+            assert done.stdout == ""
+
+
+def test_missing_arguments_use_argparse_usage():
+    done = profkit("summary")
+    assert done.returncode == 2 and "usage: profkit summary" in done.stderr
+    assert shutil.which(PROFKIT)
