@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from lightning_profkit.tensorboard_compat import relabel_dataloader_events
+from lightning_profkit.trace_events import from_dicts
 from lightning_profkit.trace_summary import summarize_events
 
 
@@ -42,7 +43,7 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict
             os.remove(tmp)
         raise
     os.remove(raw_path)
-    summary = summarize_events(events)
+    summary = summarize_events(from_dicts(events))
     summary.update(path=final_path, window=os.path.basename(os.path.dirname(final_path)), worker=meta.get("worker"))
     return {"path": final_path, "meta": meta, "figures": summary["host"], "summary": summary}
 

@@ -1,56 +1,66 @@
-"""Time per operator: CPU operators' inclusive and self (exclusive) time, and time per GPU kernel. Pure."""
+"""Time per operator: CPU operators' inclusive and self (exclusive) time, and time per GPU kernel. Pure numpy."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
+
+import numpy as np
+
+from lightning_profkit.trace_columns import Columns
 
 # host events nested by containment; runtime calls count as children so that an operator's self time
 # leaves out the CUDA calls it makes (as torch's own tables do)
-_CPU_CATS = {"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver"}
-_DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+_CPU_CATS = ("cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver")
+_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
 
 
-def operator_times(events: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+def _children_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For spans of one thread sorted by (start, -end), the summed duration of each span's direct children.
+
+    Nesting by containment: a span's ancestors are the earlier spans still open at its start, so its depth
+    is its index less the number of spans that ended by then; its descendants are the spans after it that
+    start before it ends; the direct children are those one level deeper. Zero-length spans are left out
+    by the caller (they have no time and cannot contain anything).
+    """
+    n = start.size
+    index = np.arange(n)
+    depth = index - np.searchsorted(np.sort(end), start, side="right")
+    stop = np.searchsorted(start, end, side="left")  # first span starting at or after this one's end
+    dur = end - start
+    out = np.zeros(n)
+    for level in np.unique(depth):
+        at = depth == level
+        below = np.concatenate([[0.0], np.cumsum(np.where(depth == level + 1, dur, 0.0))])
+        out[at] = below[stop[at]] - below[index[at] + 1]
+    return out
+
+
+def _by_name(codes: np.ndarray, names: list[str], **columns: np.ndarray) -> dict[str, dict[str, float]]:
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    calls = np.bincount(inverse)
+    sums = {k: np.bincount(inverse, weights=v) for k, v in columns.items()}
+    return {names[code]: {"calls": int(calls[i]), **{k: float(v[i]) for k, v in sums.items()}} for i, code in enumerate(uniq)}
+
+
+def operator_times(c: Columns) -> dict[str, dict[str, dict[str, Any]]]:
     """``{"cpu": {name: {calls, total_us, self_us}}, "device": {name: {calls, total_us}}}``.
 
     A CPU operator's self time is its duration less that of the operators directly inside it on the same
     thread (nesting by containment, as torch-tb-profiler and the autograd profiler build their trees).
     """
-    threads: dict[tuple, list[tuple[float, float, str]]] = {}
-    device: dict[str, dict[str, float]] = {}
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        cat = str(e.get("cat") or "").lower()
-        if cat in _CPU_CATS:
-            if (e.get("name") or "").startswith("ProfilerStep#"):
-                continue  # steps are reported by the step breakdown
-            threads.setdefault((e.get("pid"), e.get("tid")), []).append((e["ts"], e["ts"] + e["dur"], e.get("name") or ""))
-        elif cat in _DEVICE_CATS:
-            row = device.setdefault(e.get("name") or "", {"calls": 0, "total_us": 0.0})
-            row["calls"] += 1
-            row["total_us"] += e["dur"]
-    cpu: dict[str, dict[str, float]] = {}
-    for spans in threads.values():
-        spans.sort(key=lambda s: (s[0], -s[1]))
-        stack: list[list] = []  # [end, name, self_us]
-
-        def close(entry: list) -> None:
-            row = cpu[entry[1]]
-            row["self_us"] += entry[2]
-
-        for start, end, name in spans:
-            while stack and stack[-1][0] <= start:
-                close(stack.pop())
-            row = cpu.setdefault(name, {"calls": 0, "total_us": 0.0, "self_us": 0.0})
-            row["calls"] += 1
-            row["total_us"] += end - start
-            if stack and end <= stack[-1][0]:
-                stack[-1][2] -= end - start  # a direct child: not the parent's own time
-            stack.append([end, name, end - start])
-        while stack:
-            close(stack.pop())
-    return {"cpu": cpu, "device": device}
+    steps = [i for i, n in enumerate(c.names) if n.startswith("ProfilerStep#")]  # reported by the step breakdown
+    cpu = np.flatnonzero(c.cat_mask(*_CPU_CATS) & ~np.isin(c.name, steps))
+    dur = c.end - c.ts
+    self_time = dur.copy()
+    for thread in np.unique(c.thread[cpu]):
+        rows = cpu[(c.thread[cpu] == thread) & (dur[cpu] > 0)]
+        rows = rows[np.lexsort((-c.end[rows], c.ts[rows]))]
+        self_time[rows] -= _children_time(c.ts[rows], c.end[rows])
+    device = np.flatnonzero(c.cat_mask(*_DEVICE_CATS))
+    return {
+        "cpu": _by_name(c.name[cpu], c.names, total_us=dur[cpu], self_us=self_time[cpu]),
+        "device": _by_name(c.name[device], c.names, total_us=dur[device]),
+    }
 
 
 def top(table: dict[str, dict[str, float]], key: str, n: int = 10) -> list[dict[str, Any]]:

@@ -12,159 +12,140 @@ and ``cuda_runtime`` events are Runtime (torch-tb-profiler 0.4.3 reports 0 for b
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
-from lightning_profkit.trace_metrics import Interval, intersect, length, subtract, union
+import numpy as np
+
+from lightning_profkit import intervals
+from lightning_profkit.trace_columns import Columns
+from lightning_profkit.trace_metrics import spans
 
 ROLES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CpuOp")
 COLUMNS = ROLES + ("Other", "Total")
 _COMM_OPS = {f"{lib}:{op}" for lib in ("nccl", "gloo") for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")}
-_KIND = {
-    "cpu_op": "op", "operator": "op", "user_annotation": "annotation", "gpu_user_annotation": "annotation",
-    "python": "python", "runtime": "runtime", "cuda_runtime": "runtime",
-    "kernel": "kernel", "memcpy": "memcpy", "gpu_memcpy": "memcpy", "memset": "memset", "gpu_memset": "memset",
+_KINDS = {
+    "op": ("cpu_op", "operator"), "annotation": ("user_annotation", "gpu_user_annotation"), "python": ("python",),
+    "runtime": ("runtime", "cuda_runtime"), "kernel": ("kernel",), "memcpy": ("memcpy", "gpu_memcpy"),
+    "memset": ("memset", "gpu_memset"),
 }
-
-
-def _external_id(args: dict[str, Any]) -> Any:
-    value = args.get("external id")
-    return args.get("External id") if value is None else value
+_BIG, _SMALL = float(sys.maxsize), float(-sys.maxsize - 1)
 
 
 def _is_dataloader(name: str) -> bool:
     return name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__") or name.startswith("enumerate(DataPipe)#")
 
 
-def step_breakdown(events: Iterable[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
     """``{"steps": [names], "per_step": [{column: µs}], "avg": {column: µs}, "dataloader_frac": float}``;
     None for a trace without steps and without host operators."""
-    steps: list[Interval] = []
-    names: list[str] = []
-    roles: dict[str, list[Interval]] = {r: [] for r in ROLES}
-    host: list[tuple[str, str, Interval]] = []  # (kind, name, span) of operators, annotations, python events
-    runtimes: list[tuple[float, float, Any]] = []  # (start, end, correlation)
-    device: list[tuple[float, float, Any, Any]] = []  # kernels only: (start, end, correlation, external id)
-    links: list[tuple[float, float, Any]] = []  # every device event, for step alignment
-    comm_ops: set = set()
-    cpu_min, cpu_max = float(sys.maxsize), float(-sys.maxsize - 1)
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        kind = _KIND.get(str(e.get("cat") or "").lower())
-        if kind is None:
-            continue
-        name, span = e.get("name") or "", (e["ts"], e["ts"] + e["dur"])
-        args = e.get("args") or {}
-        if kind in ("kernel", "memcpy", "memset"):
-            links.append((span[0], span[1], args.get("correlation")))
-            if kind == "kernel":
-                device.append((span[0], span[1], args.get("correlation"), _external_id(args)))
-            else:
-                roles["Memcpy" if kind == "memcpy" else "Memset"].append(span)
-        elif kind == "runtime":
-            runtimes.append((span[0], span[1], args.get("correlation")))
-            roles["Runtime"].append(span)
-        elif name.startswith("ProfilerStep#") and kind in ("op", "annotation"):
-            steps.append(span)
-            names.append(name.split("#", 1)[1])
-            cpu_min, cpu_max = min(cpu_min, span[0]), max(cpu_max, span[1])
-        else:
-            if name in _COMM_OPS:
-                comm_ops.add(_external_id(args))
-            if kind in ("op", "python"):
-                cpu_min, cpu_max = min(cpu_min, span[0]), max(cpu_max, span[1])
-            host.append((kind, name, span))
-    for kind, name, span in host:
-        if kind != "python" and _is_dataloader(name):
-            roles["DataLoader"].append(span)
-        elif name in _COMM_OPS:
-            roles["Communication"].append(span)
-        else:
-            roles["CpuOp"].append(span)
-    for start, end, _, ext in device:
-        roles["Communication" if ext is not None and ext in comm_ops else "Kernel"].append((start, end))
+    kind = {k: c.cat_mask(*cats) for k, cats in _KINDS.items()}
+    step = (kind["op"] | kind["annotation"]) & c.name_mask(lambda n: n.startswith("ProfilerStep#"))
+    host = (kind["op"] | kind["annotation"] | kind["python"]) & ~step
+    comm = host & c.name_mask(lambda n: n in _COMM_OPS)
+    dataloader = host & ~kind["python"] & c.name_mask(_is_dataloader)
+    comm_kernels = kind["kernel"] & np.isin(c.ext, np.unique(c.ext[comm]))
+    roles = {
+        "Kernel": kind["kernel"] & ~comm_kernels, "Memcpy": kind["memcpy"], "Memset": kind["memset"],
+        "Communication": comm | comm_kernels, "Runtime": kind["runtime"], "DataLoader": dataloader,
+        "CpuOp": host & ~comm & ~dataloader,
+    }
+    order = np.flatnonzero(step)
+    steps = list(zip(c.ts[order].tolist(), c.end[order].tolist()))
+    names = [c.names[i].split("#", 1)[1] for i in c.name[order]]
     if not steps:
-        if cpu_min > cpu_max:
+        cpu = kind["op"] | kind["python"]
+        if not cpu.any():
             return None
-        steps, names = [(cpu_min, cpu_max)], ["0"]
-    steps, names = _device_steps(steps, names, runtimes, links)
-    return _aggregate(steps, names, {r: union(v) for r, v in roles.items()})
+        steps, names = [(float(c.ts[cpu].min()), float(c.end[cpu].max()))], ["0"]
+    device = np.flatnonzero(kind["kernel"] | kind["memcpy"] | kind["memset"])
+    runtime = np.flatnonzero(kind["runtime"])
+    steps, names = _device_steps(c, steps, names, runtime, device)
+    return _aggregate(steps, names, {r: spans(c, m) for r, m in roles.items()})
 
 
 def _device_steps(
-    steps: list[Interval], names: list[str], runtimes: list[tuple[float, float, Any]], links: list[tuple[float, float, Any]]
-) -> tuple[list[Interval], list[str]]:
-    """Move steps to the device side, as torch-tb-profiler's ``StepParser`` does."""
-    by_corr: dict[Any, list[int]] = {}
-    for i, (_, _, corr) in enumerate(links):
-        by_corr.setdefault(corr, []).append(i)
-    ordered = sorted(runtimes, key=lambda r: r[0])
-    big, small = float(sys.maxsize), float(-sys.maxsize - 1)
-    steps_device = [(big, small)] * len(steps)
-    matched_count = [0] * len(steps)
-    matched: set[int] = set()
-    i_step = i_rt = 0
-    lo, hi = big, small
-    while i_step < len(steps) and i_rt < len(ordered):
-        start, end = steps[i_step]
-        rt_start, rt_end, corr = ordered[i_rt]
-        if rt_start < start:
-            i_rt += 1
-        elif rt_end <= end:
-            for d in by_corr.get(corr, ()):
-                lo, hi = min(links[d][0], lo), max(links[d][1], hi)
-                matched.add(d)
-                matched_count[i_step] += 1
-            i_rt += 1
-        elif rt_start < end:
-            i_rt += 1
-        else:
-            steps_device[i_step] = (lo, hi)
-            i_step += 1
-            lo, hi = big, small
-    while i_step < len(steps):
-        steps_device[i_step] = (lo, hi)
-        lo, hi = big, small
-        i_step += 1
-    if not matched:
+    c: Columns, steps: list[tuple[float, float]], names: list[str], runtime: np.ndarray, device: np.ndarray
+) -> tuple[list[tuple[float, float]], list[str]]:
+    """Move steps to the device side, as torch-tb-profiler's ``StepParser`` does: a runtime call lying inside
+    a host step links the step to the GPU work it launched (same correlation id)."""
+    n = len(steps)
+    s0 = np.array([s for s, _ in steps])
+    s1 = np.array([e for _, e in steps])
+    rt_start, rt_end, rt_corr = c.ts[runtime], c.end[runtime], c.corr[runtime]
+    k = np.searchsorted(s1, rt_start, side="right")  # the step the two-pointer walk compares it with
+    kk = np.minimum(k, n - 1)
+    inside = (k < n) & (s0[kk] <= rt_start) & (rt_end <= s1[kk]) & (rt_corr >= 0)
+    dev_corr = c.corr[device]
+    order = np.argsort(dev_corr, kind="stable")
+    sorted_corr = dev_corr[order]
+    lo = np.searchsorted(sorted_corr, rt_corr[inside], side="left")
+    hi = np.searchsorted(sorted_corr, rt_corr[inside], side="right")
+    counts = hi - lo
+    if not counts.sum():
         return steps, names
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # 0.. count-1 per runtime
+    linked = order[np.repeat(lo, counts) + within]
+    step_of = np.repeat(k[inside], counts)
+    dev_start, dev_end = c.ts[device][linked], c.end[device][linked]
+    first = np.full(n, _BIG)
+    last = np.full(n, _SMALL)
+    np.minimum.at(first, step_of, dev_start)
+    np.maximum.at(last, step_of, dev_end)
+    matched_count = np.bincount(step_of, minlength=n)
     prev_end = steps[0][0]
-    if steps_device[0][0] != big:
-        for d, (_, link_end, _) in enumerate(links):
-            if d not in matched and link_end < steps_device[0][0]:
-                prev_end = max(prev_end, link_end)
+    if first[0] != _BIG:
+        unmatched = np.ones(device.size, dtype=bool)
+        unmatched[linked] = False
+        ends = c.end[device][unmatched]
+        ends = ends[ends < first[0]]
+        if ends.size:
+            prev_end = max(prev_end, float(ends.max()))
     moved = []
-    for (start, end), (dev_lo, dev_hi) in zip(steps, steps_device):
+    for (start, end), dev_lo, dev_hi in zip(steps, first.tolist(), last.tolist()):
         start = max(prev_end, start)
-        end = max(end, start) if dev_lo == big else max(end, dev_hi, start)
+        end = max(end, start) if dev_lo == _BIG else max(end, dev_hi, start)
         moved.append((start, end))
         prev_end = end
-    keep = len(moved)
-    if len(moved) > 1:
-        last = max((i for i, n in enumerate(matched_count) if n > 0), default=-1)
-        if last >= 0:
-            keep = last + 1
-            if last > 0 and matched_count[last - 1] * 0.8 > matched_count[last]:
-                keep = last
+    keep = n
+    if n > 1:
+        with_device = np.flatnonzero(matched_count > 0)
+        if with_device.size:
+            last_step = int(with_device[-1])
+            keep = last_step + 1
+            if last_step > 0 and matched_count[last_step - 1] * 0.8 > matched_count[last_step]:
+                keep = last_step
     return moved[:keep], names[:keep]
 
 
-def _aggregate(steps: list[Interval], names: list[str], roles: dict[str, list[Interval]]) -> dict[str, Any]:
-    """Hand out step time by role priority (``OverallParser``), per step."""
-    cost: dict[str, list[Interval]] = {}
-    slots: list[Interval] = []
+def _aggregate(steps: list[tuple[float, float]], names: list[str], roles: dict[str, intervals.Union]) -> dict[str, Any]:
+    """Hand out step time by role priority (``OverallParser``), per step, on the segments between all
+    span boundaries."""
+    step_starts = np.array([s for s, _ in steps])
+    step_ends = np.array([e for _, e in steps])
+    in_steps_union = intervals.union(step_starts, step_ends)
+    bounds = np.unique(np.concatenate([step_starts, step_ends] + [x for u in roles.values() for x in u]))
+    left, width = bounds[:-1], np.diff(bounds)
+    in_steps = intervals.covers(in_steps_union, left)
+    taken: dict[str, np.ndarray] = {}
+    slot = np.zeros(left.shape, dtype=bool)
     for role in ROLES:
-        if slots:
-            taken = intersect(slots, roles[role])
-        else:  # as in torch-tb-profiler: the first role, or any role once nothing is left
-            taken = roles[role]
-            slots = union(steps)
-        cost[role] = taken
-        slots = subtract(slots, taken)
-    cost["Other"] = slots
+        covered = intervals.covers(roles[role], left)
+        if slot.any():
+            taken[role] = slot & covered
+            slot = slot & ~covered
+        else:  # as in torch-tb-profiler: the first role, or any role once nothing is left, takes all it covers
+            taken[role] = covered
+            slot = in_steps & ~covered
+    taken["Other"] = slot
+    first = np.searchsorted(bounds, step_starts)
+    last = np.searchsorted(bounds, step_ends)
+    sums = {}
+    for role, mask in taken.items():
+        cum = np.concatenate([[0.0], np.cumsum(np.where(mask, width, 0.0))])
+        sums[role] = cum[last] - cum[first]
     per_step = []
-    for start, end in steps:
-        row = {role: length(intersect([(start, end)], spans)) for role, spans in cost.items()}
+    for k, (start, end) in enumerate(steps):
+        row = {role: float(sums[role][k]) for role in taken}
         row["Total"] = end - start
         per_step.append(row)
     avg = {c: sum(r[c] for r in per_step) / len(per_step) for c in COLUMNS}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import zlib
-from typing import Any
+
+from lightning_profkit.trace_events import TraceDoc, decode
 
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 JSON_SUFFIXES = (".json", ".json.gz")
@@ -16,8 +16,8 @@ class TraceError(ValueError):
     """A path that is not a readable trace, with a message fit for one line."""
 
 
-def read_trace(path: str) -> dict[str, Any]:
-    """The trace as a dict with a ``traceEvents`` list (``.json`` or ``.json.gz``)."""
+def read_trace(path: str) -> TraceDoc:
+    """The trace's events and labels (``.json`` or ``.json.gz``)."""
     if not os.path.exists(path):
         raise TraceError(f"{path}: no such file or folder")
     try:
@@ -32,14 +32,14 @@ def read_trace(path: str) -> dict[str, Any]:
     except OSError as err:
         raise TraceError(f"{path}: {err.strerror or err}") from None
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise TraceError(f"{path}: not JSON ({str(err).splitlines()[0]})") from None
-    if isinstance(data, list):  # the bare-array form of the Chrome trace format
-        data = {"traceEvents": data}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TraceError(f"{path}: JSON without a traceEvents list, not a profiler trace")
-    return data
+        return decode(raw)
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{path}: not JSON ({err})") from None
+    except ValueError as err:
+        text = str(err).splitlines()[0]
+        if "traceEvents" in text:
+            raise TraceError(f"{path}: JSON without a traceEvents list, not a profiler trace") from None
+        raise TraceError(f"{path}: not JSON ({text})") from None
 
 
 def find_traces(path: str) -> list[str]:

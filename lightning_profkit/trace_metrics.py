@@ -7,11 +7,13 @@ A figure that a trace cannot support is absent (no steps: no step figures; no GP
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
+import numpy as np
+
+from lightning_profkit import intervals
 from lightning_profkit.tensorboard_compat import is_dataloader_event
-
-Interval = tuple[float, float]
+from lightning_profkit.trace_columns import Columns
 
 BLOCKING_SYNC_CALLS = (
     "cudaDeviceSynchronize",
@@ -21,114 +23,51 @@ BLOCKING_SYNC_CALLS = (
     "cudaMemcpyAsync",
     "cudaStreamSynchronize",
 )
-_DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
-_RUNTIME_CATS = {"cuda_runtime", "runtime", "cuda_driver"}
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
+RUNTIME_CATS = ("cuda_runtime", "runtime", "cuda_driver")
 
 
-def union(intervals: Iterable[Interval]) -> list[Interval]:
-    """Merge overlapping intervals; sorted and disjoint."""
-    merged: list[list[float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(s, e) for s, e in merged]
+def spans(c: Columns, mask: np.ndarray) -> intervals.Union:
+    return intervals.union(c.ts[mask], c.end[mask])
 
 
-def length(intervals: Iterable[Interval]) -> float:
-    return sum(e - s for s, e in intervals)
-
-
-def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """Intersection of two unions (each sorted and disjoint)."""
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if start < end:
-            out.append((start, end))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
-    """``a`` minus ``b`` (each sorted and disjoint)."""
-    out: list[Interval] = []
-    j = 0
-    for start, end in a:
-        while j < len(b) and b[j][1] <= start:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > start:
-                out.append((start, b[k][0]))
-            start = max(start, b[k][1])
-            k += 1
-        if start < end:
-            out.append((start, end))
-    return out
-
-
-def _span(event: dict[str, Any]) -> Interval:
-    start = float(event["ts"])
-    return start, start + float(event.get("dur", 0))
-
-
-def window_figures(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def window_figures(c: Columns) -> dict[str, Any]:
     """Host-step figures of one trace: data-wait share, GPU idle, blocking sync time, peak memory."""
-    steps: list[Interval] = []
-    dataloader: list[Interval] = []
-    device: list[Interval] = []
-    sync: dict[str, list[Interval]] = {name: [] for name in BLOCKING_SYNC_CALLS}
     peaks: dict[str, dict[str, int]] = {}
-    for e in events:
-        ph, name = e.get("ph"), e.get("name") or ""
-        if ph == "i" and name == "[memory]":
-            args = e.get("args") or {}
-            if "Total Allocated" in args or "Total Reserved" in args:
-                key = f"{args.get('Device Type')}:{args.get('Device Id')}"
-                peak = peaks.setdefault(key, {"Total Allocated": 0, "Total Reserved": 0})
-                for field in peak:
-                    peak[field] = max(peak[field], int(args.get(field) or 0))
-            continue
-        if ph != "X":
-            continue
-        cat = (e.get("cat") or "").lower()
-        if cat in _DEVICE_CATS:
-            device.append(_span(e))
-        elif cat in _RUNTIME_CATS:
-            if name in sync:
-                sync[name].append(_span(e))
-        elif name.startswith("ProfilerStep#") and not cat.startswith("gpu_"):
-            steps.append(_span(e))
-        elif is_dataloader_event(name):
-            dataloader.append(_span(e))
-
-    figures: dict[str, Any] = {"n_host_steps": len(steps), "peak_memory_bytes": peaks}
-    if not steps:
+    for e in c.memory:
+        args = e.args
+        if args.total_allocated is not None or args.total_reserved is not None:
+            peak = peaks.setdefault(f"{args.device_type}:{args.device_id}", {"Total Allocated": 0, "Total Reserved": 0})
+            peak["Total Allocated"] = max(peak["Total Allocated"], int(args.total_allocated or 0))
+            peak["Total Reserved"] = max(peak["Total Reserved"], int(args.total_reserved or 0))
+    device = c.cat_mask(*DEVICE_CATS)
+    runtime = c.cat_mask(*RUNTIME_CATS)
+    rest = ~device & ~runtime
+    gpu_cat = c.cat_mask(*[x for x in c.cats if x.startswith("gpu_")])
+    steps = rest & ~gpu_cat & c.name_mask(lambda n: n.startswith("ProfilerStep#"))
+    dataloader = rest & ~steps & c.name_mask(is_dataloader_event)
+    figures: dict[str, Any] = {"n_host_steps": int(steps.sum()), "peak_memory_bytes": peaks}
+    if not steps.any():
         return figures
-    step_union = union(steps)
-    step_time = sum(e - s for s, e in steps)
-    in_steps = lambda spans: length(intersect(union(spans), step_union))  # noqa: E731
+    step_union = spans(c, steps)
+    step_time = float(np.sum(c.end[steps] - c.ts[steps]))
+    in_steps = lambda u: intervals.overlap(u, step_union)  # noqa: E731
     figures["host_step_time_us"] = step_time
-    figures["dataloader_us_in_steps"] = in_steps(dataloader)
+    figures["dataloader_us_in_steps"] = in_steps(spans(c, dataloader))
     figures["dataloader_frac"] = figures["dataloader_us_in_steps"] / step_time if step_time else 0.0
-    by_name = {name: in_steps(spans) for name, spans in sync.items()}
-    figures["blocking_sync_us_by_name"] = by_name
-    figures["blocking_sync_calls_us_in_steps"] = in_steps([s for spans in sync.values() for s in spans])
+    sync = {name: runtime & c.name_mask(lambda n, name=name: n == name) for name in BLOCKING_SYNC_CALLS}
+    figures["blocking_sync_us_by_name"] = {name: in_steps(spans(c, m)) for name, m in sync.items()}
+    figures["blocking_sync_calls_us_in_steps"] = in_steps(spans(c, np.logical_or.reduce(list(sync.values()))))
     figures["blocking_sync_frac"] = figures["blocking_sync_calls_us_in_steps"] / step_time if step_time else 0.0
-    busy = gpu_busy_fraction(device, (min(s for s, _ in steps), max(e for _, e in steps)))
+    busy = gpu_busy_fraction(spans(c, device), (float(c.ts[steps].min()), float(c.end[steps].max())))
     if busy is not None:
         figures["gpu_busy_frac_window"] = busy
         figures["gpu_idle_frac_window"] = 1.0 - busy
     return figures
 
 
-def gpu_busy_fraction(device: list[Interval], window: Interval) -> Optional[float]:
+def gpu_busy_fraction(device: intervals.Union, window: tuple[float, float]) -> Optional[float]:
     """Share of ``window`` with any device activity; None when the trace has no device events."""
-    if not device or window[1] <= window[0]:
+    if device[0].size == 0 or window[1] <= window[0]:
         return None
-    return length(intersect(union(device), [window])) / (window[1] - window[0])
+    return intervals.overlap(device, (np.array([window[0]]), np.array([window[1]]))) / (window[1] - window[0])

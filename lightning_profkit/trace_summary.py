@@ -14,20 +14,23 @@ from typing import Any, Iterable, Optional, Sequence
 from lightning_profkit.operator_times import operator_times, top
 from lightning_profkit.step_breakdown import COLUMNS, ROLES, step_breakdown
 from lightning_profkit.temporal_breakdown import temporal_breakdown
+from lightning_profkit.trace_columns import columns
+from lightning_profkit.trace_events import Event
 from lightning_profkit.trace_file import find_traces, read_trace
 from lightning_profkit.trace_metrics import window_figures
 
 TOP_N = 10
 
 
-def summarize_events(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    steps = step_breakdown(events)
-    host = window_figures(events)
-    ops = operator_times(events)
+def summarize_events(events: Sequence[Event]) -> dict[str, Any]:
+    c = columns(events)
+    steps = step_breakdown(c)
+    host = window_figures(c)
+    ops = operator_times(c)
     notes = []
     if not host.get("n_host_steps"):
         notes.append("no ProfilerStep: host-step figures absent" + ("; the step breakdown uses one step over the whole trace" if steps else ""))
-    temporal = temporal_breakdown(events)
+    temporal = temporal_breakdown(c)
     if temporal is None:
         notes.append("no GPU activity: GPU figures absent")
     return {
@@ -45,15 +48,15 @@ def summarize_events(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def summarize_file(path: str) -> dict[str, Any]:
     trace = read_trace(path)
-    meta = trace.get("profkit") if isinstance(trace.get("profkit"), dict) else {}
-    rank = (trace.get("distributedInfo") or {}).get("rank") if isinstance(trace.get("distributedInfo"), dict) else None
+    meta = trace.profkit or {}
+    rank = (trace.distributedInfo or {}).get("rank")
     out = {
         "path": path,
         "window": os.path.basename(os.path.dirname(os.path.abspath(path))),
         "worker": meta.get("worker") or os.path.basename(path).split(".")[0],
         "rank": rank,
     }
-    out.update(summarize_events(trace["traceEvents"]))
+    out.update(summarize_events(trace.traceEvents))
     return out
 
 

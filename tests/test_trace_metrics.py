@@ -3,14 +3,18 @@
 import gzip
 import json
 
+import numpy as np
 import pytest
 
 from conftest import SHARED_TRACES
+from lightning_profkit import intervals
 from lightning_profkit.operator_times import operator_times
 from lightning_profkit.step_breakdown import COLUMNS, step_breakdown
 from lightning_profkit.temporal_breakdown import temporal_breakdown
+from lightning_profkit.trace_columns import columns
+from lightning_profkit.trace_events import from_dicts
 from lightning_profkit.trace_file import read_trace
-from lightning_profkit.trace_metrics import intersect, subtract, union, window_figures
+from lightning_profkit.trace_metrics import window_figures
 
 TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
 FIELDS = (
@@ -19,16 +23,24 @@ FIELDS = (
 )
 
 
+def as_pairs(u):
+    return [(float(s), float(e)) for s, e in zip(*u)]
+
+
 def test_interval_math():
-    assert union([(5, 7), (0, 2), (1, 3), (7, 8)]) == [(0, 3), (5, 8)]
-    assert intersect([(0, 3), (5, 8)], [(2, 6)]) == [(2, 3), (5, 6)]
+    u = intervals.union([5, 0, 1, 7], [7, 2, 3, 8])
+    assert as_pairs(u) == [(0, 3), (5, 8)]
+    assert intervals.length(u) == 6
+    assert intervals.overlap(u, intervals.union([2], [6])) == 2
+    assert intervals.covers(u, np.array([-1, 0, 2.5, 3, 4, 7.9, 8])).tolist() == [False, True, True, False, False, True, False]
+    assert as_pairs(intervals.union([], [])) == [] and intervals.overlap(intervals.EMPTY, u) == 0
 
 
 @pytest.mark.parametrize("name", TRACES)
 def test_host_step_figures_match_reference(name, shared_traces, reference):
     with gzip.open(shared_traces / name, "rt") as f:
-        events = json.load(f)["traceEvents"]
-    got, want = window_figures(events), reference[name]["host_step"]
+        events = from_dicts(json.load(f)["traceEvents"])  # the writer's path: parsed dicts
+    got, want = window_figures(columns(events)), reference[name]["host_step"]
     for field in FIELDS:
         if field in want:
             assert got[field] == pytest.approx(want[field], rel=1e-6, abs=1e-9), field
@@ -39,16 +51,11 @@ def test_host_step_figures_match_reference(name, shared_traces, reference):
     assert got["peak_memory_bytes"] == want["peak_memory_bytes"]
 
 
-def test_subtract():
-    assert subtract([(0, 10), (20, 30)], [(2, 3), (5, 22), (29, 40)]) == [(0, 2), (3, 5), (22, 29)]
-    assert subtract([(0, 1)], []) == [(0, 1)] and subtract([], [(0, 1)]) == []
-
-
 @pytest.mark.parametrize("name", TRACES)
 def test_step_breakdown_matches_patched_plugin(name, shared_traces, reference):
     """torch-tb-profiler's Overview with kineto's later fixes (tb_patched), per step, within 1 µs."""
-    events = read_trace(str(shared_traces / name))["traceEvents"]
-    got, want = step_breakdown(events), reference[name]["tb_patched"]
+    events = read_trace(str(shared_traces / name)).traceEvents  # the command's path: typed decoding
+    got, want = step_breakdown(columns(events)), reference[name]["tb_patched"]
     assert len(got["per_step"]) == want["n_steps"] == len(want["per_step"])
     for mine, theirs in zip(got["per_step"], want["per_step"]):
         for column in COLUMNS:
@@ -59,8 +66,8 @@ def test_step_breakdown_matches_patched_plugin(name, shared_traces, reference):
 @pytest.mark.parametrize("name", TRACES)
 def test_temporal_breakdown_matches_hta(name, shared_traces, reference):
     """HolisticTraceAnalysis's temporal breakdown (hta_temporal), within 1 µs; absent without GPU activity."""
-    events = read_trace(str(shared_traces / name))["traceEvents"]
-    got, want = temporal_breakdown(events), reference[name]["hta_temporal"]
+    events = read_trace(str(shared_traces / name)).traceEvents
+    got, want = temporal_breakdown(columns(events)), reference[name]["hta_temporal"]
     if want is None:
         assert got is None
         return
@@ -75,7 +82,7 @@ def test_operator_self_and_total_time():
         ev("cudaLaunchKernel", 55, 5, cat="cuda_runtime"), ev("outer", 0, 40, tid=2),
         ev("k", 60, 7, cat="kernel"), ev("k", 70, 3, cat="kernel"),
     ]
-    got = operator_times(events)
+    got = operator_times(columns(from_dicts(events)))
     assert got["cpu"]["outer"] == {"calls": 2, "total_us": 140, "self_us": 50 + 40}
     assert got["cpu"]["inner"] == {"calls": 2, "total_us": 50, "self_us": 20 + 15}
     assert got["cpu"]["leaf"]["self_us"] == 10 and got["cpu"]["cudaLaunchKernel"]["self_us"] == 5

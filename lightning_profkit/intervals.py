@@ -1,0 +1,47 @@
+"""Interval arithmetic on numpy arrays. A *union* is a pair of sorted arrays (starts, ends) of disjoint spans."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+Union = tuple[np.ndarray, np.ndarray]
+EMPTY: Union = (np.empty(0), np.empty(0))
+
+
+def union(starts: Sequence[float], ends: Sequence[float]) -> Union:
+    """Merge spans ``[starts[i], ends[i])`` into sorted, disjoint spans (touching spans merge)."""
+    s = np.asarray(starts, dtype=np.float64)
+    e = np.asarray(ends, dtype=np.float64)
+    if s.size == 0:
+        return EMPTY
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    first = np.ones(s.size, dtype=bool)
+    first[1:] = s[1:] > reach[:-1]
+    heads = np.flatnonzero(first)
+    tails = np.append(heads[1:] - 1, s.size - 1)
+    return s[heads], reach[tails]
+
+
+def length(u: Union) -> float:
+    return float(np.sum(u[1] - u[0]))
+
+
+def merge(a: Union, b: Union) -> Union:
+    return union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+
+
+def overlap(a: Union, b: Union) -> float:
+    """``|A ∩ B|`` of two unions, as ``|A| + |B| - |A ∪ B|``."""
+    return length(a) + length(b) - length(merge(a, b))
+
+
+def covers(u: Union, points: np.ndarray) -> np.ndarray:
+    """For each point, whether it lies in ``[start, end)`` of a span of ``u``."""
+    if u[0].size == 0:
+        return np.zeros(points.shape, dtype=bool)
+    i = np.searchsorted(u[0], points, side="right") - 1
+    return (i >= 0) & (u[1][np.maximum(i, 0)] > points)

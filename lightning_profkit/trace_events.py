@@ -1,0 +1,103 @@
+"""Trace events as typed records: decoded straight from JSON by msgspec, keeping only the fields we read.
+
+Decoding into these records is several times faster and smaller than ``json.loads`` into dicts, which is
+what lets ``profkit summary`` read a trace in a fraction of the time HTA needs. Traces whose fields have
+unexpected types fall back to the standard library and a tolerant conversion.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional, Sequence, Union
+
+import msgspec
+
+Number = Union[int, float, None]
+Scalar = Union[int, float, str, None]
+
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    correlation: Scalar = None
+    external_id: Scalar = msgspec.field(default=None, name="External id")
+    external_id_lower: Scalar = msgspec.field(default=None, name="external id")
+    stream: Scalar = None
+    device_type: Scalar = msgspec.field(default=None, name="Device Type")
+    device_id: Scalar = msgspec.field(default=None, name="Device Id")
+    total_allocated: Scalar = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Scalar = msgspec.field(default=None, name="Total Reserved")
+
+
+
+NO_ARGS = Args()
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: Optional[str] = None
+    cat: Optional[str] = None
+    name: Optional[str] = None
+    ts: Number = None
+    dur: Number = None
+    pid: Scalar = None
+    tid: Scalar = None
+    args: Args = NO_ARGS
+
+
+class TraceDoc(msgspec.Struct):
+    traceEvents: list[Event]
+    distributedInfo: Optional[dict[str, Any]] = None
+    profkit: Optional[dict[str, Any]] = None
+
+
+_DECODER = msgspec.json.Decoder(TraceDoc)
+
+
+def _tolerant(event: Any) -> Optional[Event]:
+    """One event from a dict with odd field types; None if it cannot be an event."""
+    if not isinstance(event, dict):
+        return None
+
+    def number(v: Any) -> Number:
+        try:
+            return float(v) if v is not None and not isinstance(v, (int, float)) else v
+        except (TypeError, ValueError):
+            return None
+
+    def scalar(v: Any) -> Scalar:
+        return v if v is None or isinstance(v, (int, float, str)) else str(v)
+
+    raw_args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    args = Args(**{f: scalar(raw_args.get(a)) for f, a in _ARG_NAMES.items()})
+    return Event(
+        ph=scalar(event.get("ph")), cat=scalar(event.get("cat")), name=str(event.get("name") or "") or None,
+        ts=number(event.get("ts")), dur=number(event.get("dur")), pid=scalar(event.get("pid")),
+        tid=scalar(event.get("tid")), args=args,
+    )
+
+
+_ARG_NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Args)}
+
+
+def decode(raw: bytes) -> TraceDoc:
+    """A trace document from JSON bytes; raises ValueError for JSON that is not a trace."""
+    try:
+        return _DECODER.decode(raw)
+    except msgspec.ValidationError:
+        data = json.loads(raw)
+    except msgspec.DecodeError as err:
+        raise ValueError(str(err)) from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise ValueError("JSON without a traceEvents list")
+    events = [e for e in map(_tolerant, data["traceEvents"]) if e is not None]
+    info = data.get("distributedInfo")
+    meta = data.get("profkit")
+    return TraceDoc(events, info if isinstance(info, dict) else None, meta if isinstance(meta, dict) else None)
+
+
+def from_dicts(events: Sequence[dict[str, Any]]) -> list[Event]:
+    """Records from already-parsed event dicts (the writer's child process has those)."""
+    try:
+        return msgspec.convert(list(events), list[Event])
+    except msgspec.ValidationError:
+        return [e for e in map(_tolerant, events) if e is not None]
