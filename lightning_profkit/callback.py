@@ -49,8 +49,12 @@ def _guarded(hook: Callable) -> Callable:
         except Exception as err:
             self._broken = True
             self._warn_once(f"profiling is off for the rest of this run after an error in `{hook.__name__}`: {err!r}")
-            if self._runner is not None:
-                self._runner.session = None
+            runner, self._runner = self._runner, None
+            if runner is not None:
+                try:  # end the profiler session cleanly, keeping what it recorded
+                    runner.stop()
+                except Exception:
+                    runner.session = None
             return None
 
     return wrapper
@@ -243,6 +247,8 @@ class PerformanceMonitor(Callback):
         self._carry = (0.0, 0.0)  # data wait and training time of the current block in earlier epochs
         self._epoch_carry = (0.0, 0.0)
         self._is_zero = True
+        self._resume_state: Optional[dict[str, Any]] = None
+        self._fitting = False
         self._in_epoch = False
         self._sampler: Optional[UtilizationSampler] = None
         self._step_times: list[float] = []
@@ -264,6 +270,8 @@ class PerformanceMonitor(Callback):
         self._captures_left = self.max_captures
         self._pending = []
         self._summaries = []
+        self._apply_resume_state()
+        self._fitting = True
         self._block_n = 0
         self._epoch_carry = (0.0, 0.0)
         self._group = _exchange_group(trainer)
@@ -400,6 +408,26 @@ class PerformanceMonitor(Callback):
             self._close()
             fetch_timer.uninstall(trainer, self._timer)
             self._timer = None
+            self._fitting = False
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in checkpoints: the alert episode and cooldown, and the capture budget left."""
+        return {"alert": self._rule.state_dict() if self._rule is not None else None, "captures_left": self._captures_left}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._resume_state = dict(state_dict)
+        if self._fitting:  # setup already ran (strategies that restore after setup)
+            self._apply_resume_state()
+
+    def _apply_resume_state(self) -> None:
+        state, self._resume_state = self._resume_state, None
+        if not state:
+            return
+        if self._rule is not None and state.get("alert"):
+            self._rule.load_state_dict(state["alert"])
+        if isinstance(state.get("captures_left"), int):
+            self._captures_left = state["captures_left"]
 
     # ------------------------------------------------------------------ metrics
     def _start_epoch_stats(self) -> None:

@@ -1,0 +1,158 @@
+"""Faults inside profiling windows, failures of our own code, and resuming from checkpoints (real Trainer)."""
+
+import csv
+import os
+import shutil
+import signal
+import warnings
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+from conftest import SleepDataset, TinyModel, leftovers, make_trainer, profiler_steps, read_trace, trace_files
+from lightning_profkit import PerformanceMonitor
+from lightning_profkit.callback import _guarded
+
+
+class Boom(RuntimeError):
+    pass
+
+
+class FailingModel(TinyModel):
+    def __init__(self, dataset, fail_at, error):
+        super().__init__(dataset)
+        self.fail_at, self.error = fail_at, error
+
+    def training_step(self, batch, batch_idx):
+        if batch_idx == self.fail_at:
+            raise self.error
+        return super().training_step(batch, batch_idx)
+
+
+class FailingDataset(SleepDataset):
+    def __getitem__(self, i):
+        if i == 24:  # batch 12 with batch_size 2
+            raise Boom("bad sample 24")
+        return super().__getitem__(i)
+
+
+def profiler_off():
+    return not torch.autograd.profiler._is_profiler_enabled
+
+
+def second_fit_works(tmp_path):
+    monitor = PerformanceMonitor(steps="2-3", alert_threshold=None)
+    make_trainer(tmp_path / "again", [monitor]).fit(TinyModel(SleepDataset(20)))
+    return [os.path.basename(os.path.dirname(p)) for p in monitor.traces] == ["epoch=0-step=2-3"]
+
+
+@pytest.mark.parametrize("where", ["training_step", "dataset"])
+def test_exception_inside_a_window_reaches_the_user_unchanged(tmp_path, where):
+    error = Boom("in the step")
+    model = FailingModel(SleepDataset(40), 12, error) if where == "training_step" else TinyModel(FailingDataset(40))
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(steps="11-14", alert_threshold=None)])
+    with pytest.raises(Boom) as caught:
+        trainer.fit(model)
+    if where == "training_step":
+        assert caught.value is error
+    assert profiler_off() and leftovers(tmp_path) == []
+    for path in trace_files(tmp_path):  # kept whole: step 11, and step 12 up to the error
+        assert profiler_steps(read_trace(path)) == [11, 12]
+    assert type(trainer.profiler).__name__ != "FetchTimer"
+    assert second_fit_works(tmp_path)
+
+
+def test_keyboard_interrupt_inside_a_window(tmp_path):
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(steps="11-14", alert_threshold=None)])
+    try:
+        with pytest.raises(SystemExit):  # Lightning turns Ctrl+C into a graceful shutdown and exit(1)
+            trainer.fit(FailingModel(SleepDataset(40), 12, KeyboardInterrupt()))
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning ignores SIGINT after shutdown
+    assert trainer.interrupted and profiler_off() and leftovers(tmp_path) == []
+    assert second_fit_works(tmp_path)
+
+
+def test_a_bug_in_the_callback_stops_the_profiler_and_training_goes_on(tmp_path):
+    class Faulty(PerformanceMonitor):
+        @_guarded
+        def _advance_windows(self, trainer, batch_idx):
+            PerformanceMonitor._advance_windows.__wrapped__(self, trainer, batch_idx)
+            if batch_idx == 12:  # a session is open here
+                raise ValueError("bug in our callback")
+
+    monitor = Faulty(steps="11-14,17", alert_threshold=None)
+    trainer = make_trainer(tmp_path, [monitor])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(TinyModel(SleepDataset(40)))
+    assert trainer.state.finished and trainer.global_step == 20
+    assert [str(w.message) for w in caught if "profiling is off" in str(w.message)] and profiler_off()
+    # what was recorded is kept (step 13 had just begun), nothing after: no step 14, no window at 17
+    assert [profiler_steps(read_trace(p)) for p in trace_files(tmp_path)] == [[11, 12, 13]]
+    assert leftovers(tmp_path) == []
+
+
+def test_write_failure_keeps_the_metrics(tmp_path):
+    """The trace folder disappears mid-run (a file takes its place): one warning, metrics still logged."""
+    monitor = PerformanceMonitor(every_n_steps=5, active=1, warmup=0, dirpath=str(tmp_path / "traces"))
+    logger = CSVLogger(str(tmp_path), name="csv")
+
+    class BreakFolder(ModelCheckpoint):
+        def on_train_batch_start(self, trainer, *args):
+            if trainer.global_step == 1:
+                shutil.rmtree(tmp_path / "traces")
+                (tmp_path / "traces").write_text("gone")
+
+    trainer = make_trainer(tmp_path, [monitor, BreakFolder(dirpath=str(tmp_path / "ck"))], logger=logger, max_epochs=2,
+                           enable_checkpointing=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(TinyModel(SleepDataset(40)))
+    assert len([w for w in caught if "could not be written" in str(w.message)]) == 1
+    with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if r.get("profkit/data_wait_ratio")]
+    assert len(rows) == 2 and trainer.global_step == 40
+
+
+def fit_steps(root, monitor, max_steps, ckpt_path=None, every=None):
+    callbacks = [monitor]
+    if every:
+        callbacks.append(ModelCheckpoint(dirpath=str(root / "ckpt"), every_n_train_steps=every, save_top_k=-1))
+    trainer = make_trainer(root, callbacks, max_steps=max_steps, max_epochs=-1, logger=CSVLogger(str(root), name="csv"),
+                           enable_checkpointing=bool(every))
+    trainer.fit(TinyModel(SleepDataset(40)), ckpt_path=ckpt_path)
+    return trainer
+
+
+@pytest.mark.parametrize("stop_at", [10, 4], ids=["between-windows", "inside-a-window"])
+def test_resume_neither_repeats_nor_skips_windows(tmp_path, stop_at):
+    steps = "3-5,15-17,25-26"
+    whole = PerformanceMonitor(steps=steps, alert_threshold=None)
+    fit_steps(tmp_path / "whole", whole, 30)
+    first = PerformanceMonitor(steps=steps, alert_threshold=None)
+    fit_steps(tmp_path / "resumed", first, stop_at, every=stop_at)
+    ckpt = os.path.join(str(tmp_path / "resumed" / "ckpt"), sorted(os.listdir(tmp_path / "resumed" / "ckpt"))[-1])
+    second = PerformanceMonitor(steps=steps, alert_threshold=None)
+    trainer = fit_steps(tmp_path / "resumed", second, 30, ckpt_path=ckpt)
+    recorded = lambda m: sorted(s for p in m.traces for s in profiler_steps(read_trace(p)))  # noqa: E731
+    assert recorded(first) + recorded(second) == recorded(whole) == [3, 4, 5, 15, 16, 17, 25, 26]
+    assert min(recorded(second)) >= stop_at and trainer.global_step == 30
+    # the metrics go on along the same x-axis (global step): the resumed run logs at steps after stop_at
+    with open(os.path.join(trainer.logger.log_dir, "metrics.csv")) as f:
+        logged = [int(r["step"]) for r in csv.DictReader(f) if r.get("profkit/data_wait_ratio")]
+    assert logged and min(logged) > stop_at
+
+
+def test_alert_state_and_budget_survive_a_checkpoint(tmp_path):
+    monitor = PerformanceMonitor(profile=False, alert_window=5, alert_patience=1, max_captures=3)
+    trainer = make_trainer(tmp_path, [monitor])
+    trainer.fit(TinyModel(SleepDataset(40, delay=0.004)))
+    state = monitor.state_dict()
+    assert state["alert"]["alerts"] == 1 and state["alert"]["in_episode"] and state["captures_left"] == 2
+    again = PerformanceMonitor(profile=False, alert_window=5, alert_patience=1, max_captures=3)
+    again.load_state_dict(state)
+    make_trainer(tmp_path / "b", [again]).fit(TinyModel(SleepDataset(40, delay=0.004)))
+    assert again.alerts == []  # the same data-bound episode goes on: no second alert after resuming
