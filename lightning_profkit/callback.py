@@ -14,7 +14,6 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch.profiler import ProfilerActivity
 
@@ -305,6 +304,10 @@ class PerformanceMonitor(Callback):
                 self._sampler = UtilizationSampler(read).start()
         ranks = "all ranks" if self.ranks is None else f"ranks {','.join(map(str, self.ranks))}"
         sel = self.selection.for_epoch(_epoch_length(trainer))
+        loop = trainer.fit_loop.epoch_loop
+        if loop.restarting and loop.batch_progress.current.ready > 0:
+            # resuming in the middle of an epoch: Lightning does not call on_train_epoch_start again
+            self.on_train_epoch_start(trainer, pl_module)
         if not self.profile:
             rank_zero_info("lightning_profkit: metrics only (profile=False), no profiler windows")
             return
@@ -348,7 +351,9 @@ class PerformanceMonitor(Callback):
     def _advance_windows(self, trainer: Trainer, batch_idx: int) -> None:
         if self._runner is not None:
             loop = trainer.fit_loop.epoch_loop
-            self._runner.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch)
+            self._runner.step_end(
+                loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch, lambda: loop.done
+            )
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._in_epoch:
@@ -685,7 +690,8 @@ class PerformanceMonitor(Callback):
 
 def _run_dir(trainer: Trainer) -> str:
     """First TensorBoardLogger's log_dir, else trainer.log_dir, else default_root_dir (same on all ranks)."""
-    tb = next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+    # by class name: pytorch_lightning's TensorBoardLogger is another class than lightning.pytorch's
+    tb = next((lg for lg in trainer.loggers if any(c.__name__ == "TensorBoardLogger" for c in type(lg).__mro__)), None)
     if tb is not None:
         return trainer.strategy.broadcast(tb.log_dir)
     return trainer.log_dir or trainer.default_root_dir

@@ -154,21 +154,24 @@ class WindowRunner:
         self.selection = self.selection.add(first, last, next_step)
         return first, last
 
-    def step_end(self, step: int, batch_idx: int, last_in_epoch: bool) -> None:
+    def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool) -> None:
+        """``stopping()`` says whether training ends after this step (max_steps, should_stop); it is asked
+        only when a session is open or would open, so that no step that never runs gets recorded."""
         if self.session is not None:
-            if last_in_epoch:
+            if last_in_epoch or stopping():
                 self.stop()
-            elif not self.session.step():
+                return
+            if not self.session.step():
                 self.session = None
         if self.session is None and not last_in_epoch:
-            self._maybe_open(step + 1, batch_idx + 1)
+            self._maybe_open(step + 1, batch_idx + 1, stopping)
 
     def stop(self) -> None:
         session, self.session = self.session, None
         if session is not None:
             session.finish()
 
-    def _maybe_open(self, step: int, batch_idx: int) -> None:
+    def _maybe_open(self, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
         warmup = self.selection.warmup_before(step, batch_idx)
-        if warmup is not None:
+        if warmup is not None and not stopping():
             self.session = self._open(self.selection, step, batch_idx, warmup)
