@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import deque
 import os
 import re
 import socket
@@ -23,12 +24,14 @@ from lightning_profkit.alerts import AlertRule, DataWaitAlert, DataWaitAlertErro
 from lightning_profkit.epoch_stats import PREFIX, epoch_figures, reduce_ranks, to_vector, window_metrics
 from lightning_profkit.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.report_text import short_summary
+from lightning_profkit.retention import Retention
 from lightning_profkit.selection import Selection, StepRanges, make_selection
 from lightning_profkit.session import WindowRunner, WindowSession
 from lightning_profkit.trace_summary import aggregate
 from lightning_profkit.writer import TraceWriter, WindowJob
 
 _ACTIVITIES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
+_SUMMARIZED = 50  # windows in the end-of-fit summary (the newest)
 _OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
 
 
@@ -131,6 +134,7 @@ class PerformanceMonitor(Callback):
         on_alert: called on rank zero with each :class:`~lightning_profkit.alerts.DataWaitAlert`.
         capture_on_alert: record a window (``warmup`` + ``active`` steps) right after an alert.
         max_captures: the most windows recorded per ``fit`` after alerts and on request.
+        keep_last_windows: keep only the newest this many window folders (our own files; ``None``: keep all).
 
     Example::
 
@@ -170,6 +174,7 @@ class PerformanceMonitor(Callback):
         on_alert: Optional[Callable[[DataWaitAlert], Any]] = None,
         capture_on_alert: bool = True,
         max_captures: int = 10,
+        keep_last_windows: Optional[int] = None,
     ) -> None:
         self.selection: Selection = make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile)
         self.profile = profile
@@ -215,6 +220,12 @@ class PerformanceMonitor(Callback):
         self.on_alert = on_alert
         self.capture_on_alert = capture_on_alert
         self.max_captures = max_captures
+        if keep_last_windows is not None and (
+            isinstance(keep_last_windows, bool) or not isinstance(keep_last_windows, int) or keep_last_windows < 1
+        ):
+            raise ValueError(f"`keep_last_windows` must be an integer >= 1 or None, got {keep_last_windows!r}")
+        self.keep_last_windows = keep_last_windows
+        self._retention: Optional[Retention] = None
         self.alerts: list[DataWaitAlert] = []
         self.quiet = bool(quiet)
         self.flush_timeout = float(flush_timeout)
@@ -252,7 +263,7 @@ class PerformanceMonitor(Callback):
         self._sampler: Optional[UtilizationSampler] = None
         self._step_times: list[float] = []
         self._batch_size: Optional[int] = None
-        self._finished_windows: list[dict[str, Any]] = []
+        self._finished_windows: deque[dict[str, Any]] = deque()
         self._summaries: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ setup
@@ -264,6 +275,7 @@ class PerformanceMonitor(Callback):
         _check_writable(self.trace_dir)
         self._worker = worker_name(trainer.global_rank)
         self._writer = TraceWriter(on_error=self._write_failed, on_written=self._written)
+        self._retention = Retention(self.keep_last_windows) if self.keep_last_windows else None
         self._runner = None
         self._rule = AlertRule(self.alert_threshold, self.alert_patience, self.alert_cooldown) if self.alert_threshold else None
         self._captures_left = self.max_captures
@@ -345,6 +357,8 @@ class PerformanceMonitor(Callback):
                 self._check_block(trainer, now)  # every rank at the same step: it may exchange figures
         if self._poller is not None and now >= self._poller.next_poll:
             self._poll_requests(trainer, now)
+        if self._finished_windows:  # log each window's figures once its trace is written
+            self._log_windows(trainer)
         self._advance_windows(trainer, batch_idx)
 
     @_guarded
@@ -398,7 +412,7 @@ class PerformanceMonitor(Callback):
         self._deliver_pending()
         if self._summaries and trainer.is_global_zero:
             rank_zero_info(
-                f"lightning_profkit: {len(self._summaries)} window(s) of rank 0: {short_summary(aggregate(self._summaries))}."
+                f"lightning_profkit: last {len(self._summaries)} window(s) of rank 0: {short_summary(aggregate(self._summaries))}."
                 f" More: profkit summary {self.trace_dir}"
             )
         self._summaries = []
@@ -594,7 +608,9 @@ class PerformanceMonitor(Callback):
         return ratio
 
     def _log_windows(self, trainer: Trainer) -> None:
-        done, self._finished_windows = self._finished_windows, []
+        done = []
+        while self._finished_windows:  # a deque the writer thread appends to
+            done.append(self._finished_windows.popleft())
         if not trainer.is_global_zero:
             return
         for window in done:
@@ -650,10 +666,15 @@ class PerformanceMonitor(Callback):
             )
 
     def _written(self, window: dict[str, Any]) -> None:
+        """From the writer thread, once a trace is in place."""
         self.traces.append(window["path"])
         self._finished_windows.append(window)
         if window.get("summary"):
-            self._summaries.append(window["summary"])
+            self._summaries = self._summaries[-(_SUMMARIZED - 1):] + [window["summary"]]
+        if self._retention is not None:
+            removed = set(self._retention.add(window["path"]))
+            if removed:
+                self.traces = [p for p in self.traces if p not in removed]
 
     def _write_failed(self, message: str) -> None:
         self._warn_once(f"a profiler trace could not be written (training continues): {message}", key="write")

@@ -115,13 +115,22 @@ class WindowSession:
             if self.profiler.current_action != ProfilerAction.NONE:
                 return True
             self.profiler.stop()
+        self._release()
         return False
 
     def finish(self) -> None:
         """End the session now, keeping what was recorded so far."""
         self._note_recording()
-        with without_usdt_lines(self._quiet):
-            self.profiler.stop()
+        try:
+            with without_usdt_lines(self._quiet):
+                self.profiler.stop()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        # the profile refers back to this session through on_trace_ready: break the cycle, so that its
+        # results are freed as soon as the writer is done with them rather than at some later GC pass
+        self.profiler.on_trace_ready = None
 
 
 class WindowRunner:
