@@ -13,22 +13,33 @@ from conftest import SleepDataset, TinyModel, make_trainer  # noqa: E402
 from lightning_profkit import PerformanceMonitor  # noqa: E402
 
 
+def rank():
+    return torch.distributed.get_rank() if torch.distributed.is_initialized() else int(os.environ.get("LOCAL_RANK", "0"))
+
+
+class AlertLog:
+    """on_alert hook (a picklable object, for ddp_spawn): one JSON line per alert, per rank."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def __call__(self, alert):
+        with open(os.path.join(self.root, f"alerts-rank{rank()}.jsonl"), "a") as f:
+            f.write(json.dumps(alert.as_dict()) + "\n")
+
+
 class RankDataset(SleepDataset):
     def __getitem__(self, i):
-        self.delay = 0.001 if int(os.environ.get("LOCAL_RANK", "0")) == 0 else 0.006
+        self.delay = 0.001 if rank() == 0 else 0.006
         return super().__getitem__(i)
 
 
 if __name__ == "__main__":
-    root = sys.argv[1]
+    root, strategy = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
-    def on_alert(alert):
-        with open(os.path.join(root, f"alerts-rank{os.environ.get('LOCAL_RANK', '0')}.jsonl"), "a") as f:
-            f.write(json.dumps(alert.as_dict()) + "\n")
-
-    monitor = PerformanceMonitor(steps="3-5", alert_window=5, alert_patience=1, on_alert=on_alert)
+    monitor = PerformanceMonitor(steps="3-5", alert_window=5, alert_patience=1, on_alert=AlertLog(root))
     trainer = make_trainer(
-        root, [monitor], max_epochs=2, accelerator="cpu", devices=2, strategy="ddp",
+        root, [monitor], max_epochs=2, accelerator="cpu", devices=2, strategy=strategy,
         logger=CSVLogger(root, name="csv"),
     )
     trainer.fit(TinyModel(RankDataset(40)))

@@ -7,13 +7,16 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import read_trace, profiler_steps, trace_files
 
 
-def test_ddp_two_ranks(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_ddp_two_ranks(tmp_path, strategy):
     here = os.path.dirname(os.path.abspath(__file__))
     done = subprocess.run(
-        [sys.executable, os.path.join(here, "ddp_script.py"), str(tmp_path)],
+        [sys.executable, os.path.join(here, "ddp_script.py"), str(tmp_path), strategy],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
