@@ -188,7 +188,9 @@ class PerformanceMonitor(Callback):
             if isinstance(activities, str) or unknown or not activities:
                 raise ValueError(f"`activities` must be a list of 'cpu' and/or 'cuda', got {activities!r}")
         self.activities = activities
-        self.dirpath = dirpath
+        if dirpath is not None and not isinstance(dirpath, (str, os.PathLike)):
+            raise ValueError(f"`dirpath` must be a folder path, got {dirpath!r}")
+        self.dirpath = None if dirpath is None else os.fspath(dirpath)
         self.profiler_options = dict(
             record_shapes=record_shapes,
             profile_memory=profile_memory,
@@ -227,7 +229,9 @@ class PerformanceMonitor(Callback):
         self.keep_last_windows = keep_last_windows
         self._retention: Optional[Retention] = None
         self.alerts: list[DataWaitAlert] = []
-        self.quiet = bool(quiet)
+        if not isinstance(quiet, bool):
+            raise ValueError(f"`quiet` must be True or False, got {quiet!r}")
+        self.quiet = quiet
         self.flush_timeout = float(flush_timeout)
         self.trace_dir: Optional[str] = None
         self.traces: list[str] = []

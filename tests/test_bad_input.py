@@ -1,0 +1,72 @@
+"""Every argument of PerformanceMonitor, its invalid values, and the error each gets at construction."""
+
+import pytest
+
+from lightning_profkit import PerformanceMonitor
+
+# (argument, invalid value, error message fragment); ValueError naming the argument unless stated
+TABLE = [
+    ("profile", "no", "`profile` must be True or False"),
+    ("skip_first", -1, "`skip_first` must be an integer >= 0"),
+    ("skip_first", 1.5, "`skip_first` must be an integer >= 0"),
+    ("warmup", True, "`warmup` must be an integer >= 0"),
+    ("active", 0, "`active` must be an integer >= 1"),
+    ("steps", "", "`steps` must name at least one step"),
+    ("steps", "5-3", "`steps` has a reversed range"),
+    ("steps", "a-b", "`steps` has an invalid range"),
+    ("steps", [[1, 2, 3]], "`steps` has an invalid entry"),
+    ("steps", "-4", "`steps` must not be negative"),
+    ("every_n_steps", 0, "`every_n_steps` must be an integer >= 1"),
+    ("every_n_steps", 3, "`every_n_steps` (3) must be at least `warmup` + `active` (4)"),
+    ("step_filter", 5, "`step_filter` must be callable"),
+    ("ranks", [], "`ranks` must be a non-empty list"),
+    ("ranks", [-1], "`ranks` must be a non-empty list of ranks >= 0"),
+    ("ranks", "0", "`ranks` must be a non-empty list"),
+    ("dirpath", 5, "`dirpath` must be a folder path"),
+    ("activities", ["tpu"], "`activities` must be a list of 'cpu' and/or 'cuda'"),
+    ("activities", "cpu", "`activities` must be a list"),
+    ("record_shapes", "yes", "`record_shapes` must be True or False"),
+    ("profile_memory", 1, "`profile_memory` must be True or False"),
+    ("with_stack", None, "`with_stack` must be True or False"),
+    ("with_flops", "no", "`with_flops` must be True or False"),
+    ("with_modules", 0, "`with_modules` must be True or False"),
+    ("quiet", "yes", "`quiet` must be True or False"),
+    ("flush_timeout", -1, "`flush_timeout` must be a number of seconds >= 0"),
+    ("flush_timeout", "60", "`flush_timeout` must be a number of seconds >= 0"),
+    ("log_metrics", 1, "`log_metrics` must be True or False"),
+    ("alert_threshold", 0, "`alert_threshold` must be a ratio between 0 and 1"),
+    ("alert_threshold", 1.2, "`alert_threshold` must be a ratio between 0 and 1"),
+    ("alert_threshold", "0.2", "`alert_threshold` must be a ratio between 0 and 1"),
+    ("alert_window", 0, "`alert_window` must be an integer >= 1"),
+    ("alert_patience", 0, "`alert_patience` must be an integer >= 1"),
+    ("alert_cooldown", -5, "`alert_cooldown` must be an integer >= 0"),
+    ("alert_action", "explode", "`alert_action` must be one of 'warn', 'stop', 'raise'"),
+    ("on_alert", "print", "`on_alert` must be callable"),
+    ("capture_on_alert", "yes", "`capture_on_alert` must be True or False"),
+    ("max_captures", -1, "`max_captures` must be an integer >= 0"),
+    ("keep_last_windows", 0, "`keep_last_windows` must be an integer >= 1 or None"),
+]
+COMBINATIONS = [
+    (dict(steps="1", every_n_steps=5), "Pass at most one of `steps`, `every_n_steps`, `step_filter`"),
+    (dict(profile=False, steps="1-2"), "`profile=False` records no windows; do not pass `steps`"),
+]
+
+
+@pytest.mark.parametrize("argument, value, message", TABLE, ids=[f"{a}={v!r}" for a, v, _ in TABLE])
+def test_invalid_value_names_the_argument(argument, value, message):
+    with pytest.raises(ValueError) as err:
+        PerformanceMonitor(**{argument: value})
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, message", COMBINATIONS)
+def test_conflicting_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        PerformanceMonitor(**kwargs)
+
+
+def test_every_argument_is_in_the_table():
+    import inspect
+
+    tested = {a for a, _, _ in TABLE}
+    assert set(inspect.signature(PerformanceMonitor).parameters) == tested
