@@ -77,7 +77,7 @@ def main() -> None:
 
     print()
     print(f"Traces ({len(monitor.traces)} windows): {monitor.trace_dir}")
-    for path in sorted(monitor.traces):
+    for path in monitor.traces:  # in the order they were written
         print(f"  {path}")
     print(f"Metrics: {logger.log_dir}")
     print(f"Open them: tensorboard --logdir {os.path.abspath(logger.log_dir)} --host 127.0.0.1 --port 6006")

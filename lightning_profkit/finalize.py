@@ -49,6 +49,10 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict
 
 
 def main(argv: list[str]) -> int:
+    try:
+        os.nice(10)  # training comes first
+    except OSError:
+        pass
     raw_path, final_path, meta = argv[0], argv[1], json.loads(argv[2])
     try:
         figures = finalize_trace(raw_path, final_path, meta)

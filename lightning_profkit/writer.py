@@ -103,8 +103,10 @@ class TraceWriter:
 
 
 def _child_env() -> dict[str, str]:
-    """The child imports this package from wherever the parent found it."""
+    """The child imports this package from wherever the parent found it, and uses one thread."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    for threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[threads] = "1"  # one core for the rewrite; the others stay with training
     return env

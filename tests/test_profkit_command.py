@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import SleepDataset, TinyModel, make_trainer, trace_files
+from conftest import SleepDataset, TinyModel, make_trainer
 from lightning_profkit import PerformanceMonitor
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
