@@ -36,8 +36,9 @@ class RankDataset(SleepDataset):
 
 if __name__ == "__main__":
     root, strategy = sys.argv[1], sys.argv[2]
+    ranks = [int(r) for r in sys.argv[3].split(",")] if len(sys.argv) > 3 else None
     torch.set_num_threads(1)
-    monitor = PerformanceMonitor(steps="3-5", alert_window=5, alert_patience=1, on_alert=AlertLog(root))
+    monitor = PerformanceMonitor(steps="3-5", alert_window=5, alert_patience=1, on_alert=AlertLog(root), ranks=ranks)
     trainer = make_trainer(
         root, [monitor], max_epochs=2, accelerator="cpu", devices=2, strategy=strategy,
         logger=CSVLogger(root, name="csv"),

@@ -42,6 +42,26 @@ def test_ddp_two_ranks(tmp_path, strategy):
         (alert,) = [json.loads(line) for line in f]
     assert alert["worst_rank"] == 1 and alert["step"] == 4 and alert["trace_dir"].endswith("epoch=0-step=6-8")
     assert output.count("was spent waiting for the DataLoader on rank 1") == 1
+    assert output.count("window(s) of rank 0") == 1  # one end-of-fit summary, from rank zero
+
+
+def test_ddp_only_rank_one_profiles(tmp_path):
+    """Ranks that do not profile still take part in every exchange: no deadlock, same metrics, one alert."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run(
+        [sys.executable, os.path.join(here, "ddp_script.py"), str(tmp_path), "ddp", "1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    workers = sorted(os.path.basename(p).split(".")[0] for p in trace_files(tmp_path))
+    assert workers and all(w.endswith("_rank1") for w in workers)
+    (metrics,) = glob.glob(os.path.join(str(tmp_path), "csv", "*", "metrics.csv"))
+    with open(metrics) as f:
+        rows = [r for r in csv.DictReader(f) if r.get("profkit/data_wait_ratio")]
+    assert len(rows) == 2 and all(float(r["profkit/data_wait_worst_rank"]) == 1.0 for r in rows)
+    with open(os.path.join(str(tmp_path), "alerts-rank0.jsonl")) as f:
+        (alert,) = [json.loads(line) for line in f]
+    assert alert["worst_rank"] == 1 and alert["trace_dir"] is None  # rank zero records no capture
 
     (metrics,) = glob.glob(os.path.join(str(tmp_path), "csv", "*", "metrics.csv"))
     with open(metrics) as f:
