@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 
 from lightning_profkit.trace_columns import Columns
+from lightning_profkit.trace_metrics import DEVICE_CATS
 
 # host events nested by containment; runtime calls count as children so that an operator's self time
 # leaves out the CUDA calls it makes (as torch's own tables do)
 _CPU_CATS = ("cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver")
-_DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
 
 
 def _children_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -56,7 +56,7 @@ def operator_times(c: Columns) -> dict[str, dict[str, dict[str, Any]]]:
         rows = cpu[(c.thread[cpu] == thread) & (dur[cpu] > 0)]
         rows = rows[np.lexsort((-c.end[rows], c.ts[rows]))]
         self_time[rows] -= _children_time(c.ts[rows], c.end[rows])
-    device = np.flatnonzero(c.cat_mask(*_DEVICE_CATS))
+    device = np.flatnonzero(c.cat_mask(*DEVICE_CATS))
     return {
         "cpu": _by_name(c.name[cpu], c.names, total_us=dur[cpu], self_us=self_time[cpu]),
         "device": _by_name(c.name[device], c.names, total_us=dur[device]),

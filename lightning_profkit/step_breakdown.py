@@ -17,6 +17,7 @@ from typing import Any, Optional
 import numpy as np
 
 from lightning_profkit import intervals
+from lightning_profkit.tensorboard_compat import is_dataloader_event
 from lightning_profkit.trace_columns import Columns
 from lightning_profkit.trace_metrics import spans
 
@@ -31,10 +32,6 @@ _KINDS = {
 _BIG, _SMALL = float(sys.maxsize), float(-sys.maxsize - 1)
 
 
-def _is_dataloader(name: str) -> bool:
-    return name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__") or name.startswith("enumerate(DataPipe)#")
-
-
 def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
     """``{"steps": [names], "per_step": [{column: µs}], "avg": {column: µs}, "dataloader_frac": float}``;
     None for a trace without steps and without host operators."""
@@ -42,7 +39,7 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
     step = (kind["op"] | kind["annotation"]) & c.name_mask(lambda n: n.startswith("ProfilerStep#"))
     host = (kind["op"] | kind["annotation"] | kind["python"]) & ~step
     comm = host & c.name_mask(lambda n: n in _COMM_OPS)
-    dataloader = host & ~kind["python"] & c.name_mask(_is_dataloader)
+    dataloader = host & ~kind["python"] & c.name_mask(is_dataloader_event)
     comm_kernels = kind["kernel"] & np.isin(c.ext, np.unique(c.ext[comm]))
     roles = {
         "Kernel": kind["kernel"] & ~comm_kernels, "Memcpy": kind["memcpy"], "Memset": kind["memset"],
