@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-from array import array
-from collections import deque
 import os
 import re
 import socket
 import time
 import warnings
+from array import array
+from collections import deque
 from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
 
@@ -245,7 +245,6 @@ class PerformanceMonitor(Callback):
         self._timer: Optional[fetch_timer.FetchTimer] = None
         self._epoch_start = 0.0
         self._validation_spans: list[tuple[float, float]] = []
-        self._validation_total = 0.0
         self._validation_start: Optional[float] = None
         self._rule: Optional[AlertRule] = None
         self._episode_in_epoch = False
@@ -258,7 +257,6 @@ class PerformanceMonitor(Callback):
         self._block_n = 0
         self._block_t0 = 0.0
         self._block_fetch0 = 0.0
-        self._block_val0 = 0.0
         self._carry = (0.0, 0.0)  # data wait and training time of the current block in earlier epochs
         self._epoch_carry = (0.0, 0.0)
         self._is_zero = True
@@ -380,9 +378,7 @@ class PerformanceMonitor(Callback):
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._validation_start is not None:
-            end = perf_counter()
-            self._validation_spans.append((self._validation_start, end))
-            self._validation_total += end - self._validation_start
+            self._validation_spans.append((self._validation_start, perf_counter()))
             self._validation_start = None
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -460,7 +456,6 @@ class PerformanceMonitor(Callback):
         self._epoch_start = perf_counter()
         self._in_epoch = True
         self._validation_spans = []
-        self._validation_total = 0.0
         self._episode_in_epoch = False
         self._step_times = array("d")
         self._start_block(self._epoch_start, self._epoch_carry)  # a block runs on across epochs
@@ -490,7 +485,6 @@ class PerformanceMonitor(Callback):
         self._carry = carry
         self._block_t0 = now
         self._block_fetch0 = self._timer.stats.train_s if self._timer is not None else 0.0
-        self._block_val0 = self._validation_total
 
     def _check_block(self, trainer: Trainer, now: float) -> None:
         """The rolling check: this block's data wait on every rank (exchanged off the device), then the rule."""
@@ -514,7 +508,8 @@ class PerformanceMonitor(Callback):
     def _block_so_far(self, now: float) -> tuple[float, float]:
         """Data wait and training time (validation left out) of the current block up to ``now``."""
         fetch = self._timer.stats.train_s - self._block_fetch0 if self._timer is not None else 0.0
-        train = now - self._block_t0 - (self._validation_total - self._block_val0)
+        validation = sum(b - a for a, b in self._validation_spans if a >= self._block_t0)
+        train = now - self._block_t0 - validation
         return self._carry[0] + fetch, self._carry[1] + train
 
     def _check(self, trainer: Trainer, ratio: float, worst_rank: Optional[int], checked: str) -> Optional[DataWaitAlert]:

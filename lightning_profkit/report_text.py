@@ -48,24 +48,23 @@ def _trace_label(s: dict[str, Any]) -> str:
 
 
 def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool = False) -> str:
-    out = []
-    rows = []
-    for s in summaries + ([{"window": "", "worker": "mean", "_fig": agg["figures"]}] if len(summaries) > 1 else []):
-        fig = s.get("_fig") or key_figures(s)
-        n = len(s["step_breakdown"]["steps"]) if s.get("step_breakdown") else ("" if "_fig" in s else 0)
-        rows.append([_trace_label(s), str(n), _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in ROLES + ("Other",)])
-    out.append(_title("Step time breakdown (torch-tb-profiler Overview, with kineto's later fixes), share of step time", color))
+    # (label, steps, key figures) per trace, and a mean row when there are several
+    lines = [
+        (_trace_label(s), str(len(s["step_breakdown"]["steps"]) if s.get("step_breakdown") else 0), key_figures(s))
+        for s in summaries
+    ]
+    if len(summaries) > 1:
+        lines.append(("mean", "", agg["figures"]))
+    out = [_title("Step time breakdown (torch-tb-profiler Overview, with kineto's later fixes), share of step time", color)]
+    rows = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in ROLES + ("Other",)]
+            for label, n, fig in lines]
     out.append(table(["trace", "steps", "step ms"] + [_LABELS.get(r, r) for r in ROLES + ("Other",)], rows, color))
-
-    rows = []
-    for s in summaries + ([{"window": "", "worker": "mean", "_fig": agg["figures"]}] if len(summaries) > 1 else []):
-        fig = s.get("_fig") or key_figures(s)
-        rows.append([
-            _trace_label(s), _pct(fig["data_wait_share"]), _pct(fig["gpu_idle"]), _ms(fig["blocking_sync_ms_per_step"]),
-            _pct(fig["hta/idle"]), _pct(fig["hta/compute"]), _pct(fig["hta/non_compute"]),
-        ])
-    out.append("")
-    out.append(_title("Host steps and GPU (HTA temporal breakdown: first to last GPU activity)", color))
+    rows = [
+        [label, _pct(fig["data_wait_share"]), _pct(fig["gpu_idle"]), _ms(fig["blocking_sync_ms_per_step"]),
+         _pct(fig["hta/idle"]), _pct(fig["hta/compute"]), _pct(fig["hta/non_compute"])]
+        for label, _, fig in lines
+    ]
+    out += ["", _title("Host steps and GPU (HTA temporal breakdown: first to last GPU activity)", color)]
     out.append(table(["trace", "data wait", "GPU idle", "sync ms/step", "HTA idle", "compute", "non-compute"], rows, color))
 
     figures = agg["figures"]

@@ -43,9 +43,6 @@ class Columns:
     fractional: bool  # some timestamp is written as a float (HTA then rounds them all)
     memory: list  # [memory] instant events
 
-    def __len__(self) -> int:
-        return self.ts.size
-
     def cat_mask(self, *cats: str) -> np.ndarray:
         codes = [i for i, c in enumerate(self.cats) if c in cats]
         return np.isin(self.cat, codes)

@@ -12,7 +12,7 @@ import os
 from typing import Any, Iterable, Optional, Sequence
 
 from lightning_profkit.operator_times import operator_times, top
-from lightning_profkit.step_breakdown import COLUMNS, ROLES, step_breakdown
+from lightning_profkit.step_breakdown import ROLES, step_breakdown
 from lightning_profkit.temporal_breakdown import temporal_breakdown
 from lightning_profkit.trace_columns import columns
 from lightning_profkit.trace_events import Event
@@ -128,5 +128,3 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ]
     return {"traces": {"a": a["traces"], "b": b["traces"]}, "figures": rows, "cpu_by_self_per_trace": ops}
 
-
-__all__ = ["COLUMNS", "aggregate", "compare", "key_figures", "summarize_events", "summarize_file", "summarize_path"]
