@@ -13,7 +13,6 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from lightning_profkit import capture_request
 from lightning_profkit.report_text import compare_text, summary_text, use_color, write
 from lightning_profkit.trace_file import TraceError
 from lightning_profkit.trace_summary import aggregate, compare, summarize_path
@@ -32,6 +31,8 @@ def trace_dir_of(path: str) -> str:
 
 
 def capture(args: argparse.Namespace) -> int:
+    from lightning_profkit import capture_request  # here: `profkit summary` starts faster without it
+
     folder = trace_dir_of(args.run_dir)
     run = capture_request.running(folder)
     if run is None:

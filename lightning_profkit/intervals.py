@@ -1,4 +1,5 @@
-"""Interval arithmetic on numpy arrays. A *union* is a pair of sorted arrays (starts, ends) of disjoint spans."""
+"""Interval arithmetic on numpy arrays, and two set helpers. A *union* is a pair of sorted arrays (starts,
+ends) of disjoint spans."""
 
 from __future__ import annotations
 
@@ -24,6 +25,21 @@ def union(starts: Sequence[float], ends: Sequence[float]) -> Union:
     heads = np.flatnonzero(first)
     tails = np.append(heads[1:] - 1, s.size - 1)
     return s[heads], reach[tails]
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (``np.unique`` without its import of ``numpy.ma``, 20 ms of start-up)."""
+    s = np.sort(values)
+    return s[np.append(True, s[1:] != s[:-1])] if s.size else s
+
+
+def member(values: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """Where ``values`` is one of ``test``: ``np.isin`` by binary search, without importing ``numpy.ma``."""
+    table = distinct(test)
+    if table.size == 0:
+        return np.zeros(values.shape, dtype=bool)
+    at = np.minimum(np.searchsorted(table, values), table.size - 1)
+    return table[at] == values
 
 
 def length(u: Union) -> float:

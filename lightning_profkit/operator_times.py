@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from lightning_profkit.trace_columns import Columns
+from lightning_profkit import intervals
+from lightning_profkit.trace_columns import Columns, code_mask
 from lightning_profkit.trace_metrics import DEVICE_CATS
 
 # host events nested by containment; runtime calls count as children so that an operator's self time
@@ -28,7 +29,7 @@ def _children_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     stop = np.searchsorted(start, end, side="left")  # first span starting at or after this one's end
     dur = end - start
     out = np.zeros(n)
-    for level in np.unique(depth):
+    for level in intervals.distinct(depth):
         at = depth == level
         below = np.concatenate([[0.0], np.cumsum(np.where(depth == level + 1, dur, 0.0))])
         out[at] = below[stop[at]] - below[index[at] + 1]
@@ -49,10 +50,10 @@ def operator_times(c: Columns) -> dict[str, dict[str, dict[str, Any]]]:
     thread (nesting by containment, as torch-tb-profiler and the autograd profiler build their trees).
     """
     steps = [i for i, n in enumerate(c.names) if n.startswith("ProfilerStep#")]  # reported by the step breakdown
-    cpu = np.flatnonzero(c.cat_mask(*_CPU_CATS) & ~np.isin(c.name, steps))
+    cpu = np.flatnonzero(c.cat_mask(*_CPU_CATS) & ~code_mask(c.name, steps, len(c.names)))
     dur = c.end - c.ts
     self_time = dur.copy()
-    for thread in np.unique(c.thread[cpu]):
+    for thread in intervals.distinct(c.thread[cpu]):
         rows = cpu[(c.thread[cpu] == thread) & (dur[cpu] > 0)]
         rows = rows[np.lexsort((-c.end[rows], c.ts[rows]))]
         self_time[rows] -= _children_time(c.ts[rows], c.end[rows])

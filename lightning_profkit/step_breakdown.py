@@ -40,7 +40,7 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
     host = (kind["op"] | kind["annotation"] | kind["python"]) & ~step
     comm = host & c.name_mask(lambda n: n in _COMM_OPS)
     dataloader = host & ~kind["python"] & c.name_mask(is_dataloader_event)
-    comm_kernels = kind["kernel"] & np.isin(c.ext, np.unique(c.ext[comm]))
+    comm_kernels = kind["kernel"] & intervals.member(c.ext, c.ext[comm])
     roles = {
         "Kernel": kind["kernel"] & ~comm_kernels, "Memcpy": kind["memcpy"], "Memset": kind["memset"],
         "Communication": comm | comm_kernels, "Runtime": kind["runtime"], "DataLoader": dataloader,
@@ -120,7 +120,7 @@ def _aggregate(steps: list[tuple[float, float]], names: list[str], roles: dict[s
     step_starts = np.array([s for s, _ in steps])
     step_ends = np.array([e for _, e in steps])
     in_steps_union = intervals.union(step_starts, step_ends)
-    bounds = np.unique(np.concatenate([step_starts, step_ends] + [x for u in roles.values() for x in u]))
+    bounds = intervals.distinct(np.concatenate([step_starts, step_ends] + [x for u in roles.values() for x in u]))
     left, width = bounds[:-1], np.diff(bounds)
     in_steps = intervals.covers(in_steps_union, left)
     taken: dict[str, np.ndarray] = {}

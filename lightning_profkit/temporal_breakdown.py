@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from lightning_profkit import intervals
-from lightning_profkit.trace_columns import Columns
+from lightning_profkit.trace_columns import Columns, code_mask
 
 _NON_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 _DEVICE_SYNC_NAMES = ("Event Sync", "Context Sync")
@@ -24,21 +24,21 @@ _DEVICE_SYNC_NAMES = ("Event Sync", "Context Sync")
 def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
     """``span_us``, ``idle_us``, ``compute_us``, ``non_compute_us`` and their fractions; None without GPU activity."""
     valid_cats = [i for i, raw in enumerate(c.raw_cats) if raw is not None and raw != "Trace"]
-    rows = ~np.isnan(c.dur) & np.isin(c.cat, valid_cats)
+    rows = ~np.isnan(c.dur) & code_mask(c.cat, valid_cats, len(c.cats))
     ts, dur, name, stream, corr = c.ts[rows], c.dur[rows], c.name[rows], c.stream[rows], c.corr[rows]
     if c.fractional:
         start, end = np.ceil(ts), np.floor(ts + dur)
     else:
         start, end = ts, ts + dur
     sync = [i for i, n in enumerate(c.names) if n in _DEVICE_SYNC_NAMES]
-    gpu = ((stream >= 0) & (corr >= 0)) | np.isin(name, sync)
+    gpu = ((stream >= 0) & (corr >= 0)) | code_mask(name, sync, len(c.names))
     steps = [i for i, n in enumerate(c.names) if "ProfilerStep" in n]
     keep = np.ones(ts.shape, dtype=bool)
     if len(steps) > 1:
-        cpu_steps = ~gpu & np.isin(name, steps)
+        cpu_steps = ~gpu & code_mask(name, steps, len(c.names))
         last_start = start[cpu_steps].max() if cpu_steps.any() else -np.inf
         cpu = ~gpu & (start < last_start)
-        keep = cpu | (gpu & np.isin(corr, np.unique(corr[cpu])))
+        keep = cpu | (gpu & intervals.member(corr, corr[cpu]))
     sel = keep & (stream != -1)
     if not sel.any():
         return None
@@ -46,7 +46,7 @@ def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
     span = float(merged[1][-1] - merged[0][0])
     idle = span - intervals.length(merged)
     compute_names = [i for i, n in enumerate(c.names) if not _NON_COMPUTE.match(n)]
-    comp = sel & np.isin(name, compute_names)
+    comp = sel & code_mask(name, compute_names, len(c.names))
     compute = intervals.length(intervals.union(start[comp], end[comp]))
     out = {"span_us": span, "idle_us": idle, "compute_us": compute, "non_compute_us": span - idle - compute}
     for key in ("idle", "compute", "non_compute"):

@@ -17,15 +17,15 @@ Scalar = Union[int, float, str, None]
 
 
 class Args(msgspec.Struct, frozen=True, gc=False):
-    correlation: Scalar = None
-    external_id: Scalar = msgspec.field(default=None, name="External id")
-    external_id_lower: Scalar = msgspec.field(default=None, name="external id")
-    stream: Scalar = None
+    # Ids default to -1 (absent), so that their columns are built from plain ints.
+    correlation: Scalar = -1
+    external_id: Scalar = msgspec.field(default=-1, name="External id")
+    external_id_lower: Scalar = msgspec.field(default=-1, name="external id")
+    stream: Scalar = -1
     device_type: Scalar = msgspec.field(default=None, name="Device Type")
     device_id: Scalar = msgspec.field(default=None, name="Device Id")
     total_allocated: Scalar = msgspec.field(default=None, name="Total Allocated")
     total_reserved: Scalar = msgspec.field(default=None, name="Total Reserved")
-
 
 
 NO_ARGS = Args()
@@ -66,7 +66,7 @@ def _tolerant(event: Any) -> Optional[Event]:
         return v if v is None or isinstance(v, (int, float, str)) else str(v)
 
     raw_args = event.get("args") if isinstance(event.get("args"), dict) else {}
-    args = Args(**{f: scalar(raw_args.get(a)) for f, a in _ARG_NAMES.items()})
+    args = Args(**{f: scalar(raw_args[a]) for f, a in _ARG_NAMES.items() if a in raw_args})
     return Event(
         ph=scalar(event.get("ph")), cat=scalar(event.get("cat")), name=str(event.get("name") or "") or None,
         ts=number(event.get("ts")), dur=number(event.get("dur")), pid=scalar(event.get("pid")),
