@@ -3,7 +3,8 @@
 Each tool runs as a fresh process, as a user runs it (the ``profkit`` console script), after one untimed
 warm-up, interleaved and repeated; wall time and peak memory (max RSS of the process) are the medians. HTA computes only its temporal breakdown here;
 `profkit summary` computes that and torch-tb-profiler's step breakdown, host-step figures and top
-operators.
+operators. profkit runs twice: as installed (a large trace is decoded on every core) and with ``--jobs 1``
+(one process, like HTA).
 
     python benchmarks/summary_speed.py [--repeats 3] [TRACE ...]     (default: ../shared/traces)
 """
@@ -17,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,16 +31,43 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")  # the console script users run
 
 
+def _tree_pss(pid: int) -> int:
+    """Proportional set size in KiB of a process and its children: pages they share are split between them."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+        for p in [pid, *children]:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+    except (OSError, StopIteration, ValueError):
+        pass  # it ended between reads
+    return total
+
+
 def run(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS in MiB of one child process."""
+    """Wall seconds of one child process, and its peak memory in MiB: the larger of its own peak RSS and the
+    proportional set size of it and its worker processes together, sampled every 20 ms on a thread (a finer
+    sampling steals a core on a small machine) while this one waits for the exit."""
+    peak = [0]
+    done = threading.Event()
+
+    def sample(pid: int) -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], _tree_pss(pid))
+
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    sampler = threading.Thread(target=sample, args=(proc.pid,))
+    sampler.start()
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
+    done.set()
+    sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, max(usage.ru_maxrss, peak[0]) / 1024
 
 
 def main() -> None:
@@ -59,7 +88,8 @@ def main() -> None:
         folder = tempfile.mkdtemp(prefix="profkit-hta-")  # HTA reads a folder of traces
         os.symlink(os.path.abspath(path), os.path.join(folder, os.path.basename(path)))
         tools = {
-            "profkit": [PROFKIT, "summary", "--json", path],
+            "profkit": [PROFKIT, "summary", "--json", path],  # decodes on every core
+            "profkit --jobs 1": [PROFKIT, "summary", "--json", "--jobs", "1", path],
             "hta": [sys.executable, "-c", HTA, folder],
         }
         got: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
@@ -70,13 +100,15 @@ def main() -> None:
                 got[name].append(run(tools[name]))
         med = {t: (statistics.median(v[0] for v in got[t]), statistics.median(v[1] for v in got[t])) for t in tools}
         rows.append((os.path.basename(path), os.path.getsize(path) / 2**20, med))
-    print(f"# {datetime.date.today()}, median of {args.repeats}, one process per run (start-up and imports included)")
-    print("| trace | gz MB | profkit s | HTA s | speed-up | profkit peak MB | HTA peak MB |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"# {datetime.date.today()}, {os.cpu_count()} CPUs, median of {args.repeats}, one process per run "
+          "(start-up and imports included); peak MB counts worker processes too")
+    print("| trace | gz MB | profkit s | --jobs 1 s | HTA s | speed-up | --jobs 1 speed-up | profkit peak MB "
+          "| --jobs 1 peak MB | HTA peak MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, size, med in rows:
-        (ps, pm), (hs, hm) = med["profkit"], med["hta"]
-        print(f"| {name} | {size:.1f} | {ps:.2f} | {hs:.2f} | {hs / ps:.1f}x | {pm:.0f} | {hm:.0f} |")
-
+        (ps, pm), (ss, sm), (hs, hm) = med["profkit"], med["profkit --jobs 1"], med["hta"]
+        print(f"| {name} | {size:.1f} | {ps:.2f} | {ss:.2f} | {hs:.2f} | {hs / ps:.1f}x | {hs / ss:.1f}x "
+              f"| {pm:.0f} | {sm:.0f} | {hm:.0f} |")
 
 if __name__ == "__main__":
     main()

@@ -696,10 +696,9 @@ class PerformanceMonitor(Callback):
                 pass
             self._marker = None
         self._poller = None
-        if self._writer is not None and not self._writer.flush(self.flush_timeout):
-            self._warn_once(
-                f"{self._writer.pending} profiler trace(s) were still being written after {self.flush_timeout:.0f}s"
-            )
+        left = self._writer.close(self.flush_timeout) if self._writer is not None else 0
+        if left:
+            self._warn_once(f"{left} profiler trace(s) were still being written after {self.flush_timeout:.0f}s")
 
     def _warn_once(self, message: str, key: Optional[str] = None) -> None:
         """Warn about each kind of problem once per callback (``key``, default the message itself)."""

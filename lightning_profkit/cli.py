@@ -1,8 +1,8 @@
 """The ``profkit`` command.
 
-    profkit summary PATH [--json]         where the time went: a trace, a window folder or a run folder
-    profkit compare A B [--json]          the same figures for two paths side by side (before / after)
-    profkit capture RUN_DIR [--steps N]   ask a running PerformanceMonitor to record a window now
+    profkit summary PATH [--json] [--jobs N]    where the time went: a trace, a window folder or a run folder
+    profkit compare A B [--json] [--jobs N]     the same figures for two paths side by side (before / after)
+    profkit capture RUN_DIR [--steps N]         ask a running PerformanceMonitor to record a window now
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from typing import Optional, Sequence
 
 from lightning_profkit.report_text import compare_text, summary_text, use_color, write
 from lightning_profkit.trace_file import TraceError
+from lightning_profkit.trace_load import default_jobs
 from lightning_profkit.trace_summary import aggregate, compare, summarize_path
+
+JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
 
 
 class CommandError(Exception):
@@ -44,7 +47,7 @@ def capture(args: argparse.Namespace) -> int:
 
 
 def summary(args: argparse.Namespace) -> int:
-    summaries = summarize_path(args.path)
+    summaries = summarize_path(args.path, args.jobs)
     agg = aggregate(summaries)
     if args.json:
         write(json.dumps({"traces": summaries, "aggregate": agg}, indent=1))
@@ -54,7 +57,7 @@ def summary(args: argparse.Namespace) -> int:
 
 
 def compare_paths(args: argparse.Namespace) -> int:
-    result = compare(aggregate(summarize_path(args.a)), aggregate(summarize_path(args.b)))
+    result = compare(aggregate(summarize_path(args.a, args.jobs)), aggregate(summarize_path(args.b, args.jobs)))
     if args.json:
         write(json.dumps(result, indent=1))
     else:
@@ -68,11 +71,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = sub.add_parser("summary", help="where the time went in a trace, a window folder or a run folder")
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
+    p.add_argument("--jobs", type=int, default=default_jobs(), help=JOBS_HELP)
     p.set_defaults(run=summary)
     p = sub.add_parser("compare", help="two traces or folders side by side, with differences")
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
+    p.add_argument("--jobs", type=int, default=default_jobs(), help=JOBS_HELP)
     p.set_defaults(run=compare_paths)
     p = sub.add_parser("capture", help="ask a running PerformanceMonitor to record a window now")
     p.add_argument("run_dir", help="the run folder (its profiler/ subfolder) or the trace folder itself")
@@ -81,6 +86,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "steps", None) is not None and args.steps < 1:
         parser.error("--steps must be at least 1")
+    if getattr(args, "jobs", 1) < 1:
+        parser.error("--jobs must be at least 1")
     try:
         return args.run(args)
     except (CommandError, TraceError) as err:

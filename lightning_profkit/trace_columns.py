@@ -33,12 +33,17 @@ class Columns:
     ts: np.ndarray
     dur: np.ndarray
     end: np.ndarray
-    thread: np.ndarray  # a number per (pid, tid)
+    thread: np.ndarray  # a code per (pid, tid)
+    threads: list[tuple[Any, Any]]  # (pid, tid) per code
     stream: np.ndarray
     corr: np.ndarray
     ext: np.ndarray
     fractional: bool  # some timestamp is written as a float (HTA then rounds them all)
-    memory: list  # [memory] instant events
+    # [memory] instant events, a row each: device code, bytes allocated and reserved (-1 where absent)
+    memory_devices: list[str]  # "type:id" per code
+    memory_device: np.ndarray
+    memory_allocated: np.ndarray
+    memory_reserved: np.ndarray
 
     def cat_mask(self, *cats: str) -> np.ndarray:
         return code_mask(self.cat, [i for i, c in enumerate(self.cats) if c in cats], len(self.cats))
@@ -69,13 +74,14 @@ def _codes(values: list) -> tuple[np.ndarray, list]:
     return np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values)), distinct
 
 
-def _ids(values: list) -> np.ndarray:
+def _ids(values: list) -> tuple[np.ndarray, list]:
     """Codes for process or thread ids: a binary search when all are whole numbers (the usual case)."""
     distinct = set(values)
     if all(type(v) is int and -(2**63) <= v < 2**63 for v in distinct):
-        table = np.array(sorted(distinct), dtype=np.int64)
-        return np.searchsorted(table, np.fromiter(values, dtype=np.int64, count=len(values)))
-    return _codes(values)[0]  # names among them
+        table = sorted(distinct)
+        codes = np.searchsorted(np.array(table, dtype=np.int64), np.fromiter(values, dtype=np.int64, count=len(values)))
+        return codes, table
+    return _codes(values)  # names among them
 
 
 def columns(events: Sequence[Event]) -> Columns:
@@ -103,10 +109,12 @@ def columns(events: Sequence[Event]) -> Columns:
             corr.append(a.correlation)
             ext.append(a.external_id_lower if a.external_id_lower != -1 else a.external_id)
         elif e.ph == "i" and e.name == "[memory]":
-            memory.append(e)
+            memory.append(e.args)
     cat_codes, raw_cats = _codes(cat)
     name_codes, raw_names = _codes(name)
-    tid_codes = _ids(tid)
+    pid_codes, pids = _ids(pid)
+    tid_codes, tids = _ids(tid)
+    device_codes, devices = _codes([(a.device_type, a.device_id) for a in memory])
     ts = np.fromiter(ts_list, dtype=np.float64, count=len(ts_list))
     dur = np.array(dur_list, dtype=np.float64)  # None becomes NaN
     return Columns(
@@ -118,10 +126,39 @@ def columns(events: Sequence[Event]) -> Columns:
         ts=ts,
         dur=dur,
         end=ts + np.nan_to_num(dur),
-        thread=_ids(pid) * (int(tid_codes.max(initial=0)) + 1) + tid_codes,
+        thread=pid_codes * len(tids) + tid_codes,
+        threads=[(p, t) for p in pids for t in tids],
         stream=_ints(stream),
         corr=_ints(corr),
         ext=_ints(ext),
         fractional=float in set(map(type, ts_list)),  # HTA then rounds all timestamps
-        memory=memory,
+        memory_devices=[f"{t}:{i}" for t, i in devices],
+        memory_device=device_codes,
+        memory_allocated=_ints([a.total_allocated for a in memory]),
+        memory_reserved=_ints([a.total_reserved for a in memory]),
+    )
+
+
+def _merge(tables: list[list], codes: list[np.ndarray]) -> tuple[np.ndarray, list]:
+    """Codes into each part's table, as codes into one table of all their values (first seen first)."""
+    merged = list(dict.fromkeys(v for table in tables for v in table))
+    index = {v: i for i, v in enumerate(merged)}
+    remapped = [np.array([index[v] for v in table], dtype=np.int64)[c] for table, c in zip(tables, codes)]
+    return np.concatenate(remapped).astype(np.int32), merged
+
+
+def concat(parts: Sequence[Columns]) -> Columns:
+    """The columns of consecutive pieces of one trace, as if built from all its events at once."""
+    if len(parts) == 1:
+        return parts[0]
+    cat, raw_cats = _merge([p.raw_cats for p in parts], [p.cat for p in parts])
+    name, names = _merge([p.names for p in parts], [p.name for p in parts])
+    thread, threads = _merge([p.threads for p in parts], [p.thread for p in parts])
+    device, devices = _merge([p.memory_devices for p in parts], [p.memory_device for p in parts])
+    joined = {f: np.concatenate([getattr(p, f) for p in parts])
+              for f in ("ts", "dur", "end", "stream", "corr", "ext", "memory_allocated", "memory_reserved")}
+    return Columns(
+        cats=[str(c or "").lower() for c in raw_cats], raw_cats=raw_cats, names=names, cat=cat, name=name,
+        thread=thread.astype(np.int64), threads=threads, fractional=any(p.fractional for p in parts),
+        memory_devices=devices, memory_device=device, **joined,
     )

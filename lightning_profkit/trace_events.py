@@ -17,15 +17,15 @@ Scalar = Union[int, float, str, None]
 
 
 class Args(msgspec.Struct, frozen=True, gc=False):
-    # Ids default to -1 (absent), so that their columns are built from plain ints.
+    # Ids and byte counts default to -1 (absent), so that their columns are built from plain ints.
     correlation: Scalar = -1
     external_id: Scalar = msgspec.field(default=-1, name="External id")
     external_id_lower: Scalar = msgspec.field(default=-1, name="external id")
     stream: Scalar = -1
     device_type: Scalar = msgspec.field(default=None, name="Device Type")
     device_id: Scalar = msgspec.field(default=None, name="Device Id")
-    total_allocated: Scalar = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Scalar = msgspec.field(default=None, name="Total Reserved")
+    total_allocated: Scalar = msgspec.field(default=-1, name="Total Allocated")
+    total_reserved: Scalar = msgspec.field(default=-1, name="Total Reserved")
 
 
 NO_ARGS = Args()

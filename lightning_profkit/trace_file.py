@@ -25,6 +25,11 @@ class TraceError(ValueError):
 
 def read_trace(path: str) -> TraceDoc:
     """The trace's events and labels (``.json`` or ``.json.gz``)."""
+    return decode_json(path, read_json(path))
+
+
+def read_json(path: str) -> bytes:
+    """The trace's JSON text, gunzipped where needed."""
     if not os.path.exists(path):
         raise TraceError(f"{path}: no such file or folder")
     try:
@@ -38,6 +43,11 @@ def read_trace(path: str) -> TraceDoc:
         raise TraceError(f"{path}: not a complete gzip file ({err})") from None
     except OSError as err:
         raise TraceError(f"{path}: {err.strerror or err}") from None
+    return raw
+
+
+def decode_json(path: str, raw: bytes) -> TraceDoc:
+    """The trace document in ``raw``, the JSON text of ``path``."""
     try:
         return decode(raw)
     except UnicodeDecodeError as err:

@@ -34,12 +34,11 @@ def spans(c: Columns, mask: np.ndarray) -> intervals.Union:
 def window_figures(c: Columns) -> dict[str, Any]:
     """Host-step figures of one trace: data-wait share, GPU idle, blocking sync time, peak memory."""
     peaks: dict[str, dict[str, int]] = {}
-    for e in c.memory:
-        args = e.args
-        if args.total_allocated is not None or args.total_reserved is not None:
-            peak = peaks.setdefault(f"{args.device_type}:{args.device_id}", {"Total Allocated": 0, "Total Reserved": 0})
-            peak["Total Allocated"] = max(peak["Total Allocated"], int(args.total_allocated or 0))
-            peak["Total Reserved"] = max(peak["Total Reserved"], int(args.total_reserved or 0))
+    for code, device in enumerate(c.memory_devices):
+        at = c.memory_device == code
+        allocated, reserved = c.memory_allocated[at], c.memory_reserved[at]
+        if ((allocated >= 0) | (reserved >= 0)).any():
+            peaks[device] = {"Total Allocated": int(max(allocated.max(), 0)), "Total Reserved": int(max(reserved.max(), 0))}
     device = c.cat_mask(*DEVICE_CATS)
     runtime = c.cat_mask(*RUNTIME_CATS)
     rest = ~device & ~runtime

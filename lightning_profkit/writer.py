@@ -44,7 +44,7 @@ class TraceWriter:
     ) -> None:
         self._on_error = on_error
         self._on_written = on_written
-        self._jobs: "queue.Queue[WindowJob]" = queue.Queue()
+        self._jobs: "queue.Queue[Optional[WindowJob]]" = queue.Queue()  # None: end the thread
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
 
@@ -68,9 +68,24 @@ class TraceWriter:
             time.sleep(0.01)
         return True
 
+    def close(self, timeout: float) -> int:
+        """:meth:`flush`, then end the thread (after the windows still queued, if ``timeout`` ran out);
+        returns how many windows were still being written."""
+        left = 0 if self.flush(timeout) else self.pending
+        with self._lock:
+            if self._thread is not None:
+                self._jobs.put(None)
+                if not left:
+                    self._thread.join(timeout)
+                self._thread = None
+        return left
+
     def _run(self) -> None:
         while True:
             job = self._jobs.get()
+            if job is None:
+                self._jobs.task_done()
+                return
             try:
                 self._write(job)
             except Exception as err:  # never let the thread die: report and go on

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import warnings
 
 import pytest
@@ -89,8 +90,9 @@ def test_traces_go_to_the_first_tensorboard_logger(tmp_path):
     assert path.startswith(tb.log_dir) and monitor.traces == [path]
 
 
-def test_every_trace_is_complete_gzip_json(tmp_path):
+def test_every_trace_is_complete_gzip_json_and_no_thread_outlives_fit(tmp_path):
     fit(tmp_path, PerformanceMonitor(every_n_steps=5, active=2), size=60)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("profkit")]
     paths = trace_files(tmp_path)
     assert len(paths) == 5
     for path in paths:

@@ -1,0 +1,94 @@
+"""A trace decoded in pieces by forked workers gives exactly the figures of one pass, or falls back to one pass."""
+
+import json
+import os
+import threading
+
+import pytest
+
+from conftest import SHARED_TRACES
+from lightning_profkit.trace_file import TraceError, read_json
+from lightning_profkit.trace_load import MIN_PIECE, _pieces, cut_points, load_trace
+from lightning_profkit.trace_summary import summarize_columns
+
+TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
+SMALL = 16 * 1024  # bytes per piece: every shared trace but the tiniest is cut
+
+
+def load(path, **kw):
+    loaded = load_trace(str(path), **kw)
+    return (json.dumps(summarize_columns(loaded.columns), sort_keys=True), loaded.distributed_info, loaded.meta), loaded.pieces
+
+
+def figures(path, **kw):
+    return load(path, **kw)[0]
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_pieces_give_the_figures_of_one_pass(shared_traces, name):
+    path = shared_traces / name
+    got, pieces = load(path, jobs=4, min_piece=SMALL)
+    assert pieces == (4 if len(read_json(str(path))) >= 4 * SMALL else 1)
+    assert got == figures(path, jobs=1)
+
+
+def event(i, name):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 2, "ts": 1000 + 10 * i, "dur": 5,
+            "args": {"External id": i, "nested": [{"a": "},{"}, {"b": [1, {"c": 2}]}]}}
+
+
+def write(path, doc, indent=None):
+    path.write_text(json.dumps(doc, indent=indent))
+    return path
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_boundaries_inside_strings_and_nested_lists(tmp_path, indent):
+    events = [event(i, "aten::x },{ y" if i % 2 else f"ProfilerStep#{i}") for i in range(4000)]
+    doc = {"traceEvents": events, "after": [{"ph": None}, {"x": 1}], "distributedInfo": {"rank": 5},
+           "profkit": {"worker": "w"}}
+    path = write(tmp_path / "t.json", doc, indent)
+    one = figures(path, jobs=1)
+    assert one[1] == {"rank": 5} and one[2] == {"worker": "w"}
+    for jobs in (2, 3, 7):
+        assert figures(path, jobs=jobs, min_piece=4096) == one
+
+
+def test_a_bad_second_half_reports_like_one_pass(tmp_path):
+    good = json.dumps({"traceEvents": [event(i, "aten::mm") for i in range(4000)]})
+    path = tmp_path / "cut.json"
+    path.write_text(good[: len(good) * 3 // 4])
+    messages = []
+    zombies_before = _zombie_children()
+    for kw in ({"jobs": 1}, {"jobs": 4, "min_piece": 4096}):
+        with pytest.raises(TraceError) as err:
+            load_trace(str(path), **kw)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "not JSON" in messages[0]
+    assert _zombie_children() == zombies_before  # every worker was waited for
+
+
+def _zombie_children():
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state, parent = f.read().rsplit(")", 1)[1].split()[:2]
+        except OSError:
+            continue
+        if state == "Z" and int(parent) == os.getpid():
+            found.add(pid)
+    return found
+
+
+def test_one_pass_in_a_process_with_threads_or_for_small_text():
+    assert _pieces(10 * MIN_PIECE, jobs=4, min_piece=MIN_PIECE) == 4
+    assert _pieces(MIN_PIECE, jobs=4, min_piece=MIN_PIECE) == 1  # a fork would cost more than it saves
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert _pieces(10 * MIN_PIECE, jobs=4, min_piece=MIN_PIECE) == 1  # forking beside a thread can deadlock
+    finally:
+        stop.set()
+        thread.join()
