@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from lightning_profkit.trace_events import TraceDoc, decode
 
@@ -59,9 +60,14 @@ def decode_json(path: str, raw: bytes) -> TraceDoc:
         raise TraceError(f"{path}: not JSON ({text})") from None
 
 
+def _natural(path: str) -> list:
+    """Sort key that orders numbers by value: ``step=75`` before ``step=101``."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", path)]
+
+
 def find_traces(path: str) -> list[str]:
     """``path`` itself if it is a file, else the trace files under it (``*.pt.trace.json[.gz]``, or any
-    ``*.json[.gz]`` when there are none of those), sorted."""
+    ``*.json[.gz]`` when there are none of those), in natural order (step 75 before step 101)."""
     if os.path.isfile(path):
         return [path]
     if not os.path.isdir(path):
@@ -75,7 +81,7 @@ def find_traces(path: str) -> list[str]:
                 found[True].append(os.path.join(folder, name))
             elif name.endswith(JSON_SUFFIXES):
                 found[False].append(os.path.join(folder, name))
-    traces = sorted(found[True] or found[False])
+    traces = sorted(found[True] or found[False], key=_natural)
     if not traces:
         raise TraceError(f"{path}: no trace files (*.pt.trace.json[.gz]) in this folder")
     return traces

@@ -129,3 +129,13 @@ def test_missing_arguments_use_argparse_usage():
     done = profkit("summary")
     assert done.returncode == 2 and "usage: profkit summary" in done.stderr
     assert shutil.which(PROFKIT)
+
+
+def test_windows_are_listed_in_step_order(tmp_path, shared_traces):
+    for window in ("epoch=1-step=101-103", "epoch=1-step=75-77", "epoch=0-step=9-11"):
+        (tmp_path / window).mkdir()
+        shutil.copy(shared_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", tmp_path / window)
+    done = profkit("summary", "--json", tmp_path)
+    assert done.returncode == 0, done.stderr
+    windows = [t["window"] for t in json.loads(done.stdout)["traces"]]
+    assert windows == ["epoch=0-step=9-11", "epoch=1-step=75-77", "epoch=1-step=101-103"]
