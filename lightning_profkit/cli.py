@@ -95,6 +95,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     except BrokenPipeError:  # `profkit summary ... | head`
         return 0
+    except KeyboardInterrupt:  # Ctrl+C: no traceback, the shell's usual status
+        return 130
     except OSError as err:
         print(f"profkit: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
         return 1
