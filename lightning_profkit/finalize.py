@@ -8,6 +8,7 @@ window's figures and summary (:mod:`trace_summary`) as one JSON line on stdout.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
@@ -32,11 +33,13 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict
     events = trace.get("traceEvents") or []
     relabel_dataloader_events(events)
     trace["profkit"] = meta
+    # json.dumps, not json.dump: only the one-shot call uses the C encoder (8x faster on a large trace).
+    # Default separators: HTA finds the rank with the pattern '"rank":\s+(\d+)'.
+    data = gzip.compress(json.dumps(trace).encode("utf-8"), compresslevel=6)
     tmp = temporary_name(final_path)
     try:
-        with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6) as f:
-            # default separators: HTA finds the rank with the pattern '"rank":\s+(\d+)'
-            json.dump(trace, f)
+        with open(tmp, "wb") as f:
+            f.write(data)
         os.replace(tmp, final_path)
     except BaseException:
         if os.path.exists(tmp):
@@ -53,6 +56,7 @@ def main(argv: list[str]) -> int:
         os.nice(10)  # training comes first
     except OSError:
         pass
+    gc.disable()  # a short-lived process of many small objects and no cycles: collections only cost time
     raw_path, final_path, meta = argv[0], argv[1], json.loads(argv[2])
     try:
         figures = finalize_trace(raw_path, final_path, meta)
