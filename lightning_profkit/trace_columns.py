@@ -7,7 +7,7 @@ correlation id, external id) that are absent or not integers are -1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -25,8 +25,7 @@ def _as_int(value: Any) -> int:
 
 @dataclass
 class Columns:
-    cats: list[str]  # lower-cased category per code
-    raw_cats: list[Any]  # as written (None where absent)
+    raw_cats: list[Any]  # category per code, as written (None where absent)
     names: list[str]
     cat: np.ndarray
     name: np.ndarray
@@ -44,6 +43,10 @@ class Columns:
     memory_device: np.ndarray
     memory_allocated: np.ndarray
     memory_reserved: np.ndarray
+    cats: list[str] = field(init=False)  # lower-cased category per code
+
+    def __post_init__(self) -> None:
+        self.cats = [str(c or "").lower() for c in self.raw_cats]
 
     def cat_mask(self, *cats: str) -> np.ndarray:
         return code_mask(self.cat, [i for i, c in enumerate(self.cats) if c in cats], len(self.cats))
@@ -118,7 +121,6 @@ def columns(events: Sequence[Event]) -> Columns:
     ts = np.fromiter(ts_list, dtype=np.float64, count=len(ts_list))
     dur = np.array(dur_list, dtype=np.float64)  # None becomes NaN
     return Columns(
-        cats=[str(c or "").lower() for c in raw_cats],
         raw_cats=raw_cats,
         names=[str(n or "") for n in raw_names],
         cat=cat_codes,
@@ -158,7 +160,7 @@ def concat(parts: Sequence[Columns]) -> Columns:
     joined = {f: np.concatenate([getattr(p, f) for p in parts])
               for f in ("ts", "dur", "end", "stream", "corr", "ext", "memory_allocated", "memory_reserved")}
     return Columns(
-        cats=[str(c or "").lower() for c in raw_cats], raw_cats=raw_cats, names=names, cat=cat, name=name,
+        raw_cats=raw_cats, names=names, cat=cat, name=name,
         thread=thread.astype(np.int64), threads=threads, fractional=any(p.fractional for p in parts),
         memory_devices=devices, memory_device=device, **joined,
     )
