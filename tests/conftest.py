@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -127,23 +126,35 @@ def reference(shared_traces: Path) -> dict:
     return json.loads((shared_traces / "reference.json").read_text())
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class TensorBoardServer:
-    """A real `tensorboard` process on 127.0.0.1, stopped by its pid."""
+    """A real `tensorboard` process on 127.0.0.1, stopped by its pid.
 
-    def __init__(self, logdir):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+    It binds a port the system picks (``--port 0``) and says which in its "TensorBoard ... at http://..."
+    line, so no other process can take the port between choosing and binding it. Its output goes to a log
+    file in the test's folder, quoted when it exits or stays silent.
+    """
+
+    _URL = re.compile(rb"TensorBoard \S+ at (http://127\.0\.0\.1:(\d+))/")
+
+    def __init__(self, logdir, log_path, timeout=120):
         tb = os.path.join(os.path.dirname(sys.executable), "tensorboard")
-        self.proc = subprocess.Popen(
-            [tb, "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(self.port), "--reload_interval", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [tb, "--logdir", str(logdir), "--host", "127.0.0.1", "--port", "0", "--reload_interval", "1"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while (m := self._URL.search(Path(log_path).read_bytes())) is None:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                why = f"exited with {self.proc.returncode}" if self.proc.poll() is not None else f"gave no URL in {timeout}s"
+                self.stop()
+                raise AssertionError(f"tensorboard {why}; its output:\n{self.log()}")
+            time.sleep(0.2)
+        self.base, self.port = m.group(1).decode(), int(m.group(2))
+
+    def log(self) -> str:
+        return Path(self.log_path).read_text(errors="replace")[-4000:]
 
     def get(self, path, **params):
         url = f"{self.base}/data/plugin/pytorch_profiler/{path}"
@@ -162,10 +173,14 @@ class TensorBoardServer:
             except Exception as err:  # server still starting or loading
                 last = err
             time.sleep(1)
-        raise AssertionError(f"TensorBoard did not answer in {timeout}s: {last!r}")
+        alive = "running" if self.proc.poll() is None else f"exited with {self.proc.returncode}"
+        raise AssertionError(f"TensorBoard ({alive}) did not answer in {timeout}s: {last!r}; its output:\n{self.log()}")
 
     def stop(self):
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:  # the whole session: the plugin loads runs in child processes
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -178,7 +193,7 @@ def tensorboard_server(tmp_path):
     servers = []
 
     def start(logdir):
-        servers.append(TensorBoardServer(logdir))
+        servers.append(TensorBoardServer(logdir, tmp_path / f"tensorboard-{len(servers)}.log"))
         return servers[-1]
 
     yield start
