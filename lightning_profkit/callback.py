@@ -8,7 +8,6 @@ import re
 import socket
 import time
 import warnings
-from array import array
 from collections import deque
 from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
@@ -89,8 +88,8 @@ class PerformanceMonitor(Callback):
 
     **Logged metrics** (through the trainer's loggers, once per epoch, x-axis ``global_step``), under
     ``profkit/``: ``data_wait_ratio`` (time inside the DataLoader's ``next()`` over training time, which
-    leaves out validation), ``data_wait_s``, ``train_s``, ``step_time_ms_mean``/``_p90`` (fetch start to
-    batch end), ``dataloader_startup_s`` (epoch start to first fetch: worker start-up), ``samples_per_s``,
+    leaves out validation), ``data_wait_s``, ``train_s``, ``step_time_ms_mean``/``_p90`` (a step's first
+    fetch to the next step's, validation left out), ``dataloader_startup_s`` (epoch start to first fetch: worker start-up), ``samples_per_s``,
     ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only), ``gpu_idle_ratio`` (CUDA with the ``nvml`` extra:
     ``1 -`` mean NVML utilization over the epoch's training time, sampled about every 1/6 s to 1 s). Several ranks: means, plus
     ``data_wait_ratio_max`` and ``data_wait_worst_rank``. Per profiled window (rank zero's traces):
@@ -117,7 +116,8 @@ class PerformanceMonitor(Callback):
         active: steps recorded per window (default mode and ``every_n_steps``).
         steps: explicit global steps to record, e.g. ``"100-102,500-502"`` or ``[[100, 102], 500]``.
         every_n_steps: record ``active`` steps from every multiple of this many steps.
-        step_filter: record the steps for which ``step_filter(step)`` is true.
+        step_filter: record the steps for which ``step_filter(step)`` is true (a function of the step alone:
+            it is asked ahead of time, up to 1000 steps at once, so that other steps cost nothing).
         ranks: global ranks that profile (default: all).
         dirpath: folder for the window folders (default: ``<run dir>/profiler``).
         activities: ``"cpu"``, ``"cuda"`` (default: CPU, plus CUDA when the model is on a CUDA device).
@@ -147,10 +147,12 @@ class PerformanceMonitor(Callback):
         trainer.fit(BoringModel())
     """
 
-    # Lightning dispatches every hook to every callback through its profiler's context manager (about 4 µs
-    # each) unless the attribute is not callable. The per-batch hooks this callback does not use are None,
-    # so that they cost nothing: a step pays for one hook, where a callback that leaves them pays for six.
-    on_train_batch_start = on_before_backward = on_after_backward = None  # type: ignore[assignment]
+    # Lightning dispatches every hook to every callback through its profiler's context manager (about 7 µs
+    # each here) unless the attribute is not callable. The per-batch hooks this callback does not use are
+    # None, so that they cost nothing. So is `on_train_batch_end`, except on the steps where there is work
+    # at the step's end (a window's steps, a rolling check, a capture request poll): the fetch timer, which
+    # sees every step begin, sets it for those steps (`_wake`) and it unsets itself.
+    on_train_batch_start = on_train_batch_end = on_before_backward = on_after_backward = None  # type: ignore[assignment]
     on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
     on_validation_batch_start = on_validation_batch_end = None  # type: ignore[assignment]
     on_test_batch_start = on_test_batch_end = None  # type: ignore[assignment]
@@ -263,7 +265,8 @@ class PerformanceMonitor(Callback):
         self._poller: Optional[capture_request.RequestPoller] = None
         self._marker: Optional[str] = None
         self._group: Any = None
-        self._block_n = 0
+        self._check_at: Optional[int] = None  # the step at whose end the next rolling check runs
+        self._windows_at: float = float("inf")  # the next step at whose end the window runner has work
         self._block_t0 = 0.0
         self._block_fetch0 = 0.0
         self._carry = (0.0, 0.0)  # data wait and training time of the current block in earlier epochs
@@ -273,7 +276,6 @@ class PerformanceMonitor(Callback):
         self._fitting = False
         self._in_epoch = False
         self._sampler: Optional[UtilizationSampler] = None
-        self._step_times = array("d")  # 8 bytes a step, for the epoch's mean and p90
         self._batch_size: Optional[int] = None
         self._finished_windows: deque[dict[str, Any]] = deque()
         self._summaries: list[dict[str, Any]] = []
@@ -295,7 +297,9 @@ class PerformanceMonitor(Callback):
         self._summaries = []
         self._apply_resume_state()
         self._fitting = True
-        self._block_n = 0
+        self._check_at = None
+        self._windows_at = float("inf")
+        self.on_train_batch_end = None  # type: ignore[assignment]  # not left set by an earlier fit
         self._epoch_carry = (0.0, 0.0)
         self._group = _exchange_group(trainer)
         self._is_zero = trainer.is_global_zero
@@ -350,28 +354,47 @@ class PerformanceMonitor(Callback):
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._epoch = trainer.current_epoch
         self._start_epoch_stats()
+        loop = trainer.fit_loop.epoch_loop
+        # the epoch's counters are reset after this hook, unless resuming inside the epoch
+        step, batch_idx = loop.total_batch_idx + 1, loop.batch_progress.current.ready if loop.restarting else 0
+        if self._check_at is None:
+            self._check_at = step + self.alert_window - 1
         if self._runner is not None:
-            loop = trainer.fit_loop.epoch_loop
-            self._runner.epoch_start(
-                loop.total_batch_idx + 1, loop.batch_progress.current.ready, _epoch_length(trainer)
-            )
+            self._runner.epoch_start(step, batch_idx, _epoch_length(trainer))
+        self._windows_at = self._next_window_step(step, batch_idx)
+        self._schedule()
 
-    def on_train_batch_end(
+    def _wake(self) -> None:
+        """From the fetch timer, at the first fetch of a step with work at its end: have Lightning call us there."""
+        self.on_train_batch_end = self._step_end  # type: ignore[assignment]
+
+    def _step_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        """``on_train_batch_end`` of the steps we were woken for; it schedules the next one."""
+        self.on_train_batch_end = None  # type: ignore[assignment]
         now = perf_counter()
-        if self._timer is not None:
-            started = self._timer.stats.fetch_started
-            if started is not None:
-                self._step_times.append(now - started)
-            self._block_n += 1
-            if self._block_n >= self.alert_window:
-                self._check_block(trainer, now)  # every rank at the same step: it may exchange figures
+        step = trainer.fit_loop.epoch_loop.total_batch_idx
+        if self._check_at is not None and step >= self._check_at:
+            self._check_at = step + self.alert_window
+            self._check_block(trainer, now)  # every rank at the same step: it may exchange figures
         if self._poller is not None and now >= self._poller.next_poll:
             self._poll_requests(trainer, now)
         if self._finished_windows:  # log each window's figures once its trace is written
             self._log_windows(trainer)
-        self._advance_windows(trainer, batch_idx)
+        if step >= self._windows_at:
+            self._advance_windows(trainer, batch_idx)
+            self._windows_at = self._next_window_step(step + 1, batch_idx + 1)
+        self._schedule()
+
+    def _next_window_step(self, step: int, batch_idx: int) -> float:
+        return self._runner.next_step_end(step, batch_idx) if self._runner is not None else float("inf")
+
+    def _schedule(self) -> None:
+        """Ask the fetch timer to wake us at the next step with work at its end, or at the next poll."""
+        if self._timer is not None:
+            due = min(self._windows_at, float("inf") if self._check_at is None else self._check_at)
+            self._timer.wake(due, self._poller.next_poll if self._poller is not None else float("inf"), self._wake)
 
     @_guarded
     def _advance_windows(self, trainer: Trainer, batch_idx: int) -> None:
@@ -387,14 +410,19 @@ class PerformanceMonitor(Callback):
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._validation_start is not None:
-            self._validation_spans.append((self._validation_start, perf_counter()))
+            end = perf_counter()
+            self._validation_spans.append((self._validation_start, end))
+            if self._timer is not None:
+                self._timer.stats.exclude(end - self._validation_start)
             self._validation_start = None
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         end = perf_counter()
         self._in_epoch = False
+        self.on_train_batch_end = None  # type: ignore[assignment]
         self._stop_windows()
         if self._timer is not None:
+            self._timer.stats.end_step(end, trainer.fit_loop.epoch_loop.batch_progress.total.completed)
             self._epoch_carry = self._block_so_far(end)
         if self._timer is None or not (self.log_metrics or self._rule is not None):
             return
@@ -429,13 +457,13 @@ class PerformanceMonitor(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._close()
-        fetch_timer.uninstall(trainer, self._timer)
+        fetch_timer.uninstall(self._timer)
         self._pending = []
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             self._close()
-            fetch_timer.uninstall(trainer, self._timer)
+            fetch_timer.uninstall(self._timer)
             self._timer = None
             self._fitting = False
 
@@ -466,7 +494,6 @@ class PerformanceMonitor(Callback):
         self._in_epoch = True
         self._validation_spans = []
         self._episode_in_epoch = False
-        self._step_times = array("d")
         self._start_block(self._epoch_start, self._epoch_carry)  # a block runs on across epochs
         if self._on_cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -479,7 +506,7 @@ class PerformanceMonitor(Callback):
             peak = torch.cuda.max_memory_allocated() if self._on_cuda else None
             validation_s = sum(b - a for a, b in self._validation_spans)
             figures = epoch_figures(
-                self._timer.stats, self._epoch_start, end, validation_s, self._step_times, self._batch_size, peak,
+                self._timer.stats, self._epoch_start, end, validation_s, self._timer.stats.step_times, self._batch_size, peak,
                 self._gpu_idle(end),
             )
             vector = to_vector(figures)
@@ -499,7 +526,6 @@ class PerformanceMonitor(Callback):
         """The rolling check: this block's data wait on every rank (exchanged off the device), then the rule."""
         fetch, train = self._block_so_far(now)
         requested, self._requested = self._requested, 0
-        self._block_n = 0
         self._start_block(now)
         rows = _exchange(self._group, [fetch, train, float(requested)])
         asked = int(max(row[2] for row in rows))
@@ -566,7 +592,9 @@ class PerformanceMonitor(Callback):
             self._warn_once(f"no more captures: `max_captures={self.max_captures}` windows were recorded", key="budget")
             return None
         self._captures_left -= 1
-        first, last = self._runner.capture(trainer.fit_loop.epoch_loop.total_batch_idx + 1, steps)
+        step = trainer.fit_loop.epoch_loop.total_batch_idx
+        first, last = self._runner.capture(step + 1, steps)
+        self._windows_at = min(self._windows_at, step)  # the runner opens it at this step's end
         rank_zero_info(f"lightning_profkit: recording steps {first}-{last} ({reason})")
         return first, last
 

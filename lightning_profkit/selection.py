@@ -46,6 +46,14 @@ class Selection:
                 return k
         return None
 
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        """The first active step in ``[step, step + horizon)``, or None. A scan here (one predicate call
+        per step); the selections below answer in O(1)."""
+        for k in range(horizon):
+            if self.is_active(step + k, batch_idx + k):
+                return step + k
+        return None
+
     def describe(self) -> str:
         raise NotImplementedError
 
@@ -73,6 +81,11 @@ class EpochWindow(Selection):
         first = (self.skip_first if self._start is None else self._start) + self.warmup
         return first <= batch_idx < first + self.active
 
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        first = (self.skip_first if self._start is None else self._start) + self.warmup
+        b = max(batch_idx, first)
+        return _within(step + b - batch_idx, step, horizon) if b < first + self.active else None
+
     def describe(self) -> str:
         first = (self.skip_first if self._start is None else self._start) + self.warmup
         return f"batches {first}-{first + self.active - 1} of every epoch (after {self.warmup} warm-up)"
@@ -92,6 +105,12 @@ class StepList(Selection):
         i = bisect.bisect_right(self._starts, step) - 1  # type: ignore[attr-defined]
         return i >= 0 and step <= self.ranges[i][1]
 
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        i = bisect.bisect_right(self._starts, step) - 1  # type: ignore[attr-defined]
+        if i >= 0 and step <= self.ranges[i][1]:
+            return _within(step, step, horizon)
+        return _within(self.ranges[i + 1][0], step, horizon) if i + 1 < len(self.ranges) else None
+
     def describe(self) -> str:
         return "steps " + ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
 
@@ -106,6 +125,10 @@ class EveryNSteps(Selection):
 
     def is_active(self, step: int, batch_idx: int) -> bool:
         return step >= self.every_n_steps and step % self.every_n_steps < self.active
+
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        n = self.every_n_steps
+        return _within(step if self.is_active(step, batch_idx) else (step // n + 1) * n, step, horizon)
 
     def describe(self) -> str:
         return f"{self.active} steps from every multiple of {self.every_n_steps}"
@@ -137,6 +160,9 @@ class NoSteps(Selection):
     def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
         return None
 
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        return None
+
     def describe(self) -> str:
         return "no steps"
 
@@ -162,6 +188,11 @@ class WithCaptures(Selection):
             return self.base.warmup_before(step, batch_idx)
         return super().warmup_before(step, batch_idx)
 
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        found = [self.base.next_active(step, batch_idx, horizon)]
+        found += [_within(max(lo, step), step, horizon) for lo, hi in self.ranges if hi >= step]
+        return min((a for a in found if a is not None), default=None)
+
     def for_epoch(self, num_batches: Optional[int]) -> "WithCaptures":
         return WithCaptures(self.base.for_epoch(num_batches), self.ranges)
 
@@ -172,6 +203,10 @@ class WithCaptures(Selection):
 
     def describe(self) -> str:
         return self.base.describe()
+
+
+def _within(candidate: int, step: int, horizon: int) -> Optional[int]:
+    return candidate if candidate < step + horizon else None
 
 
 def parse_step_ranges(steps: StepRanges) -> tuple[tuple[int, int], ...]:

@@ -175,6 +175,20 @@ class WindowRunner:
         if self.session is None and not last_in_epoch:
             self._maybe_open(step + 1, batch_idx + 1, stopping)
 
+    def next_step_end(self, step: int, batch_idx: int, horizon: int = 1000) -> int:
+        """The first step from ``step`` on at whose end :meth:`step_end` has work: every step of an open
+        session, else the step before the next session starts. Where no window begins within ``horizon``
+        steps, a step before any could, to be asked again then; so the caller need not call
+        :meth:`step_end` at the other steps."""
+        if self.session is not None:
+            return step
+        warmup = self.selection.warmup
+        horizon = max(horizon, warmup + 2)
+        first = self.selection.next_active(step + 1, batch_idx + 1, horizon)
+        if first is None:  # none starts before step + 1 + horizon, so no session before step + horizon - warmup
+            return step + horizon - warmup - 1
+        return max(step, first - 1 - warmup)
+
     def stop(self) -> None:
         session, self.session = self.session, None
         if session is not None:

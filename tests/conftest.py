@@ -100,6 +100,12 @@ def leftovers(root: Any) -> list[str]:
     return found
 
 
+def fetch_timing_removed(trainer: Trainer) -> bool:
+    """The fit loops have their own fetch callbacks back (ours are instance attributes while fitting)."""
+    loops = (trainer.fit_loop.epoch_loop, trainer.fit_loop.epoch_loop.val_loop)
+    return not any(name in vars(loop) for loop in loops for name in ("_on_before_fetch", "_on_after_fetch"))
+
+
 def read_trace(path: str) -> dict:
     with gzip.open(path, "rt") as f:
         return json.load(f)

@@ -2,11 +2,13 @@
 
 import gzip
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -15,7 +17,9 @@ from lightning.pytorch import Callback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.profilers import PyTorchProfiler, SimpleProfiler
 
-from conftest import SleepDataset, TinyModel, leftovers, make_trainer, profiler_steps, read_trace, trace_files
+from conftest import (
+    SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps, read_trace, trace_files,
+)
 from lightning_profkit import PerformanceMonitor
 
 
@@ -129,14 +133,23 @@ def test_lightning_pytorch_profiler_wins_with_one_warning(tmp_path):
     assert [p for p in trace_files(tmp_path) if "profiler" in p.split(os.sep)[-3:-1]] == []
 
 
-def test_lightning_dispatches_only_the_one_per_batch_hook_we_use(tmp_path):
-    user_profiler = SimpleProfiler()  # records every hook Lightning dispatches, by name
-    trainer, _ = fit(tmp_path, PerformanceMonitor(profile=False), profiler=user_profiler)
-    ours = {name.split(".")[-1] for name in user_profiler.recorded_durations if name.startswith("[Callback]PerformanceMonitor")}
-    assert "on_train_batch_end" in ours and "on_train_epoch_end" in ours
-    assert not ours & {"on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
-                       "on_before_zero_grad", "on_validation_batch_start", "on_validation_batch_end"}
-    assert trainer.profiler is user_profiler  # the user's profiler is given back
+def test_lightning_dispatches_our_step_end_hook_only_on_steps_with_work(tmp_path):
+    user_profiler = SimpleProfiler()  # records every hook Lightning dispatches, by name, once per call
+    monitor = PerformanceMonitor(steps="20-21", alert_window=10)
+    start = time.monotonic()
+    trainer, _ = fit(tmp_path, monitor, size=80, profiler=user_profiler)  # 40 steps
+    elapsed = time.monotonic() - start
+    calls = {name.split(".")[-1]: len(durations) for name, durations in user_profiler.recorded_durations.items()
+             if name.startswith("[Callback]PerformanceMonitor")}
+    assert not set(calls) & {"on_train_batch_start", "on_before_backward", "on_after_backward",
+                             "on_before_optimizer_step", "on_before_zero_grad", "on_validation_batch_start",
+                             "on_validation_batch_end"}
+    assert calls["on_train_epoch_end"] == 1
+    # rolling checks at steps 9, 19, 29, 39; the window's steps 18 (its session opens), 19 (warm-up), 20, 21;
+    # the capture-request poll at step 0, then about once a second
+    assert 8 <= calls["on_train_batch_end"] <= 8 + math.ceil(elapsed)
+    assert windows(tmp_path) == {"epoch=0-step=20-21": [20, 21]}
+    assert trainer.profiler is user_profiler and fetch_timing_removed(trainer)  # the user's profiler is untouched
 
 
 def test_unknown_option_fails_at_construction():

@@ -9,17 +9,19 @@ import pytest
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from torch.utils.data import DataLoader
 
-from conftest import SleepDataset, SleepIterable, TinyModel, make_trainer
+from conftest import SleepDataset, SleepIterable, TinyModel, fetch_timing_removed, make_trainer
 from lightning_profkit import PerformanceMonitor
 
 
 class TruthLoader(DataLoader):
-    """A DataLoader whose iterators record the time spent inside ``next()``: the ground truth."""
+    """A DataLoader whose iterators record when each ``next()`` starts and the time spent inside it: the
+    ground truth."""
 
     def __iter__(self):
-        inner, spent = super().__iter__(), self.spent
+        inner, spent, starts = super().__iter__(), self.spent, self.starts
 
         class Timed:
             def __iter__(self):
@@ -27,6 +29,7 @@ class TruthLoader(DataLoader):
 
             def __next__(self):
                 t0 = time.perf_counter()
+                starts.append(t0)
                 try:
                     return next(inner)
                 finally:
@@ -39,13 +42,15 @@ class TruthLoader(DataLoader):
 
 
 class Truth(Callback):
-    """Training time per epoch less validation, and the fetch time inside it."""
+    """Training time per epoch less validation, the fetch time inside it, and the mean step time: from the
+    epoch's first fetch to its end, less validation, over its steps."""
 
     def __init__(self, loader):
-        self.loader, self.ratios = loader, []
+        self.loader, self.ratios, self.step_s = loader, [], []
 
     def on_train_epoch_start(self, trainer, pl_module):
         self.loader.spent.clear()
+        self.loader.starts.clear()
         self.t0, self.val = time.perf_counter(), 0.0
 
     def on_validation_start(self, trainer, pl_module):
@@ -56,7 +61,9 @@ class Truth(Callback):
             self.val += time.perf_counter() - self.v0
 
     def on_train_epoch_end(self, trainer, pl_module):
-        self.ratios.append(sum(self.loader.spent) / (time.perf_counter() - self.t0 - self.val))
+        now, steps = time.perf_counter(), trainer.fit_loop.epoch_loop.batch_progress.current.completed
+        self.ratios.append(sum(self.loader.spent) / (now - self.t0 - self.val))
+        self.step_s.append((now - self.loader.starts[0] - self.val) / steps)
 
 
 class Recorder(Logger):
@@ -109,12 +116,12 @@ def test_data_wait_ratio_matches_the_truth(tmp_path, case):
     dataset = SleepIterable(60, delay=0.002) if opts.get("iterable") else SleepDataset(60, delay=0.002)
     loader = TruthLoader(dataset, batch_size=2, num_workers=opts.get("num_workers", 0),
                          persistent_workers=bool(opts.get("num_workers")))
-    loader.spent = []
+    loader.spent, loader.starts = [], []
     model = opts.get("model", ComputeModel)(dataset)
     recorder = Recorder(delay=0.005 if opts.get("slow_logger") else 0.0)
     truth = Truth(loader)
     monitor = PerformanceMonitor(profile=False) if opts.get("profile") is False else PerformanceMonitor(steps="5-6")
-    callbacks = [monitor, truth]
+    callbacks = [truth, monitor]  # the truth ends its epoch before our epoch-end work and logging
     kwargs = dict(max_epochs=2, logger=[recorder], log_every_n_steps=1)
     val = None
     if opts.get("validation"):
@@ -124,8 +131,9 @@ def test_data_wait_ratio_matches_the_truth(tmp_path, case):
     make_trainer(tmp_path, callbacks, **kwargs).fit(model, loader, val)
     logged = [m for _, m in recorder.rows if "profkit/data_wait_ratio" in m]
     assert len(logged) == 2
-    for row, want in zip(logged, truth.ratios):
+    for row, want, step_s in zip(logged, truth.ratios, truth.step_s):
         assert row["profkit/data_wait_ratio"] == pytest.approx(want, abs=0.02), (case, truth.ratios)
+        assert row["profkit/step_time_ms_mean"] == pytest.approx(1000 * step_s, rel=0.03), (case, truth.step_s)
     # the epoch's figures come along; GPU figures are absent on CPU
     assert {"profkit/step_time_ms_mean", "profkit/step_time_ms_p90", "profkit/train_s"} <= set(logged[0])
     assert not any("peak_memory" in k or "gpu" in k for k in logged[0])
@@ -157,11 +165,46 @@ def test_csv_and_tensorboard_loggers_hold_the_metrics(tmp_path):
     assert len(acc.Scalars("profkit/data_wait_ratio")) == 2
 
 
-def test_profiler_proxy_is_removed_and_user_profiler_kept(tmp_path):
+def fetch_actions(tmp_path, callbacks, loop=None, logger=False):
+    """{action: calls} of the fetches a SimpleProfiler records in a fit with in-epoch validation."""
     from lightning.pytorch.profilers import SimpleProfiler
 
     profiler = SimpleProfiler()
-    trainer = make_trainer(tmp_path, [PerformanceMonitor(steps="2")], profiler=profiler)
-    trainer.fit(TinyModel())
-    assert trainer.profiler is profiler
-    assert any("train_dataloader_next" in k for k in profiler.recorded_durations)
+    trainer = make_trainer(tmp_path, callbacks, profiler=profiler, limit_val_batches=2, val_check_interval=5, logger=logger)
+    if loop is not None:
+        trainer.fit_loop.epoch_loop = loop(trainer)
+    trainer.fit(TinyModel(SleepDataset(24)), val_dataloaders=DataLoader(SleepDataset(8), batch_size=2))
+    assert trainer.profiler is profiler and fetch_timing_removed(trainer)
+    return {k: len(v) for k, v in profiler.recorded_durations.items() if k.endswith("_next")}, trainer
+
+
+def test_user_profiler_sees_every_fetch_as_without_us(tmp_path):
+    alone, _ = fetch_actions(tmp_path / "a", [])
+    monitor = PerformanceMonitor(steps="2")
+    with_us, trainer = fetch_actions(tmp_path / "b", [monitor])
+    assert with_us == alone and alone["[_TrainingEpochLoop].train_dataloader_next"] == 12
+    assert alone["[_EvaluationLoop].val_next"] > 0
+
+
+class CountingLoop(_TrainingEpochLoop):
+    """A training loop whose class overrides the fetch callbacks: ours must call them, not replace them."""
+
+    calls = 0
+
+    def __init__(self, trainer):
+        super().__init__(trainer, min_steps=None, max_steps=-1)
+
+    def _on_before_fetch(self):
+        CountingLoop.calls += 1
+        super()._on_before_fetch()
+
+
+def test_a_loop_that_overrides_the_fetch_callbacks_keeps_them(tmp_path):
+    CountingLoop.calls = 0
+    alone, _ = fetch_actions(tmp_path / "a", [], loop=CountingLoop)
+    calls_alone, CountingLoop.calls = CountingLoop.calls, 0
+    recorder = Recorder()
+    with_us, _ = fetch_actions(tmp_path / "b", [PerformanceMonitor(profile=False)], loop=CountingLoop, logger=[recorder])
+    assert with_us == alone and CountingLoop.calls == calls_alone == 12
+    (epoch,) = [m for _, m in recorder.rows if "profkit/data_wait_ratio" in m]
+    assert epoch["profkit/data_wait_s"] > 0 and epoch["profkit/val_data_wait_ratio"] > 0  # and we still time them

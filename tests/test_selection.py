@@ -2,7 +2,8 @@
 
 import pytest
 
-from lightning_profkit.selection import EpochWindow, make_selection, parse_step_ranges
+from lightning_profkit.selection import EpochWindow, WithCaptures, make_selection, parse_step_ranges
+from lightning_profkit.session import WindowRunner
 
 
 def active_steps(sel, n, epoch_len=None):
@@ -70,3 +71,72 @@ def test_bad_selection_names_the_argument(kwargs, argument):
 def test_epoch_window_is_frozen_per_epoch():
     sel = EpochWindow(2, 1, 2)
     assert sel.for_epoch(None) == EpochWindow(2, 1, 2, 2)
+
+
+SELECTIONS = {
+    "epoch window": make_selection(10, 1, 3, None, None, None).for_epoch(40),
+    "short epoch": make_selection(10, 2, 3, None, None, None).for_epoch(6),
+    "step ranges": make_selection(0, 1, 1, "3-4,9,30-33", None, None),
+    "every n": make_selection(0, 1, 2, None, 7, None),
+    "filter": make_selection(0, 2, 1, None, None, lambda s: s % 11 == 5),
+    "captures": WithCaptures(make_selection(0, 1, 1, "20", None, None)).add(4, 6, 0).add(25, 25, 0),
+    "none": make_selection(10, 1, 3, None, None, None, profile=False),
+}
+
+
+@pytest.mark.parametrize("name", SELECTIONS)
+def test_next_active_is_the_first_active_step_within_the_horizon(name):
+    sel = SELECTIONS[name]
+    for horizon in (1, 3, 50):
+        for step in range(45):
+            expected = next((s for s in range(step, step + horizon) if sel.is_active(s, s)), None)
+            assert sel.next_active(step, step, horizon) == expected, (step, horizon)
+
+
+class Recorder:
+    """A stand-in session: notes the steps it is driven through."""
+
+    def __init__(self, log, step, warmup, length):
+        self.log, self.left = log, warmup + length
+        log.append(("open", step, warmup))
+
+    def step(self):
+        self.left -= 1
+        return self.left > 0
+
+    def finish(self):
+        self.log.append(("finish",))
+
+
+def drive(sel, steps, epoch_len, every_step):
+    """Run a WindowRunner over ``steps`` steps; with ``every_step`` False, call step_end only where
+    next_step_end says it has work. Returns what the runner did."""
+    log = []
+
+    def open_session(selection, step, batch_idx, warmup):
+        length = 1
+        while selection.is_active(step + warmup + length, batch_idx + warmup + length):
+            length += 1
+        return Recorder(log, step, warmup, length)
+
+    runner = WindowRunner(sel, open_session)
+    due = None
+    for step in range(steps):
+        batch_idx = step % epoch_len
+        if batch_idx == 0:
+            runner.epoch_start(step, 0, epoch_len)
+            due = runner.next_step_end(step, 0, horizon=8)
+        if every_step or step >= due:
+            log.append(("step_end", step))
+            runner.step_end(step, batch_idx, batch_idx == epoch_len - 1)
+            due = runner.next_step_end(step + 1, batch_idx + 1, horizon=8)
+    return [entry for entry in log if entry[0] != "step_end"]
+
+
+@pytest.mark.parametrize("name", SELECTIONS)
+def test_calling_the_runner_only_where_it_has_work_changes_nothing(name):
+    sel = SELECTIONS[name]
+    every = drive(sel, 90, 40, every_step=True)
+    assert drive(sel, 90, 40, every_step=False) == every
+    if name != "none":
+        assert any(entry[0] == "open" for entry in every)  # the test sees windows open
