@@ -7,11 +7,12 @@
    from other tenants only ever adds time, so the ratio of the fastest runs is the steadier wall-clock
    figure; the training thread's CPU time does not count the time it waits for a core at all (but neither
    does it count what the writer's thread and child process take from it on 2 cores).
-2. Per step: what one unprofiled step pays in Lightning's machinery for the callback, timed inside a
-   running fit: a fetch through ``trainer.profiler`` (our proxy), the six per-batch callback hooks as
-   Lightning dispatches them and its step counters, against no callback and against a no-op callback,
-   with PerformanceMonitor's occasional step-end work (rolling checks, polls) spread over the steps.
-   Wall-clock ratios on a shared 2-core machine swing by several percent; this figure does not.
+2. Per step, inside one long fit: the callback is put in and out every 100 steps (with it, its fetch
+   timing), and each pair of neighbouring blocks gives one difference; the median of 300 pairs is what a
+   real step pays, rolling checks and polls included (a check runs in the first step of the next block with
+   the callback in, so no more often than in a fit). Wall-clock ratios of whole fits on a shared 2-core
+   machine swing by several percent; this figure does not. (A tight loop over the same calls, as this
+   benchmark used before, reads 5-10x lower: our code runs with warm caches there, not in a real step.)
 3. Training-thread time of one window (its warm-up and 3 profiled steps, and the save): our background
    writer against torch's synchronous ``tensorboard_trace_handler(use_gzip=True)``, measured as the extra
    wall time of the window's steps and the 300 that follow, against the same steps without a window.
@@ -32,7 +33,6 @@ import warnings
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.trainer import call
 from lightning.pytorch.profilers import PyTorchProfiler
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -59,64 +59,49 @@ class NoOp(Callback):
     """A callback that does nothing: Lightning's own cost of dispatching hooks to one more callback."""
 
 
-PER_BATCH_HOOKS = ("on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
-                   "on_before_zero_grad", "on_train_batch_end")
+class Toggle(Callback):
+    """Inside one long fit, puts ``extra`` (a callback; a PerformanceMonitor with its fetch timing) in and
+    out every ``block`` steps and times each block from its first step's start to the next block's. The
+    blocks with and without it alternate, so a slow spell of the machine falls on both alike."""
 
+    def __init__(self, extra: Callback, block: int) -> None:
+        self.extra, self.block, self.on, self.t0 = extra, block, True, None
+        self.times: dict = {True: [], False: []}
 
-class HotPath(Callback):
-    """At batch ``at``, times what one training step pays in Lightning's machinery: a fetch through
-    ``trainer.profiler``, the six per-batch callback hooks, dispatched by Lightning's own
-    ``_call_callback_hooks``, and the step counters Lightning advances, with each set of callbacks in turn
-    (the fastest of ``rounds`` rounds). The steps count on, so PerformanceMonitor's work on the steps it
-    is woken for (a rolling check every ``alert_window`` steps, a capture-request poll every second) is in
-    the figure, spread over the steps as in a fit."""
-
-    def __init__(self, monitor: PerformanceMonitor, at: int = 100, n: int = 5000, rounds: int = 7) -> None:
-        self.monitor, self.at, self.n, self.rounds, self.us = monitor, at, n, rounds, {}
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if batch_idx != self.at:
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if batch_idx % self.block:
             return
-        callbacks, proxy = trainer.callbacks, trainer.profiler
-        progress = trainer.fit_loop.epoch_loop.batch_progress
-        saved = progress.state_dict()
-        optimizer = trainer.optimizers[0]
-        args = {"on_train_batch_start": (batch, batch_idx), "on_before_backward": (outputs["loss"],),
-                "on_after_backward": (), "on_before_optimizer_step": (optimizer,),
-                "on_before_zero_grad": (optimizer,), "on_train_batch_end": (outputs, batch, batch_idx)}
-        sets = {"none": ([], proxy.inner), "noop": ([NoOp()], proxy.inner), "ours": ([self.monitor], proxy)}
-        fetch = "[_TrainingEpochLoop].train_dataloader_next"
-        best = {k: float("inf") for k in sets}
-        for _ in range(self.rounds):
-            for label, (cbs, prof) in sets.items():
-                trainer.callbacks, trainer.profiler = cbs, prof
-                start = time.perf_counter()
-                for _ in range(self.n):
-                    trainer.profiler.start(fetch)
-                    trainer.profiler.stop(fetch)
-                    progress.increment_ready()
-                    for hook in PER_BATCH_HOOKS:
-                        call._call_callback_hooks(trainer, hook, *args[hook])
-                    progress.increment_completed()
-                best[label] = min(best[label], (time.perf_counter() - start) / self.n * 1e6)
-        trainer.callbacks, trainer.profiler = callbacks, proxy
-        progress.load_state_dict(saved)
-        self.us = best
+        now = time.perf_counter()
+        if self.t0 is not None and batch_idx > 2 * self.block:  # leave the start-up out
+            self.times[self.on].append(now - self.t0)
+        self.on = (batch_idx // self.block) % 2 == 0
+        trainer.callbacks = ([self.extra] if self.on else []) + [self]
+        if isinstance(self.extra, PerformanceMonitor):  # the fetcher took the loop's pair at epoch start
+            loop, fetcher = trainer.fit_loop.epoch_loop, trainer.fit_loop._data_fetcher
+            pair = (loop._on_before_fetch, loop._on_after_fetch)  # ours while installed
+            if not self.on:
+                pair = tuple(getattr(type(loop), name).__get__(loop) for name in ("_on_before_fetch", "_on_after_fetch"))
+            fetcher._start_profiler, fetcher._stop_profiler = pair
+        self.t0 = time.perf_counter()
 
 
-def hot_path_us(profile: bool, root: str) -> dict[str, float]:
-    """µs per step added, against no callback, by a no-op callback and by PerformanceMonitor."""
-    # the probe's back-to-back calls look data-bound to the alert rule: no capture, so no session opens
-    monitor = PerformanceMonitor(profile=profile, capture_on_alert=False)
-    probe = HotPath(monitor)
+def in_fit_us(extra: Callback, root: str, block: int = 100, pairs: int = 300) -> tuple[float, float, float, float]:
+    """µs per step that ``extra`` adds inside a real fit: the median over pairs of neighbouring blocks (with
+    it, without it) of their difference, with the quartiles; and the median step without it."""
+    steps = block * (2 * pairs + 3)  # odd number of blocks: the last has ``extra`` in, for the fit's end
+    data = TensorDataset(torch.randn(steps * 32, 128), torch.randn(steps * 32, 1))
+    toggle = Toggle(extra, block)
     trainer = Trainer(
-        max_steps=200, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[monitor, probe],
+        max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[extra, toggle],
     )
     with without_usdt_lines(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer.fit(MLP(), DataLoader(TensorDataset(torch.randn(6400, 128), torch.randn(6400, 1)), batch_size=32))
-    return {k: v - probe.us["none"] for k, v in probe.us.items() if k != "none"}
+        trainer.fit(MLP(), DataLoader(data, batch_size=32))
+    on, off = toggle.times[True], toggle.times[False]
+    added = sorted((a - b) / block * 1e6 for a, b in zip(on, off))
+    n = len(added)
+    return statistics.median(added), added[n // 4], added[(3 * n) // 4], statistics.median(off) / block * 1e6
 
 
 def fit_seconds(config: str, steps: int, root: str) -> tuple[float, float]:
@@ -219,16 +204,15 @@ def main() -> None:
         print(f"| {label} | {t:.2f} | {1000 * t / args.steps:.3f} | {t / base:.3f} | {min(times[c]) / fastest:.3f} "
               f"| {statistics.median(cpu[c]) / cpu_base:.3f} | {goal} |")
 
-    step_us = 1e6 * base / args.steps
     print()
-    print("| per step, in Lightning's dispatch and our hooks | µs added | share of this run's step "
-          f"({step_us:.0f} µs) | share of a 1.6 ms step |")
-    print("|---|---|---|---|")
-    added = {profile: hot_path_us(profile, root) for profile in (False, True)}
-    rows = (("a no-op callback (Lightning's dispatch of six hooks)", added[False]["noop"]),
-            ("metrics only", added[False]["ours"]), ("metrics + default windows (unprofiled step)", added[True]["ours"]))
-    for label, us in rows:
-        print(f"| {label} | {us:.2f} | {us / step_us:.3%} | {us / 1600:.3%} |")
+    print("| per step, inside a fit | µs added (median of 300 pairs of 100-step blocks) | quartiles | share of "
+          "the step | share of a 1.6 ms step |")
+    print("|---|---|---|---|---|")
+    rows = (("a no-op callback (Lightning's dispatch of its hooks)", NoOp()),
+            ("metrics only: `PerformanceMonitor(profile=False)`", PerformanceMonitor(profile=False)))
+    for label, extra in rows:
+        us, q1, q3, step = in_fit_us(extra, root)
+        print(f"| {label} | {us:.1f} | {q1:.1f} to {q3:.1f} | {us / step:.2%} of {step:.0f} µs | {us / 1600:.2%} |")
 
     handlers = ["none", "profkit", "torch"]
     cost: dict = {h: [] for h in handlers}
