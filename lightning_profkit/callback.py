@@ -89,7 +89,8 @@ class PerformanceMonitor(Callback):
     **Logged metrics** (through the trainer's loggers, once per epoch, x-axis ``global_step``), under
     ``profkit/``: ``data_wait_ratio`` (time inside the DataLoader's ``next()`` over training time, which
     leaves out validation), ``data_wait_s``, ``train_s``, ``step_time_ms_mean``/``_p90`` (a step's first
-    fetch to the next step's, validation left out), ``dataloader_startup_s`` (epoch start to first fetch: worker start-up), ``samples_per_s``,
+    fetch to the next step's, validation left out), ``dataloader_startup_s`` (epoch start to first fetch:
+    worker start-up), ``samples_per_s``,
     ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only), ``gpu_idle_ratio`` (CUDA with the ``nvml`` extra:
     ``1 -`` mean NVML utilization over the epoch's training time, sampled about every 1/6 s to 1 s). Several ranks: means, plus
     ``data_wait_ratio_max`` and ``data_wait_worst_rank``. Per profiled window (rank zero's traces):
@@ -506,8 +507,7 @@ class PerformanceMonitor(Callback):
             peak = torch.cuda.max_memory_allocated() if self._on_cuda else None
             validation_s = sum(b - a for a, b in self._validation_spans)
             figures = epoch_figures(
-                self._timer.stats, self._epoch_start, end, validation_s, self._timer.stats.step_times, self._batch_size, peak,
-                self._gpu_idle(end),
+                self._timer.stats, self._epoch_start, end, validation_s, self._batch_size, peak, self._gpu_idle(end)
             )
             vector = to_vector(figures)
         except Exception as err:

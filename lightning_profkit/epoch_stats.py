@@ -36,7 +36,6 @@ def epoch_figures(
     epoch_start: float,
     epoch_end: float,
     validation_s: float,
-    step_times: Sequence[float],
     batch_size: Optional[int],
     peak_memory_bytes: Optional[int],
     gpu_idle_ratio: Optional[float] = None,
@@ -52,6 +51,7 @@ def epoch_figures(
         out["data_wait_ratio"] = fetch.train_s / train_s
         if batch_size and fetch.train_count:
             out["samples_per_s"] = fetch.train_count * batch_size / train_s
+    step_times = fetch.step_times
     if step_times:
         out["step_time_ms_mean"] = 1000 * sum(step_times) / len(step_times)
         out["step_time_ms_p90"] = 1000 * percentile(step_times, 0.9)
