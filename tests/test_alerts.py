@@ -72,7 +72,8 @@ def test_data_bound_run_alerts_once_with_advice_and_fed_run_not_at_all(tmp_path)
     assert str(alert.step) in str(warned[0].message)
 
     fed = PerformanceMonitor(profile=False, alert_window=10)
-    _, warned = fit(tmp_path / "b", fed, Busy(SleepDataset(120, delay=0.004), work=0.006, num_workers=2))
+    # two workers make a batch every 4 ms, the step takes 10: fed with room to spare once they have started
+    _, warned = fit(tmp_path / "b", fed, Busy(SleepDataset(120, delay=0.004), work=0.010, num_workers=2))
     assert fed.alerts == [] and warned == []
 
 
