@@ -81,9 +81,11 @@ class FetchTimer:
 
     def install(self) -> "FetchTimer":
         train, val = self._train_loop, self._val_loop
-        stock = all(getattr(type(train), name).__qualname__ == f"_TrainingEpochLoop.{name}" for name in _PAIR)
-        self._own_pair = None if stock and not any(name in vars(train) for name in _PAIR) else (
-            train._on_before_fetch, train._on_after_fetch)
+        overridden = any(
+            name in vars(train) or getattr(type(train), name).__qualname__ != f"_TrainingEpochLoop.{name}"
+            for name in _PAIR
+        )
+        self._own_pair = (train._on_before_fetch, train._on_after_fetch) if overridden else None
         self._val_pair = (val._on_before_fetch, val._on_after_fetch)
         for loop, name, ours in ((train, _PAIR[0], self._train_before), (train, _PAIR[1], self._train_after),
                                  (val, _PAIR[0], self._val_before), (val, _PAIR[1], self._val_after)):

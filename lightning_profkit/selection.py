@@ -77,17 +77,20 @@ class EpochWindow(Selection):
             start = min(start, max(0, num_batches - self.warmup - self.active))
         return EpochWindow(self.skip_first, self.warmup, self.active, start)
 
+    @property
+    def _first(self) -> int:
+        """The epoch's first recorded batch."""
+        return (self.skip_first if self._start is None else self._start) + self.warmup
+
     def is_active(self, step: int, batch_idx: int) -> bool:
-        first = (self.skip_first if self._start is None else self._start) + self.warmup
-        return first <= batch_idx < first + self.active
+        return self._first <= batch_idx < self._first + self.active
 
     def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
-        first = (self.skip_first if self._start is None else self._start) + self.warmup
-        b = max(batch_idx, first)
-        return _within(step + b - batch_idx, step, horizon) if b < first + self.active else None
+        b = max(batch_idx, self._first)
+        return _within(step + b - batch_idx, step, horizon) if b < self._first + self.active else None
 
     def describe(self) -> str:
-        first = (self.skip_first if self._start is None else self._start) + self.warmup
+        first = self._first
         return f"batches {first}-{first + self.active - 1} of every epoch (after {self.warmup} warm-up)"
 
 
