@@ -10,10 +10,11 @@ from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
-from torch.utils.data import DataLoader
+from torch.utils.data import ConcatDataset, DataLoader
 
 from conftest import SleepDataset, SleepIterable, TinyModel, fetch_timing_removed, make_trainer
 from lightning_profkit import PerformanceMonitor
+from lightning_profkit.fetch_timer import STEP_CHUNK
 
 
 class TruthLoader(DataLoader):
@@ -208,3 +209,18 @@ def test_a_loop_that_overrides_the_fetch_callbacks_keeps_them(tmp_path):
     assert with_us == alone and CountingLoop.calls == calls_alone == 12
     (epoch,) = [m for _, m in recorder.rows if "profkit/data_wait_ratio" in m]
     assert epoch["profkit/data_wait_s"] > 0 and epoch["profkit/val_data_wait_ratio"] > 0  # and we still time them
+
+
+def test_step_times_of_a_long_epoch_are_all_kept(tmp_path):
+    # more steps than the fetch timer keeps in its list before moving them to an array; the slow steps are
+    # at the end, so a lost or doubled chunk moves the mean
+    dataset = ConcatDataset([SleepDataset(1500), SleepDataset(600, delay=0.002)])
+    loader = TruthLoader(dataset, batch_size=1)
+    loader.spent, loader.starts = [], []
+    truth, recorder = Truth(loader), Recorder()
+    make_trainer(tmp_path, [truth, PerformanceMonitor(profile=False)], max_epochs=1, logger=[recorder]).fit(
+        TinyModel(dataset), loader
+    )
+    assert len(loader.starts) > 2 * STEP_CHUNK
+    (row,) = [m for _, m in recorder.rows if "profkit/step_time_ms_mean" in m]
+    assert row["profkit/step_time_ms_mean"] == pytest.approx(1000 * truth.step_s[0], rel=0.03)
