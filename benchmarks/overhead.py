@@ -8,16 +8,22 @@
    figure; the training thread's CPU time does not count the time it waits for a core at all (but neither
    does it count what the writer's thread and child process take from it on 2 cores).
 2. Per step, inside one long fit: the callback is put in and out every 100 steps (with it, its fetch
-   timing), and each pair of neighbouring blocks gives one difference; the median of 300 pairs is what a
-   real step pays, rolling checks and polls included (a check runs in the first step of the next block with
-   the callback in, so no more often than in a fit). Wall-clock ratios of whole fits on a shared 2-core
-   machine swing by several percent; this figure does not. (A tight loop over the same calls, as this
-   benchmark used before, reads 5-10x lower: our code runs with warm caches there, not in a real step.)
-3. Training-thread time of one window (its warm-up and 3 profiled steps, and the save): our background
+   timing); each block with it is compared with the mean of its neighbours without it, and the median of
+   600 such differences (with its bootstrap standard error) is what a real step pays, rolling checks and
+   polls included (a check runs in the first step of the next block with the callback in, so no more often
+   than in a fit). A callback without per-batch hooks is the control: it should read 0. Wall-clock ratios
+   of whole fits on a shared 2-core machine swing by several percent; this figure does not. (A tight loop
+   over the same calls, as this benchmark used before, reads 5-10x lower: our code runs with warm caches
+   there, not in a real step.)
+3. Inside the per-step code: the time spent in Lightning's own fetch callbacks, in ours, and in our
+   batch-end work, each timed around the call inside real fits. Only those calls are timed, so this reads
+   to a few tenths of a µs where the figure above has an error of about 2 µs; it leaves out what our code
+   does to the caches of the code around it, which the figure above includes.
+4. Training-thread time of one window (its warm-up and 3 profiled steps, and the save): our background
    writer against torch's synchronous ``tensorboard_trace_handler(use_gzip=True)``, measured as the extra
    wall time of the window's steps and the 300 that follow, against the same steps without a window.
 
-    python benchmarks/overhead.py [--repeats 9] [--steps 3000]
+    python benchmarks/overhead.py [--repeats 9] [--steps 3000] [--pairs 600]
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -59,6 +66,14 @@ class NoOp(Callback):
     """A callback that does nothing: Lightning's own cost of dispatching hooks to one more callback."""
 
 
+class Quiet(Callback):
+    """A callback without per-batch hooks (as PerformanceMonitor between its steps with work): Lightning
+    still looks each hook up on it."""
+
+    on_train_batch_start = on_train_batch_end = on_before_backward = on_after_backward = None  # type: ignore[assignment]
+    on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
+
+
 class Toggle(Callback):
     """Inside one long fit, puts ``extra`` (a callback; a PerformanceMonitor with its fetch timing) in and
     out every ``block`` steps and times each block from its first step's start to the next block's. The
@@ -85,9 +100,13 @@ class Toggle(Callback):
         self.t0 = time.perf_counter()
 
 
-def in_fit_us(extra: Callback, root: str, block: int = 100, pairs: int = 300) -> tuple[float, float, float, float]:
-    """µs per step that ``extra`` adds inside a real fit: the median over pairs of neighbouring blocks (with
-    it, without it) of their difference, with the quartiles; and the median step without it."""
+def in_fit_us(extra: Callback, root: str, block: int = 100, pairs: int = 600) -> tuple[float, float, float]:
+    """µs per step that ``extra`` adds inside a real fit, its standard error, and the median step without it.
+
+    Each block with ``extra`` is compared with the mean of the blocks without it just before and just after,
+    which cancels a machine that speeds up or slows down steadily (comparing with the block after only read
+    a callback that does nothing at all as 5-7 µs); the figure is the median of these differences, its error
+    the spread of that median over bootstrap resamples."""
     steps = block * (2 * pairs + 3)  # odd number of blocks: the last has ``extra`` in, for the fit's end
     data = TensorDataset(torch.randn(steps * 32, 128), torch.randn(steps * 32, 1))
     toggle = Toggle(extra, block)
@@ -98,10 +117,51 @@ def in_fit_us(extra: Callback, root: str, block: int = 100, pairs: int = 300) ->
     with without_usdt_lines(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(MLP(), DataLoader(data, batch_size=32))
-    on, off = toggle.times[True], toggle.times[False]
-    added = sorted((a - b) / block * 1e6 for a, b in zip(on, off))
-    n = len(added)
-    return statistics.median(added), added[n // 4], added[(3 * n) // 4], statistics.median(off) / block * 1e6
+    on, off = toggle.times[True], toggle.times[False]  # on[k] is followed by off[k]
+    added = [(on[k] - (off[k - 1] + off[k]) / 2) / block * 1e6 for k in range(1, min(len(on), len(off)))]
+    rng = random.Random(0)
+    spread = [statistics.median(rng.choices(added, k=len(added))) for _ in range(300)]
+    return statistics.median(added), statistics.stdev(spread), statistics.median(off) / block * 1e6
+
+
+def _timed(owner: type, name: str, spent: dict) -> None:
+    """Replace ``owner.name`` by a wrapper that adds the nanoseconds of each call to ``spent[name]``."""
+    fn = getattr(owner, name)
+
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[name] = spent.get(name, 0) + time.perf_counter_ns() - t0
+
+    setattr(owner, name, timed)
+
+
+def inside_us(steps: int, root: str) -> dict[str, float]:
+    """µs per step spent inside the code that runs at each step, timed around it inside real fits (a
+    figure with little noise, since only those calls are timed): Lightning's own fetch pair in a fit without
+    us; ours (which makes the same profiler calls) and our batch-end work in a fit with metrics only."""
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+
+    from lightning_profkit import fetch_timer
+
+    spent: dict = {}
+    lightning_pair = (_TrainingEpochLoop, ("_on_before_fetch", "_on_after_fetch"))
+    ours_per_step = ((fetch_timer.FetchTimer, ("_train_before", "_train_after")), (PerformanceMonitor, ("_step_end",)))
+    # one set at a time: with Lightning's pair wrapped, the fetch timer would take it for a loop's override
+    for config, wrapped in (("none", (lightning_pair,)), ("metrics", ours_per_step)):
+        saved = [(cls, n, vars(cls)[n]) for cls, names in wrapped for n in names]
+        try:
+            for cls, name, _ in saved:
+                _timed(cls, name, spent)
+            fit_seconds(config, steps, root)
+        finally:
+            for cls, name, fn in saved:
+                setattr(cls, name, fn)
+    lightning = (spent["_on_before_fetch"] + spent["_on_after_fetch"]) / steps / 1e3
+    ours = (spent.get("_train_before", 0) + spent.get("_train_after", 0)) / steps / 1e3
+    return {"lightning": lightning, "ours": ours, "step_end": spent.get("_step_end", 0) / steps / 1e3}
 
 
 def fit_seconds(config: str, steps: int, root: str) -> tuple[float, float]:
@@ -171,6 +231,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--pairs", type=int, default=600, help="blocks with each callback in the per-step figure")
     args = parser.parse_args()
     torch.set_num_threads(1)
     root = tempfile.mkdtemp(prefix="profkit-bench-")
@@ -205,14 +266,28 @@ def main() -> None:
               f"| {statistics.median(cpu[c]) / cpu_base:.3f} | {goal} |")
 
     print()
-    print("| per step, inside a fit | µs added (median of 300 pairs of 100-step blocks) | quartiles | share of "
-          "the step | share of a 1.6 ms step |")
+    print(f"| per step, inside a fit | µs added (median of {args.pairs} blocks of 100 steps, each against its "
+          "neighbours) | standard error | share of the step | share of a 1.6 ms step |")
     print("|---|---|---|---|---|")
-    rows = (("a no-op callback (Lightning's dispatch of its hooks)", NoOp()),
+    rows = (("a callback without per-batch hooks (Lightning looks each hook up; control: should read 0)", Quiet()),
+            ("a no-op callback (Lightning's dispatch of its hooks)", NoOp()),
             ("metrics only: `PerformanceMonitor(profile=False)`", PerformanceMonitor(profile=False)))
     for label, extra in rows:
-        us, q1, q3, step = in_fit_us(extra, root)
-        print(f"| {label} | {us:.1f} | {q1:.1f} to {q3:.1f} | {us / step:.2%} of {step:.0f} µs | {us / 1600:.2%} |")
+        us, err, step = in_fit_us(extra, root, pairs=args.pairs)
+        print(f"| {label} | {us:.1f} | {err:.1f} | {us / step:.2%} of {step:.0f} µs | {us / 1600:.2%} |")
+
+    runs = [inside_us(args.steps, root) for _ in range(5)]
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    added = med["ours"] - med["lightning"] + med["step_end"]
+    print()
+    print("| inside the per-step code, timed around it in real fits of "
+          f"{args.steps} steps (median of 5) | µs per step |")
+    print("|---|---|")
+    print(f"| Lightning's own fetch callbacks (a fit without us) | {med['lightning']:.2f} |")
+    print(f"| ours in their place, metrics only (the same profiler calls, plus the timing) | {med['ours']:.2f} |")
+    print(f"| our batch-end work (a rolling check every 100 steps, a poll a second), spread over all steps "
+          f"| {med['step_end']:.2f} |")
+    print(f"| added by us: ours - Lightning's + batch-end work | {added:.2f} |")
 
     handlers = ["none", "profkit", "torch"]
     cost: dict = {h: [] for h in handlers}

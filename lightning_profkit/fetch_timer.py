@@ -6,7 +6,8 @@ Lightning's fetcher calls its loop's ``_on_before_fetch()`` and ``_on_after_fetc
 fetcher. :class:`FetchTimer` puts its own pair on the ``fit`` loops for the length of the fit. For training
 they do what Lightning's do, with the same action name read from the loop's class, plus the timing, so a
 fetch runs no more Python frames than without us: in a real step every extra frame costs microseconds
-(measured, ``benchmarks/overhead.py``). For validation, and for a training loop whose class overrides
+(measured, ``benchmarks/overhead.py``). Where the trainer's profiler is Lightning's default
+``PassThroughProfiler``, whose ``start`` and ``stop`` do nothing, they are not called at all. For validation, and for a training loop whose class overrides
 the pair, ours call the loop's own and add the timing. The user's profiler sees every call it saw before,
 with the same names, and is not touched.
 
@@ -80,7 +81,7 @@ class FetchTimer:
     :meth:`install` and :meth:`uninstall`."""
 
     __slots__ = ("stats", "_trainer", "_train_loop", "_val_loop", "_progress", "_action", "_saved", "_own_pair",
-                 "_val_pair", "_on_due", "_due", "_due_at")
+                 "_val_pair", "_on_due", "_due", "_due_at", "_idle")
 
     def __init__(self, trainer: Any) -> None:
         self.stats = FetchStats()
@@ -93,6 +94,7 @@ class FetchTimer:
         self._own_pair: Optional[tuple[Callable[[], None], Callable[[], None]]] = None  # the loop's, if overridden
         self._val_pair: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
         self._on_due: Callable[[], None] = _nothing
+        self._idle: Any = None  # the trainer's profiler, where it is Lightning's default that does nothing
         self.wake(float("inf"), float("inf"))
 
     def install(self) -> "FetchTimer":
@@ -102,6 +104,10 @@ class FetchTimer:
             for name in _PAIR
         )
         self._own_pair = (train._on_before_fetch, train._on_after_fetch) if overridden else None
+        from lightning.pytorch.profilers import PassThroughProfiler  # here: the module stays importable alone
+
+        profiler = self._trainer.profiler
+        self._idle = profiler if type(profiler) is PassThroughProfiler else None
         self._val_pair = (val._on_before_fetch, val._on_after_fetch)
         for loop, name, ours in ((train, _PAIR[0], self._train_before), (train, _PAIR[1], self._train_after),
                                  (val, _PAIR[0], self._val_before), (val, _PAIR[1], self._val_after)):
@@ -134,7 +140,9 @@ class FetchTimer:
 
     def _train_before(self) -> None:
         if self._own_pair is None:
-            self._trainer.profiler.start(self._action)
+            profiler = self._trainer.profiler
+            if profiler is not self._idle:  # Lightning's default profiler: its start() and stop() do nothing
+                profiler.start(self._action)
         else:
             self._own_pair[0]()
         s = self.stats
@@ -158,7 +166,9 @@ class FetchTimer:
         s.train_s += perf_counter() - s.t0
         s.train_count += 1
         if self._own_pair is None:
-            self._trainer.profiler.stop(self._action)
+            profiler = self._trainer.profiler
+            if profiler is not self._idle:
+                profiler.stop(self._action)
         else:
             self._own_pair[1]()
 
