@@ -224,3 +224,23 @@ def test_step_times_of_a_long_epoch_are_all_kept(tmp_path):
     assert len(loader.starts) > 2 * STEP_CHUNK
     (row,) = [m for _, m in recorder.rows if "profkit/step_time_ms_mean" in m]
     assert row["profkit/step_time_ms_mean"] == pytest.approx(1000 * truth.step_s[0], rel=0.03)
+
+
+class SwapProfiler(Callback):
+    """Puts a SimpleProfiler in place of the Trainer's default one once training has started."""
+
+    def on_train_start(self, trainer, pl_module):
+        from lightning.pytorch.profilers import SimpleProfiler
+
+        self.profiler = trainer.profiler = SimpleProfiler()
+
+
+def test_a_profiler_swapped_in_after_setup_sees_every_fetch(tmp_path):
+    # we skip the calls to Lightning's default profiler, which does nothing, but read trainer.profiler at
+    # every fetch as Lightning does
+    counts = []
+    for name, callbacks in (("a", []), ("b", [PerformanceMonitor(profile=False)])):
+        swap = SwapProfiler()
+        make_trainer(tmp_path / name, [swap, *callbacks]).fit(TinyModel(SleepDataset(24)))
+        counts.append(len(swap.profiler.recorded_durations["[_TrainingEpochLoop].train_dataloader_next"]))
+    assert counts[0] == counts[1] > 0
