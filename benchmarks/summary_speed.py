@@ -26,8 +26,9 @@ SHARED = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "traces"
 HTA = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)"
 
 
-# As on a user's machine, where pip compiled both packages' byte code at install: let the warm-up runs write it.
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+# As on a user's machine, where pip compiled both packages' byte code at install: let the warm-up runs write it;
+# and with Python's usual buffered output.
+ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED")}
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")  # the console script users run
 
 

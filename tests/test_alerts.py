@@ -145,8 +145,10 @@ def test_capture_requested_from_another_process(tmp_path):
             time.sleep(0.1)
         assert marker.exists(), "the run did not start"
         profkit = os.path.join(os.path.dirname(sys.executable), "profkit")
-        asked = subprocess.run([profkit, "capture", str(tmp_path), "--steps", "4"], capture_output=True, text=True)
-        assert asked.returncode == 0, asked.stderr
+        buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as users run it
+        asked = subprocess.run([profkit, "capture", str(tmp_path), "--steps", "4"], capture_output=True, text=True,
+                               env=buffered)
+        assert asked.returncode == 0 and "requested a window of 4 steps" in asked.stdout, asked.stderr
         while not trace_files(tmp_path) and time.time() < deadline and run.poll() is None:
             time.sleep(0.05)
         found = trace_files(tmp_path)

@@ -139,3 +139,14 @@ def test_windows_are_listed_in_step_order(tmp_path, shared_traces):
     assert done.returncode == 0, done.stderr
     windows = [t["window"] for t in json.loads(done.stdout)["traces"]]
     assert windows == ["epoch=0-step=9-11", "epoch=1-step=75-77", "epoch=1-step=101-103"]
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(shared_traces):
+    # `profkit summary ... | head -1`: the rest of the output has nowhere to go
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as users run it
+    proc = subprocess.Popen([PROFKIT, "summary", str(shared_traces / CONTROL)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=buffered)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=300)
+    assert first.startswith(b"Step time breakdown") and proc.returncode == 0 and err == b""
