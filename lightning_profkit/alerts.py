@@ -9,7 +9,7 @@ steps, so a slow stretch, or a ratio that flickers around the threshold, is repo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 # TensorFlow's input-pipeline analyzer calls a step "highly input-bound" above 20% of its time waiting
 # for input; torch-tb-profiler suggests more workers from 5%, which ordinary well-fed loaders reach.
@@ -102,3 +102,21 @@ def validate(threshold: Optional[float], window: int, patience: int, cooldown: i
             raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}")
     if action not in ACTIONS:
         raise ValueError(f"`alert_action` must be one of {', '.join(map(repr, ACTIONS))}, got {action!r}")
+
+
+class CheckBlock:
+    """Data wait and training time of the rolling check's current block of steps, from clock readings and
+    the running total of fetch seconds. A block runs on across an epoch's end: what it had then is carried
+    into the next epoch. Validation runs inside the block are left out of its training time."""
+
+    def __init__(self) -> None:
+        self.start(0.0, 0.0)
+
+    def start(self, now: float, fetch_s: float, carry: tuple[float, float] = (0.0, 0.0)) -> None:
+        """A new block from ``now``, when the fetch total is ``fetch_s``, holding ``carry`` already."""
+        self.t0, self.fetch0, self.carry = now, fetch_s, carry
+
+    def so_far(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> tuple[float, float]:
+        """(data wait, training time) of the block up to ``now``."""
+        validation = sum(b - a for a, b in validation_spans if a >= self.t0)
+        return self.carry[0] + fetch_s - self.fetch0, self.carry[1] + now - self.t0 - validation

@@ -20,7 +20,7 @@ from torch.profiler import ProfilerActivity
 
 from lightning_profkit import alerts, capture_request, fetch_timer
 from lightning_profkit.advice import data_wait_advice, gpu_idle_advice, loader_facts
-from lightning_profkit.alerts import AlertRule, DataWaitAlert, DataWaitAlertError
+from lightning_profkit.alerts import AlertRule, CheckBlock, DataWaitAlert, DataWaitAlertError
 from lightning_profkit.epoch_stats import PREFIX, epoch_figures, reduce_ranks, to_vector, window_metrics
 from lightning_profkit.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.report_text import short_summary
@@ -268,10 +268,8 @@ class PerformanceMonitor(Callback):
         self._group: Any = None
         self._check_at: Optional[int] = None  # the step at whose end the next rolling check runs
         self._windows_at: float = float("inf")  # the next step at whose end the window runner has work
-        self._block_t0 = 0.0
-        self._block_fetch0 = 0.0
-        self._carry = (0.0, 0.0)  # data wait and training time of the current block in earlier epochs
-        self._epoch_carry = (0.0, 0.0)
+        self._block = CheckBlock()
+        self._epoch_carry = (0.0, 0.0)  # the block's figures at the last epoch end
         self._is_zero = True
         self._resume_state: Optional[dict[str, Any]] = None
         self._fitting = False
@@ -495,7 +493,7 @@ class PerformanceMonitor(Callback):
         self._in_epoch = True
         self._validation_spans = []
         self._episode_in_epoch = False
-        self._start_block(self._epoch_start, self._epoch_carry)  # a block runs on across epochs
+        self._block.start(self._epoch_start, self._fetch_s(), self._epoch_carry)  # a block runs on across epochs
         if self._on_cuda:
             torch.cuda.reset_peak_memory_stats()
         if self._sampler is not None:
@@ -517,16 +515,14 @@ class PerformanceMonitor(Callback):
         return reduce_ranks(rows.reshape(-1, len(vector)).cpu().tolist())
 
     # ------------------------------------------------------------------ alerts and captures
-    def _start_block(self, now: float, carry: tuple[float, float] = (0.0, 0.0)) -> None:
-        self._carry = carry
-        self._block_t0 = now
-        self._block_fetch0 = self._timer.stats.train_s if self._timer is not None else 0.0
+    def _fetch_s(self) -> float:
+        return self._timer.stats.train_s if self._timer is not None else 0.0
 
     def _check_block(self, trainer: Trainer, now: float) -> None:
         """The rolling check: this block's data wait on every rank (exchanged off the device), then the rule."""
         fetch, train = self._block_so_far(now)
         requested, self._requested = self._requested, 0
-        self._start_block(now)
+        self._block.start(now, self._fetch_s())
         rows = _exchange(self._group, [fetch, train, float(requested)])
         asked = int(max(row[2] for row in rows))
         if asked:
@@ -541,11 +537,7 @@ class PerformanceMonitor(Callback):
                 raise DataWaitAlertError(alert)
 
     def _block_so_far(self, now: float) -> tuple[float, float]:
-        """Data wait and training time (validation left out) of the current block up to ``now``."""
-        fetch = self._timer.stats.train_s - self._block_fetch0 if self._timer is not None else 0.0
-        validation = sum(b - a for a, b in self._validation_spans if a >= self._block_t0)
-        train = now - self._block_t0 - validation
-        return self._carry[0] + fetch, self._carry[1] + train
+        return self._block.so_far(now, self._fetch_s(), self._validation_spans)
 
     def _check(self, trainer: Trainer, ratio: float, worst_rank: Optional[int], checked: str) -> Optional[DataWaitAlert]:
         """Feed one check to the rule; on an alert, act on it (every rank decides alike) and return it."""

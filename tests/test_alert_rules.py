@@ -3,7 +3,7 @@
 import pytest
 
 from lightning_profkit.advice import LoaderFacts, data_wait_advice, gpu_idle_advice
-from lightning_profkit.alerts import AlertRule, DataWaitAlert, validate
+from lightning_profkit.alerts import AlertRule, CheckBlock, DataWaitAlert, validate
 
 
 def run(rule, ratios, every=10):
@@ -79,3 +79,14 @@ def test_gpu_idle_advice_on_real_traces(reference):
     assert lines and lines[0].startswith("cudaMemcpyAsync") and "pin_memory=True" in lines[0]
     cpu_only = next(v["host_step"] for k, v in reference.items() if "cpu_only" in k)
     assert gpu_idle_advice(cpu_only) == []
+
+
+def test_check_block_leaves_validation_out_and_carries_across_an_epoch_end():
+    block = CheckBlock()
+    block.start(10.0, fetch_s=2.0)
+    spans = [(9.0, 9.5), (12.0, 13.0)]  # the first is before the block: not in it
+    assert block.so_far(15.0, fetch_s=3.5, validation_spans=spans) == (1.5, 4.0)
+    carry = block.so_far(16.0, fetch_s=4.0, validation_spans=spans)  # the epoch ends here
+    block.start(20.0, fetch_s=0.0, carry=carry)  # the next epoch's fetch total starts from 0
+    assert block.so_far(21.0, fetch_s=0.25, validation_spans=[]) == (2.25, 6.0)
+
