@@ -182,11 +182,12 @@ def inside_us(steps: int, root: str) -> dict[str, float]:
 
 # No windows at all: this model waits about 20% on its in-memory data, the alert threshold, so an alert
 # would otherwise record a window (a capture) in some runs and not in others.
-METRICS_ONLY = "PerformanceMonitor(profile=False, capture_on_alert=False)"
+METRICS_ONLY_ARGS = {"profile": False, "capture_on_alert": False}
+METRICS_ONLY = f"PerformanceMonitor({', '.join(f'{k}={v}' for k, v in METRICS_ONLY_ARGS.items())})"
 
 
 def metrics_only() -> PerformanceMonitor:
-    return PerformanceMonitor(profile=False, capture_on_alert=False)
+    return PerformanceMonitor(**METRICS_ONLY_ARGS)
 
 
 def fit_seconds(config: str, steps: int, root: str) -> tuple[float, float]:

@@ -7,9 +7,9 @@ fetcher. :class:`FetchTimer` puts its own pair on the ``fit`` loops for the leng
 they do what Lightning's do, with the same action name read from the loop's class, plus the timing, so a
 fetch runs no more Python frames than without us: in a real step every extra frame costs microseconds
 (measured, ``benchmarks/overhead.py``). Where the trainer's profiler is Lightning's default
-``PassThroughProfiler``, whose ``start`` and ``stop`` do nothing, they are not called at all. For validation, and for a training loop whose class overrides
-the pair, ours call the loop's own and add the timing. The user's profiler sees every call it saw before,
-with the same names, and is not touched.
+``PassThroughProfiler``, whose ``start`` and ``stop`` do nothing, they are not called at all. For
+validation, and for a training loop whose class overrides the pair, ours call the loop's own and add the
+timing. The user's profiler sees every call it saw before, with the same names, and is not touched.
 
 A step's first training fetch is also where the step before it ended, so the timer keeps the step times
 too (one clock read serves both) and is the callback's alarm clock: it calls ``on_due()`` at the first
