@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 import warnings
+from typing import Callable
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -190,12 +191,14 @@ def metrics_only() -> PerformanceMonitor:
     return PerformanceMonitor(**METRICS_ONLY_ARGS)
 
 
-def fit_seconds(config: str, steps: int, root: str) -> tuple[float, float]:
-    """Wall seconds of one fit, and CPU seconds of the training thread (blind to other tenants' load)."""
+def make_fit(config: str, steps: int, root: str) -> Callable[[], None]:
+    """One fit of ``steps`` steps in ``config``, built (data, model, trainer) and ready to run."""
     data = TensorDataset(torch.randn(steps * 32, 128), torch.randn(steps * 32, 1))
     kwargs: dict = {}
     if config == "noop":
         kwargs["callbacks"] = [NoOp()]
+    elif config == "quiet":
+        kwargs["callbacks"] = [Quiet()]
     elif config == "metrics":
         kwargs["callbacks"] = [metrics_only()]
     elif config == "profkit":
@@ -206,10 +209,20 @@ def fit_seconds(config: str, steps: int, root: str) -> tuple[float, float]:
         max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, **kwargs,
     )
-    model = MLP()
+    model, loader = MLP(), DataLoader(data, batch_size=32)
+
+    def fit() -> None:
+        with without_usdt_lines():
+            trainer.fit(model, loader)
+
+    return fit
+
+
+def fit_seconds(config: str, steps: int, root: str) -> tuple[float, float]:
+    """Wall seconds of one fit, and CPU seconds of the training thread (blind to other tenants' load)."""
+    fit = make_fit(config, steps, root)
     start, cpu = time.perf_counter(), time.thread_time()
-    with without_usdt_lines():
-        trainer.fit(model, DataLoader(data, batch_size=32))
+    fit()
     return time.perf_counter() - start, time.thread_time() - cpu
 
 

@@ -1,0 +1,159 @@
+"""What metrics only costs a training step, counted by valgrind's callgrind: instructions and simulated
+cache misses, which do not depend on what else the machine is doing.
+
+``overhead.py`` times the same fits by the clock; on a shared 2-core machine its per-step figure has an
+error of about 2 µs, a quarter of the 0.5% goal. Here each configuration's fit (the same model and data as
+``overhead.py``: no callback | a no-op callback | metrics only) runs under callgrind, counted only inside
+``trainer.fit`` (collection is switched on and off around it, so the imports are not counted), once with
+``--short`` and once with ``--long`` steps. The difference of the two, divided by the steps between them, is
+the cost of a step; what is left of the short fit is the fit's fixed cost (set-up, the epoch's end). From
+those, the script prints the ratio for a fit of ``--steps`` steps. The "estimated cycles" are callgrind's
+usual estimate, instructions + 10 x first-level misses + 100 x last-level misses, on the cache it
+simulates.
+
+Under callgrind a step takes 50-100 times as long, so what the callback does once a second of the clock
+(it looks for a capture request) would come every few steps instead of every few hundred. The metrics-only
+fits therefore run with that interval set to never (one look at the first step) and to every step; the
+difference is the cost of one look, and the metrics-only row adds it at the rate of a real fit, once every
+``--poll-every`` steps (625: one second of 1.6 ms steps).
+
+Each fit runs without address-space randomisation (``setarch``), which makes the counts repeat to a few
+parts in a million. Needs valgrind and its header (``valgrind/callgrind.h``) and a C compiler, for the two-function library
+that switches collection on and off.
+
+    python benchmarks/instructions.py [--short 100] [--long 400] [--steps 3000] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import ctypes
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SWITCH_C = """#include <valgrind/callgrind.h>
+void collect_on(void) { CALLGRIND_START_INSTRUMENTATION; }
+void collect_off(void) { CALLGRIND_STOP_INSTRUMENTATION; }
+"""
+CONFIGS = {
+    "none": "no callback",
+    "quiet": "a callback without per-batch hooks (control: should read 0)",
+    "noop": "a no-op callback (Lightning's dispatch of its hooks)",
+    "metrics": "metrics only: `PerformanceMonitor(profile=False, capture_on_alert=False)`",
+}
+POLLS = {"never": float("inf"), "every step": 0.0}  # the capture-request poll's interval in the metrics fits
+WEIGHTS = {"Ir": 1, "I1mr": 10, "D1mr": 10, "D1mw": 10, "ILmr": 100, "DLmr": 100, "DLmw": 100}
+
+
+def child(config: str, steps: int, poll_interval: float, switch: str) -> None:
+    """Run one fit with callgrind's collection on only inside it."""
+    import torch
+
+    sys.path.insert(0, HERE)
+    from overhead import make_fit
+
+    from lightning_profkit.capture_request import RequestPoller
+
+    RequestPoller.__init__.__defaults__ = (poll_interval,)
+    torch.set_num_threads(1)
+    lib = ctypes.CDLL(switch)
+    fit = make_fit(config, steps, tempfile.mkdtemp(prefix="profkit-cg-"))
+    lib.collect_on()
+    fit()
+    lib.collect_off()
+
+
+def counts(config: str, steps: int, poll: str, switch: str, out_dir: str) -> dict[str, int]:
+    """Callgrind's totals of one fit in a fresh process."""
+    out = os.path.join(out_dir, f"{config}.{steps}.{poll.replace(' ', '-')}.out")
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    # Without address randomisation two runs of a fit differ by a few instructions in a million; with it, by
+    # some thousand a step (which attribute lookups hit CPython's type cache depends on the addresses).
+    fixed = ["setarch", os.uname().machine, "--addr-no-randomize"] if shutil.which("setarch") else []
+    subprocess.run(
+        [*fixed, "valgrind", "--tool=callgrind", "--instr-atstart=no", "--cache-sim=yes", f"--callgrind-out-file={out}",
+         sys.executable, os.path.abspath(__file__), "--child", config, str(steps), str(POLLS[poll]), switch],
+        check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    events: list[str] = []
+    with open(out) as f:
+        for line in f:
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith("totals:"):
+                return dict(zip(events, map(int, line.split()[1:])))
+    raise SystemExit(f"no totals in {out}")
+
+
+def build_switch(folder: str) -> str:
+    src, lib = os.path.join(folder, "switch.c"), os.path.join(folder, "switch.so")
+    with open(src, "w") as f:
+        f.write(SWITCH_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", lib, src], check=True)
+    return lib
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--short", type=int, default=100)
+    parser.add_argument("--long", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=3000, help="the fit length the ratios are for")
+    parser.add_argument("--poll-every", type=float, default=625, help="steps between two looks for a request")
+    parser.add_argument("--jobs", type=int, default=2, help="fits counted at once (the counts do not change)")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        config, steps, interval, switch = args.child
+        return child(config, int(steps), float(interval), switch)
+    if args.long <= args.short:
+        parser.error("--long must be more steps than --short")
+
+    folder = tempfile.mkdtemp(prefix="profkit-callgrind-")
+    switch = build_switch(folder)
+    runs = [(c, n, p) for c in CONFIGS for p in (POLLS if c == "metrics" else ["never"]) for n in (args.short, args.long)]
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        got = dict(zip(runs, pool.map(lambda r: counts(*r, switch, folder), runs)))
+
+    def figures(config: str, poll: str = "never") -> dict[str, tuple[float, float]]:
+        """Per event kind (and estimated cycles): the cost of a step and the fit's fixed cost."""
+        short, long = got[(config, args.short, poll)], got[(config, args.long, poll)]
+        kinds = {k: (lambda c, k=k: c[k]) for k in short}
+        kinds["cycles"] = lambda c: sum(w * c.get(k, 0) for k, w in WEIGHTS.items())
+        out = {}
+        for kind, value in kinds.items():
+            step = (value(long) - value(short)) / (args.long - args.short)
+            out[kind] = (step, value(short) - args.short * step)
+        return out
+
+    base = figures("none")
+    per_poll = {k: v[0] - figures("metrics")[k][0] for k, v in figures("metrics", "every step").items()}
+    print(f"# {datetime.date.today()}, callgrind, fits of {args.short} and {args.long} steps "
+          f"(1 thread); ratios for a fit of {args.steps} steps")
+    print("| configuration | instructions a step | added a step | estimated cycles a step | added a step "
+          f"| {args.steps}-step fit, instructions | {args.steps}-step fit, estimated cycles | goal |")
+    print("|---|---|---|---|---|---|---|---|")
+    for config, label in CONFIGS.items():
+        fig = figures(config)
+        if config == "metrics":  # one look for a request every --poll-every steps
+            fig = {k: (step + per_poll[k] / args.poll_every, fixed) for k, (step, fixed) in fig.items()}
+
+        def fit_ratio(kind: str) -> float:
+            (step, fixed), (base_step, base_fixed) = fig[kind], base[kind]
+            return (fixed + args.steps * step) / (base_fixed + args.steps * base_step)
+
+        ir, cycles = fig["Ir"][0], fig["cycles"][0]
+        print(f"| {label} | {ir:,.0f} | {ir - base['Ir'][0]:+,.0f} ({ir / base['Ir'][0] - 1:+.3%}) "
+              f"| {cycles:,.0f} | {cycles - base['cycles'][0]:+,.0f} ({cycles / base['cycles'][0] - 1:+.3%}) "
+              f"| {fit_ratio('Ir'):.4f} | {fit_ratio('cycles'):.4f} | {'<= 1.005' if config == 'metrics' else ''} |")
+    print(f"\nOne look for a capture request: {per_poll['Ir']:,.0f} instructions, {per_poll['cycles']:,.0f} estimated "
+          f"cycles; counted above once every {args.poll_every:g} steps.")
+
+
+if __name__ == "__main__":
+    main()
