@@ -203,6 +203,8 @@ def make_fit(config: str, steps: int, root: str) -> Callable[[], None]:
         kwargs["callbacks"] = [metrics_only()]
     elif config == "profkit":
         kwargs["callbacks"] = [PerformanceMonitor()]
+    elif config == "windows":  # the default windows alone: no window after an alert
+        kwargs["callbacks"] = [PerformanceMonitor(capture_on_alert=False)]
     elif config == "lightning":
         kwargs["profiler"] = PyTorchProfiler(dirpath=root, filename="lp")
     trainer = Trainer(
