@@ -90,14 +90,20 @@ def counts(config: str, steps: int, poll: str, switch: str, out_dir: str) -> dic
          sys.executable, os.path.abspath(__file__), "--child", config, str(steps), str(POLLS[poll]), switch],
         check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+    return totals(out)
+
+
+def totals(path: str) -> dict[str, int]:
+    """Callgrind's totals in the output file ``path``, with the estimated cycles as ``cycles``."""
     events: list[str] = []
-    with open(out) as f:
+    with open(path) as f:
         for line in f:
             if line.startswith("events:"):
                 events = line.split()[1:]
             elif line.startswith("totals:"):
-                return dict(zip(events, map(int, line.split()[1:])))
-    raise SystemExit(f"no totals in {out}")
+                found = dict(zip(events, map(int, line.split()[1:])))
+                return {**found, "cycles": sum(w * found.get(k, 0) for k, w in WEIGHTS.items())}
+    raise SystemExit(f"no totals in {path}")
 
 
 def build_switch(folder: str) -> str:
@@ -133,16 +139,14 @@ def main() -> None:
     def figures(config: str, poll: str = "never") -> dict[str, tuple[float, float]]:
         """Per event kind (and estimated cycles): the cost of a step and the fit's fixed cost."""
         short, long = got[(config, args.short, poll)], got[(config, args.long, poll)]
-        kinds = {k: (lambda c, k=k: c[k]) for k in short}
-        kinds["cycles"] = lambda c: sum(w * c.get(k, 0) for k, w in WEIGHTS.items())
         out = {}
-        for kind, value in kinds.items():
-            step = (value(long) - value(short)) / (args.long - args.short)
-            out[kind] = (step, value(short) - args.short * step)
+        for kind in short:
+            step = (long[kind] - short[kind]) / (args.long - args.short)
+            out[kind] = (step, short[kind] - args.short * step)
         return out
 
-    base = figures("none")
-    per_poll = {k: v[0] - figures("metrics")[k][0] for k, v in figures("metrics", "every step").items()}
+    base, metrics = figures("none"), figures("metrics")
+    per_poll = {k: step - metrics[k][0] for k, (step, _) in figures("metrics", "every step").items()}
     print(f"# {datetime.date.today()}, callgrind, fits of {args.short} and {args.long} steps "
           f"(1 thread); ratios for a fit of {args.steps} steps")
     print("| configuration | instructions a step | added a step | estimated cycles a step | added a step "

@@ -89,4 +89,3 @@ def test_check_block_leaves_validation_out_and_carries_across_an_epoch_end():
     carry = block.so_far(16.0, fetch_s=4.0, validation_spans=spans)  # the epoch ends here
     block.start(20.0, fetch_s=0.0, carry=carry)  # the next epoch's fetch total starts from 0
     assert block.so_far(21.0, fetch_s=0.25, validation_spans=[]) == (2.25, 6.0)
-
