@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lightning_profkit.trace_events import Event
+from lightning_profkit.trace_events import AnyEvent, Event, Instant
 
 
 def _as_int(value: Any) -> int:
@@ -87,7 +87,7 @@ def _ids(values: list) -> tuple[np.ndarray, list]:
     return _codes(values)  # names among them
 
 
-def columns(events: Sequence[Event]) -> Columns:
+def columns(events: Sequence[AnyEvent]) -> Columns:
     # One pass that appends to lists: several times faster than a pass per field over these records.
     cat: list = []
     name: list = []
@@ -100,7 +100,8 @@ def columns(events: Sequence[Event]) -> Columns:
     ext: list = []
     memory = []
     for e in events:
-        if e.ph == "X" and e.ts is not None:
+        kind = type(e)
+        if kind is Event and e.ts is not None:
             a = e.args
             cat.append(e.cat)
             name.append(e.name)
@@ -111,7 +112,7 @@ def columns(events: Sequence[Event]) -> Columns:
             stream.append(a.stream)
             corr.append(a.correlation)
             ext.append(a.external_id_lower if a.external_id_lower != -1 else a.external_id)
-        elif e.ph == "i" and e.name == "[memory]":
+        elif kind is Instant and e.name == "[memory]":
             memory.append(e.args)
     cat_codes, raw_cats = _codes(cat)
     name_codes, raw_names = _codes(name)

@@ -17,7 +17,7 @@ from lightning_profkit.operator_times import operator_times, top
 from lightning_profkit.step_breakdown import ROLES, step_breakdown
 from lightning_profkit.temporal_breakdown import temporal_breakdown
 from lightning_profkit.trace_columns import Columns, columns
-from lightning_profkit.trace_events import Event
+from lightning_profkit.trace_events import AnyEvent
 from lightning_profkit.trace_file import find_traces
 from lightning_profkit.trace_load import load_trace
 from lightning_profkit.trace_metrics import window_figures
@@ -25,7 +25,7 @@ from lightning_profkit.trace_metrics import window_figures
 TOP_N = 10
 
 
-def summarize_events(events: Sequence[Event]) -> dict[str, Any]:
+def summarize_events(events: Sequence[AnyEvent]) -> dict[str, Any]:
     return summarize_columns(columns(events))
 
 

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from conftest import SHARED_TRACES
+from lightning_profkit.trace_events import decode_strict
 from lightning_profkit.trace_file import TraceError, read_json
 from lightning_profkit.trace_load import MIN_PIECE, _pieces, cut_points, load_trace
 from lightning_profkit.trace_summary import summarize_columns
@@ -92,3 +93,18 @@ def test_one_pass_in_a_process_with_threads_or_for_small_text():
     finally:
         stop.set()
         thread.join()
+
+
+def test_unknown_phases_and_odd_fields_take_the_tolerant_path(tmp_path):
+    memory = {"ph": "i", "name": "[memory]", "ts": 1200, "pid": 1, "tid": 2,
+              "args": {"Device Type": 1, "Device Id": 0, "Total Allocated": 4096, "Total Reserved": 8192}}
+    flow = {"ph": "f", "id": 1, "ts": 1001, "pid": 1, "tid": 2, "cat": "ac2g", "name": "ac2g"}
+    clean = [event(i, f"ProfilerStep#{i}" if i % 5 == 0 else "aten::mm") for i in range(50)] + [memory, flow]
+    odd = clean + [{"ph": "Q", "name": "a phase no format defines"}, 7,
+                   {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": "not a time", "dur": 1, "pid": 1, "tid": 2}]
+    path = write(tmp_path / "odd.json", {"traceEvents": odd})
+    with pytest.raises(ValueError):
+        decode_strict(path.read_bytes())
+    got = figures(path, jobs=1)
+    assert got == figures(write(tmp_path / "clean.json", {"traceEvents": clean}), jobs=1)
+    assert json.loads(got[0])["host"]["peak_memory_bytes"]  # the [memory] event was read
