@@ -46,15 +46,10 @@ class _PieceError(Exception):
     """A piece that did not decode as events: read the file in one pass instead."""
 
 
-def default_jobs() -> int:
-    """The CPU cores this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def load_trace(path: str, jobs: int = 1, min_piece: int = MIN_PIECE) -> LoadedTrace:
-    """Columns and labels of the trace at ``path``, using up to ``jobs`` processes, each for at least
-    ``min_piece`` bytes of JSON."""
-    raw = read_json(path)
+def load_trace(path: str, jobs: int = 1, min_piece: int = MIN_PIECE, raw: Optional[bytes] = None) -> LoadedTrace:
+    """Columns and labels of the trace at ``path`` (whose JSON text is ``raw`` where given), using up to
+    ``jobs`` processes, each for at least ``min_piece`` bytes of JSON."""
+    raw = read_json(path) if raw is None else raw
     cuts = cut_points(raw, _pieces(len(raw), jobs, min_piece))
     if cuts:
         try:

@@ -18,7 +18,6 @@ from lightning_profkit.step_breakdown import ROLES, step_breakdown
 from lightning_profkit.temporal_breakdown import temporal_breakdown
 from lightning_profkit.trace_columns import Columns, columns
 from lightning_profkit.trace_events import AnyEvent
-from lightning_profkit.trace_file import find_traces
 from lightning_profkit.trace_load import load_trace
 from lightning_profkit.trace_metrics import window_figures
 
@@ -65,10 +64,10 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def summarize_file(path: str, jobs: int = 1) -> dict[str, Any]:
-    """One trace file's summary, decoded with up to ``jobs`` processes."""
+def summarize_file(path: str, jobs: int = 1, raw: Optional[bytes] = None) -> dict[str, Any]:
+    """One trace file's summary (its JSON text is ``raw`` where given), decoded with up to ``jobs`` processes."""
     with _gc_paused():
-        trace = load_trace(path, jobs)
+        trace = load_trace(path, jobs, raw=raw)
     meta = trace.meta or {}
     rank = (trace.distributed_info or {}).get("rank")
     out = {
@@ -79,11 +78,6 @@ def summarize_file(path: str, jobs: int = 1) -> dict[str, Any]:
     }
     out.update(summarize_columns(trace.columns))
     return out
-
-
-def summarize_path(path: str, jobs: int = 1) -> list[dict[str, Any]]:
-    """Every trace under ``path`` (a file, a window folder or a run folder)."""
-    return [summarize_file(p, jobs) for p in find_traces(path)]
 
 
 def key_figures(summary: dict[str, Any]) -> dict[str, Optional[float]]:
