@@ -18,7 +18,7 @@ from lightning_profkit.step_breakdown import ROLES, step_breakdown
 from lightning_profkit.temporal_breakdown import temporal_breakdown
 from lightning_profkit.trace_columns import Columns, columns
 from lightning_profkit.trace_events import AnyEvent
-from lightning_profkit.trace_load import load_trace
+from lightning_profkit.trace_load import LoadedTrace, load_trace
 from lightning_profkit.trace_metrics import window_figures
 
 TOP_N = 10
@@ -64,10 +64,15 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def summarize_file(path: str, jobs: int = 1, raw: Optional[bytes] = None) -> dict[str, Any]:
-    """One trace file's summary (its JSON text is ``raw`` where given), decoded with up to ``jobs`` processes."""
+def load(path: str, jobs: int = 1, raw: Optional[bytes] = None) -> LoadedTrace:
+    """The trace at ``path`` as columns (its JSON text is ``raw`` where given), decoded with up to ``jobs``
+    processes."""
     with _gc_paused():
-        trace = load_trace(path, jobs, raw=raw)
+        return load_trace(path, jobs, raw=raw)
+
+
+def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
+    """The summary of a loaded trace, labelled with its window, worker and rank."""
     meta = trace.meta or {}
     rank = (trace.distributed_info or {}).get("rank")
     out = {
