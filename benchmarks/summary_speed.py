@@ -1,7 +1,10 @@
 """`profkit summary --json` against HolisticTraceAnalysis's temporal breakdown, on the same traces.
 
 Each tool runs as a fresh process, as a user runs it (the ``profkit`` console script), after one untimed
-warm-up, interleaved and repeated; wall time and peak memory (max RSS of the process) are the medians. HTA computes only its temporal breakdown here;
+warm-up, interleaved and repeated. Both run in a throwaway environment where lightning_profkit is installed
+from this checkout as a user's ``pip install`` does, not as the editable install of the dev environment
+(whose import hook costs every Python start-up about 20 ms here); it sees the dev environment's other
+packages through a ``.pth`` line. wall time and peak memory (max RSS of the process) are the medians. HTA computes only its temporal breakdown here;
 `profkit summary` computes that and torch-tb-profiler's step breakdown, host-step figures and top
 operators. profkit runs twice: as installed (a large trace is decoded on every core) and with ``--jobs 1``
 (one process, like HTA).
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,14 +26,34 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "traces")
+ROOT = os.path.dirname(HERE)
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "traces")
 HTA = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)"
 
 
 # As on a user's machine, where pip compiled both packages' byte code at install: let the warm-up runs write it;
 # and with Python's usual buffered output.
 ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED")}
-PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")  # the console script users run
+
+
+def installed_copy(folder: str) -> str:
+    """A virtual environment in ``folder`` with lightning_profkit installed from a copy of this checkout
+    (not editable) and the dev environment's packages on its path; its ``bin`` folder."""
+    env = os.path.join(folder, "env")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True)
+    python = os.path.join(env, "bin", "python")
+    purelib = lambda py: subprocess.check_output(  # noqa: E731
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip()
+    with open(os.path.join(purelib(python), "dev-environment.pth"), "w") as f:
+        f.write(purelib(sys.executable) + "\n")
+    source = os.path.join(folder, "source")  # setuptools writes build/ beside the sources
+    shutil.copytree(os.path.join(ROOT, "lightning_profkit"), os.path.join(source, "lightning_profkit"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), source)
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps",
+                    "--no-build-isolation", source], check=True)
+    return os.path.dirname(python)
 
 
 def _tree_pss(pid: int) -> int:
@@ -84,14 +108,16 @@ def main() -> None:
             "hta/amd_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
         )
     ]
+    bin_dir = installed_copy(tempfile.mkdtemp(prefix="profkit-installed-"))
+    profkit, python = os.path.join(bin_dir, "profkit"), os.path.join(bin_dir, "python")
     rows = []
     for path in traces:
         folder = tempfile.mkdtemp(prefix="profkit-hta-")  # HTA reads a folder of traces
         os.symlink(os.path.abspath(path), os.path.join(folder, os.path.basename(path)))
         tools = {
-            "profkit": [PROFKIT, "summary", "--json", path],  # decodes on every core
-            "profkit --jobs 1": [PROFKIT, "summary", "--json", "--jobs", "1", path],
-            "hta": [sys.executable, "-c", HTA, folder],
+            "profkit": [profkit, "summary", "--json", path],  # decodes on every core
+            "profkit --jobs 1": [profkit, "summary", "--json", "--jobs", "1", path],
+            "hta": [python, "-c", HTA, folder],
         }
         got: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
         for cmd in tools.values():  # warm-up, untimed: byte code and the file in the page cache
