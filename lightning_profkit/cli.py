@@ -52,20 +52,26 @@ def default_jobs() -> int:
 def summaries(path: str, jobs: int) -> list[dict[str, Any]]:
     """The summary of every trace under ``path`` (a file, a window folder or a run folder).
 
-    Each file is read and inflated on a thread while the one before is summarised, and the first while
-    numpy and the figures' modules are imported: inflating releases the GIL, so on two cores it costs no
-    time. The thread has ended before a trace's decoding forks its workers."""
+    Start-up work overlaps: the first file is read and inflated on a thread while msgspec is imported
+    (inflating releases the GIL), its decoding workers are forked before numpy is imported, and each
+    later file is read while the one before is summarised. The reading thread has always ended before
+    a trace's decoding forks."""
     paths = find_traces(path)
     text = read_json_soon(paths[0])
-    from lightning_profkit.trace_summary import load, summarize_trace
+    from lightning_profkit.trace_load import start_loading
+
+    loading = start_loading(paths[0], jobs, raw=text())
+    from lightning_profkit.trace_summary import summarize_trace
 
     out = []
     for i, p in enumerate(paths):
-        trace = load(p, jobs, text())
+        trace = loading.result()
         if i + 1 < len(paths):
             text = read_json_soon(paths[i + 1])
         out.append(summarize_trace(p, trace))
         del trace  # before the next one is decoded
+        if i + 1 < len(paths):
+            loading = start_loading(paths[i + 1], jobs, raw=text())
     return out
 
 

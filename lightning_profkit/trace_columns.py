@@ -1,6 +1,6 @@
-"""A trace as columns: one pass over the events, then every figure is computed with numpy on arrays.
+"""A trace as columns: numpy arrays over :mod:`trace_rows`' rows, on which every figure is computed.
 
-Complete events (``ph == "X"``) with a timestamp become rows; ``[memory]`` instant events are kept apart.
+Complete events (``ph == "X"``) with a timestamp are rows; ``[memory]`` instant events are kept apart.
 Strings (category, name) are stored as codes into ``cats`` / ``names``; numeric arguments (stream,
 correlation id, external id) that are absent or not integers are -1.
 """
@@ -12,15 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from lightning_profkit.trace_events import AnyEvent, Event, Instant
-
-
-def _as_int(value: Any) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError, OverflowError):
-        return -1
-    return number if -(2**63) <= number < 2**63 else -1
+from lightning_profkit.trace_events import AnyEvent
+from lightning_profkit.trace_rows import Rows, rows
 
 
 @dataclass
@@ -62,76 +55,35 @@ def code_mask(codes: np.ndarray, chosen: list[int], size: int) -> np.ndarray:
     return table[codes]
 
 
-def _ints(values: list) -> np.ndarray:
-    """Integer ids, -1 where absent or not a whole number."""
-    try:
-        return np.fromiter(values, dtype=np.int64, count=len(values))
-    except (TypeError, ValueError, OverflowError):  # null, or strings that are not numbers: one by one
-        return np.array([_as_int(v) for v in values], dtype=np.int64)
+def _wrap(values: Any, dtype: type) -> np.ndarray:
+    return np.frombuffer(values, dtype=dtype)  # no copy: the array keeps the buffer alive
 
 
-def _codes(values: list) -> tuple[np.ndarray, list]:
-    """Integer codes for hashable values, and the distinct values in code order."""
-    distinct = list(dict.fromkeys(values))
-    table = {v: i for i, v in enumerate(distinct)}
-    return np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values)), distinct
-
-
-def _array(codes: list, dtype: type) -> np.ndarray:
-    return np.fromiter(codes, dtype=dtype, count=len(codes))
-
-
-def columns(events: Sequence[AnyEvent]) -> Columns:
-    # One pass that appends to lists, strings and threads as codes in first-seen order: several times
-    # faster than a pass per field over these records.
-    cats: dict = {}
-    names: dict = {}
-    threads: dict = {}
-    cat: list = []
-    name: list = []
-    thread: list = []
-    ts_list: list = []
-    dur_list: list = []
-    stream: list = []
-    corr: list = []
-    ext: list = []
-    memory = []
-    for e in events:
-        kind = type(e)
-        if kind is Event and e.ts is not None:
-            a = e.args
-            cat.append(cats.setdefault(e.cat, len(cats)))
-            name.append(names.setdefault(e.name, len(names)))
-            thread.append(threads.setdefault((e.pid, e.tid), len(threads)))
-            ts_list.append(e.ts)
-            dur_list.append(e.dur)
-            stream.append(a.stream)
-            corr.append(a.correlation)
-            ext.append(a.external_id_lower if a.external_id_lower != -1 else a.external_id)
-        elif kind is Instant and e.name == "[memory]":
-            memory.append(e.args)
-    device_codes, devices = _codes([(a.device_type, a.device_id) for a in memory])
-    ts = _array(ts_list, np.float64)
-    dur = np.array(dur_list, dtype=np.float64)  # None becomes NaN
+def from_rows(r: Rows) -> Columns:
+    ts, dur = _wrap(r.ts, np.float64), _wrap(r.dur, np.float64)
     return Columns(
-        raw_cats=list(cats),
-        names=[str(n or "") for n in names],
-        cat=_array(cat, np.int32),
-        name=_array(name, np.int32),
+        raw_cats=r.cats,
+        names=[str(n or "") for n in r.names],
+        cat=_wrap(r.cat, np.intc),
+        name=_wrap(r.name, np.intc),
         ts=ts,
         dur=dur,
         end=ts + np.nan_to_num(dur),
-        thread=_array(thread, np.int64),
-        threads=list(threads),
-        stream=_ints(stream),
-        corr=_ints(corr),
-        ext=_ints(ext),
-        fractional=float in set(map(type, ts_list)),  # HTA then rounds all timestamps
-        memory_devices=[f"{t}:{i}" for t, i in devices],
-        memory_device=device_codes,
-        memory_allocated=_ints([a.total_allocated for a in memory]),
-        memory_reserved=_ints([a.total_reserved for a in memory]),
+        thread=_wrap(r.thread, np.intc),
+        threads=r.threads,
+        stream=_wrap(r.stream, np.int64),
+        corr=_wrap(r.corr, np.int64),
+        ext=_wrap(r.ext, np.int64),
+        fractional=r.fractional,
+        memory_devices=[f"{t}:{i}" for t, i in r.memory_devices],
+        memory_device=_wrap(r.memory_device, np.intc),
+        memory_allocated=_wrap(r.memory_allocated, np.int64),
+        memory_reserved=_wrap(r.memory_reserved, np.int64),
     )
+
+
+def columns(events: Sequence[AnyEvent]) -> Columns:
+    return from_rows(rows(events))
 
 
 def _merge(tables: list[list], codes: list[np.ndarray]) -> tuple[np.ndarray, list]:
@@ -139,7 +91,12 @@ def _merge(tables: list[list], codes: list[np.ndarray]) -> tuple[np.ndarray, lis
     merged = list(dict.fromkeys(v for table in tables for v in table))
     index = {v: i for i, v in enumerate(merged)}
     remapped = [np.array([index[v] for v in table], dtype=np.int64)[c] for table, c in zip(tables, codes)]
-    return np.concatenate(remapped).astype(np.int32), merged
+    return np.concatenate(remapped).astype(np.intc), merged
+
+
+def join(parts: Sequence[Rows]) -> Columns:
+    """The columns of consecutive pieces of one trace, as if built from all its events at once."""
+    return concat([from_rows(p) for p in parts])
 
 
 def concat(parts: Sequence[Columns]) -> Columns:
@@ -154,6 +111,6 @@ def concat(parts: Sequence[Columns]) -> Columns:
               for f in ("ts", "dur", "end", "stream", "corr", "ext", "memory_allocated", "memory_reserved")}
     return Columns(
         raw_cats=raw_cats, names=names, cat=cat, name=name,
-        thread=thread.astype(np.int64), threads=threads, fractional=any(p.fractional for p in parts),
+        thread=thread, threads=threads, fractional=any(p.fractional for p in parts),
         memory_devices=devices, memory_device=device, **joined,
     )

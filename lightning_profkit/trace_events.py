@@ -12,6 +12,8 @@ from typing import Any, Optional, Sequence, Union
 
 import msgspec
 
+from lightning_profkit.trace_file import TraceError, read_json
+
 Number = Union[int, float, None]
 Scalar = Union[int, float, str, None]
 
@@ -125,3 +127,21 @@ def from_dicts(events: Sequence[dict[str, Any]]) -> list[AnyEvent]:
         return msgspec.convert(list(events), list[AnyEvent])
     except msgspec.ValidationError:
         return [e for e in map(_tolerant, events) if e is not None]
+
+
+def decode_json(path: str, raw: bytes) -> TraceDoc:
+    """The trace document in ``raw``, the JSON text of ``path``; a :class:`TraceError` if it is not one."""
+    try:
+        return decode(raw)
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{path}: not JSON ({err})") from None
+    except ValueError as err:
+        text = str(err).splitlines()[0]
+        if "traceEvents" in text:
+            raise TraceError(f"{path}: JSON without a traceEvents list, not a profiler trace") from None
+        raise TraceError(f"{path}: not JSON ({text})") from None
+
+
+def read_trace(path: str) -> TraceDoc:
+    """The trace's events and labels (``.json`` or ``.json.gz``)."""
+    return decode_json(path, read_json(path))

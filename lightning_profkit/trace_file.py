@@ -1,4 +1,6 @@
-"""Find and read torch.profiler (Kineto) Chrome-trace files; every problem is one :class:`TraceError` line."""
+"""Find torch.profiler (Kineto) Chrome-trace files and read their JSON text; every problem is one
+:class:`TraceError` line. Decoding is :mod:`trace_events`' (this module starts without msgspec, so that
+``profkit`` starts reading while it imports it)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,6 @@ import os
 import re
 import threading
 from typing import Callable
-
-from lightning_profkit.trace_events import TraceDoc, decode
 
 try:  # ISA-L inflates about twice as fast as zlib
     from isal.isal_zlib import decompress as _gunzip
@@ -24,11 +24,6 @@ JSON_SUFFIXES = (".json", ".json.gz")
 
 class TraceError(ValueError):
     """A path that is not a readable trace, with a message fit for one line."""
-
-
-def read_trace(path: str) -> TraceDoc:
-    """The trace's events and labels (``.json`` or ``.json.gz``)."""
-    return decode_json(path, read_json(path))
 
 
 def read_json(path: str) -> bytes:
@@ -70,19 +65,6 @@ def read_json_soon(path: str) -> Callable[[], bytes]:
         return box["text"]
 
     return result
-
-
-def decode_json(path: str, raw: bytes) -> TraceDoc:
-    """The trace document in ``raw``, the JSON text of ``path``."""
-    try:
-        return decode(raw)
-    except UnicodeDecodeError as err:
-        raise TraceError(f"{path}: not JSON ({err})") from None
-    except ValueError as err:
-        text = str(err).splitlines()[0]
-        if "traceEvents" in text:
-            raise TraceError(f"{path}: JSON without a traceEvents list, not a profiler trace") from None
-        raise TraceError(f"{path}: not JSON ({text})") from None
 
 
 def _natural(path: str) -> list:

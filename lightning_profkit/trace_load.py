@@ -1,11 +1,14 @@
-"""A trace file as columns, its large JSON decoded in pieces on several CPU cores.
+"""A trace file as rows, its large JSON decoded in pieces on several CPU cores.
 
-Decoding JSON and building columns is most of the time ``profkit summary`` takes, and it is Python work
-that one process cannot spread over cores. A large trace's ``traceEvents`` list is therefore cut at
-boundaries between events, each piece is decoded by a forked worker, and the columns are joined in file
-order (:func:`trace_columns.concat`), so the figures are those of a single pass. Where a cut cannot be
-made safely (no boundary found, a piece that is not a list of events, a worker that fails) the file is
-read in one pass, which also gives the one-line error of a bad file.
+Decoding JSON and building rows is most of the time ``profkit summary`` takes, and it is Python work that
+one process cannot spread over cores. A large trace's ``traceEvents`` list is therefore cut at boundaries
+between events into pieces of at least ``min_piece`` bytes. Forked workers and this process take pieces
+from a queue (a pipe of piece numbers) until none is left, and the rows are put back in file order, so
+the figures are those of a single pass. Nothing here imports numpy: :func:`start_loading` forks the
+workers and returns, and the caller imports numpy while they decode (numpy's import is a fifth of a
+summary of a 2 MB trace); this process joins in when it asks for the :meth:`Loading.result`. Where a cut
+cannot be made safely (no boundary found, a piece that is not a list of events, a worker that fails) the
+file is read in one pass, which also gives the one-line error of a bad file.
 
 Workers are forked, so this runs in parallel only on Linux and only from a single-threaded process
 (forking a process with threads can deadlock the child); elsewhere it reads in one pass.
@@ -13,6 +16,8 @@ Workers are forked, so this runs in parallel only on Linux and only from a singl
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import pickle
 import re
@@ -20,13 +25,15 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
-from lightning_profkit.trace_columns import Columns, columns, concat
-from lightning_profkit.trace_events import TraceDoc, decode_strict
-from lightning_profkit.trace_file import decode_json, read_json
+from lightning_profkit.trace_events import decode_json, decode_strict
+from lightning_profkit.trace_file import read_json
+from lightning_profkit.trace_rows import Rows, rows
 
-MIN_PIECE = 8 * 2**20  # bytes of JSON per worker: below this, a fork costs more than it saves
+MIN_PIECE = 4 * 2**20  # bytes of JSON per piece
+MIN_PIECES = 4  # fewer, and a fork costs more than it saves
+MAX_PIECES = 255  # piece numbers are single bytes in the queue
 # Between two objects. A match inside a string or a nested list makes a piece that does not decode, and
 # the file is then read in one pass.
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
@@ -36,7 +43,7 @@ _OPEN = b'{"traceEvents":['
 
 @dataclass
 class LoadedTrace:
-    columns: Columns
+    parts: list[Rows]  # in file order
     distributed_info: Optional[dict[str, Any]]
     meta: Optional[dict[str, Any]]  # our labels under the "profkit" key
     pieces: int = 1  # how many pieces the JSON was decoded in
@@ -46,25 +53,42 @@ class _PieceError(Exception):
     """A piece that did not decode as events: read the file in one pass instead."""
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: a trace is hundreds of thousands of records without cycles, and
+    each collection the allocations trigger would walk all of them (about a tenth of the time)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def load_trace(path: str, jobs: int = 1, min_piece: int = MIN_PIECE, raw: Optional[bytes] = None) -> LoadedTrace:
-    """Columns and labels of the trace at ``path`` (whose JSON text is ``raw`` where given), using up to
-    ``jobs`` processes, each for at least ``min_piece`` bytes of JSON."""
+    """Rows and labels of the trace at ``path`` (whose JSON text is ``raw`` where given), using up to ``jobs``
+    processes and pieces of at least ``min_piece`` bytes of JSON."""
+    return start_loading(path, jobs, min_piece, raw).result()
+
+
+def start_loading(path: str, jobs: int = 1, min_piece: int = MIN_PIECE, raw: Optional[bytes] = None) -> Loading:
+    """:func:`load_trace`, its workers started now and its result asked for later."""
     raw = read_json(path) if raw is None else raw
-    cuts = cut_points(raw, _pieces(len(raw), jobs, min_piece))
-    if cuts:
-        try:
-            return _load_pieces(raw, cuts)
-        except _PieceError:
-            pass
-    doc = decode_json(path, raw)
-    del raw  # the text is not needed beside its events
-    return LoadedTrace(columns(doc.traceEvents), doc.distributedInfo, doc.profkit)
+    workers = _workers(jobs)
+    return Loading(path, raw, cut_points(raw, _pieces(len(raw), min_piece)) if workers else [], workers)
 
 
-def _pieces(size: int, jobs: int, min_piece: int) -> int:
+def _pieces(size: int, min_piece: int) -> int:
+    pieces = min(MAX_PIECES, size // max(min_piece, 1))
+    return pieces if pieces >= MIN_PIECES else 1
+
+
+def _workers(jobs: int) -> int:
+    """Forked workers beside this process."""
     if sys.platform != "linux" or threading.active_count() > 1:
-        return 1
-    return max(1, min(jobs, size // max(min_piece, 1)))
+        return 0
+    return max(0, jobs - 1)
 
 
 def cut_points(raw: bytes, pieces: int) -> list[tuple[int, int]]:
@@ -84,9 +108,13 @@ def cut_points(raw: bytes, pieces: int) -> list[tuple[int, int]]:
     return cuts
 
 
-def _piece(raw: bytes, cuts: Sequence[tuple[int, int]], k: int) -> tuple[LoadedTrace, TraceDoc]:
+_Piece = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
+
+
+def _piece(raw: bytes, cuts: Sequence[tuple[int, int]], k: int, keep: list) -> _Piece:
     """Piece ``k`` as a document of its own (the head keeps the keys before the events, the tail those
-    after), its columns, and the decoded document, which a worker leaves unfreed when it exits."""
+    after): its rows and labels. The decoded document goes to ``keep``, which a worker leaves unfreed
+    when it exits (freeing a decoded trace takes a tenth of the time decoding does)."""
     start = 0 if k == 0 else cuts[k - 1][1]
     end = len(raw) if k == len(cuts) else cuts[k][0]
     # One copy of the piece, framed (slicing and then adding would copy it twice: each copy of 16 MB costs
@@ -96,58 +124,89 @@ def _piece(raw: bytes, cuts: Sequence[tuple[int, int]], k: int) -> tuple[LoadedT
         doc = decode_strict(text)
     except ValueError as err:
         raise _PieceError(str(err)) from None
-    return LoadedTrace(columns(doc.traceEvents), doc.distributedInfo, doc.profkit), doc
+    keep.append(doc)
+    return rows(doc.traceEvents), doc.distributedInfo, doc.profkit
 
 
-def _load_pieces(raw: bytes, cuts: Sequence[tuple[int, int]]) -> LoadedTrace:
-    parts = in_workers(lambda k: _piece(raw, cuts, k), range(len(cuts) + 1))
-    info = next((p.distributed_info for p in parts if p.distributed_info is not None), None)
-    meta = next((p.meta for p in parts if p.meta is not None), None)
-    return LoadedTrace(concat([p.columns for p in parts]), info, meta, len(parts))
+class Loading:
+    """A trace being decoded, by forked workers where it is cut in pieces."""
 
-
-def in_workers(fn: Callable[[int], tuple[Any, Any]], items: Sequence[int]) -> list:
-    """``[fn(i)[0] for i in items]``: the first here, the others in forked children that send it back
-    pickled through a pipe and exit without freeing ``fn(i)[1]`` (freeing a decoded trace takes a tenth of
-    the time decoding does). Any failure raises :class:`_PieceError` once every child is gone."""
-    children = []
-    try:
-        for item in items[1:]:
-            read_end, write_end = os.pipe()
+    def __init__(self, path: str, raw: bytes, cuts: list[tuple[int, int]], workers: int) -> None:
+        self.path, self.raw, self.cuts = path, raw, cuts
+        self.children: list[tuple[int, int]] = []  # (pid, read end of its results)
+        self.queue = -1
+        if not cuts:
+            return
+        read_end, write_end = os.pipe()
+        os.write(write_end, bytes(range(len(cuts) + 1)))  # every piece number; the pipe holds 64 kB
+        os.close(write_end)  # so that the queue ends once read
+        self.queue = read_end
+        for _ in range(min(workers, len(cuts))):
+            results, to_parent = os.pipe()
             pid = os.fork()
             if pid == 0:  # the child: never returns
-                _child(fn, item, read_end, write_end)
-            os.close(write_end)
-            children.append((pid, read_end))
-        results = [fn(items[0])[0]]
-        while children:
-            pid, read_end = children.pop(0)
-            try:
-                with os.fdopen(read_end, "rb") as f:
-                    data = f.read()
-            finally:
-                os.waitpid(pid, 0)
-            ok, value = pickle.loads(data) if data else (False, "a worker ended without a result")
-            if not ok:
-                raise _PieceError(value)
-            results.append(value)
-        return results
-    finally:
-        for pid, read_end in children:  # after a failure: stop the others
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(read_end)
+                self._child(results, to_parent)
+            os.close(to_parent)
+            self.children.append((pid, results))
 
+    def _take(self) -> Iterator[int]:
+        while True:
+            got = os.read(self.queue, 1)
+            if not got:
+                return
+            yield got[0]
 
-def _child(fn: Callable[[int], tuple[Any, Any]], item: int, read_end: int, write_end: int) -> None:
-    try:
-        os.close(read_end)
+    def _child(self, results: int, to_parent: int) -> None:
         try:
-            result, _unfreed = fn(item)
-            payload = pickle.dumps((True, result), protocol=pickle.HIGHEST_PROTOCOL)
-        except BaseException as err:  # noqa: BLE001 - reported to the parent, which reads in one pass
-            payload = pickle.dumps((False, f"{type(err).__name__}: {err}"))
-        with os.fdopen(write_end, "wb") as f:
-            f.write(payload)
-    finally:
-        os._exit(0)  # no interpreter teardown: nothing to free, no atexit of the parent's
+            os.close(results)
+            gc.disable()  # it exits without freeing anything
+            keep: list = []
+            try:
+                payload = pickle.dumps((True, [(k, _piece(self.raw, self.cuts, k, keep)) for k in self._take()]),
+                                       protocol=pickle.HIGHEST_PROTOCOL)
+            except BaseException as err:  # noqa: BLE001 - reported to the parent, which reads in one pass
+                payload = pickle.dumps((False, f"{type(err).__name__}: {err}"))
+            with os.fdopen(to_parent, "wb") as f:
+                f.write(payload)
+        finally:
+            os._exit(0)  # no interpreter teardown: nothing to free, no atexit of the parent's
+
+    def result(self) -> LoadedTrace:
+        """The trace's rows and labels, in one pass where the pieces failed."""
+        with _gc_paused():
+            if self.cuts:
+                try:
+                    return self._gather()
+                except _PieceError:
+                    pass
+            doc = decode_json(self.path, self.raw)
+            del self.raw  # the text is not needed beside its events
+            return LoadedTrace([rows(doc.traceEvents)], doc.distributedInfo, doc.profkit)
+
+    def _gather(self) -> LoadedTrace:
+        keep: list = []
+        try:
+            got = [(k, _piece(self.raw, self.cuts, k, keep)) for k in self._take()]
+            while self.children:
+                pid, results = self.children[0]
+                try:
+                    with os.fdopen(results, "rb") as f:
+                        data = f.read()
+                finally:
+                    self.children.pop(0)
+                    os.waitpid(pid, 0)
+                ok, value = pickle.loads(data) if data else (False, "a worker ended without a result")
+                if not ok:
+                    raise _PieceError(value)
+                got.extend(value)
+        finally:
+            os.close(self.queue)
+            for pid, results in self.children:  # after a failure: stop the others
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                os.close(results)
+            self.children = []
+        pieces = [p for _, p in sorted(got, key=lambda kp: kp[0])]
+        info = next((i for _, i, _ in pieces if i is not None), None)
+        meta = next((m for _, _, m in pieces if m is not None), None)
+        return LoadedTrace([r for r, _, _ in pieces], info, meta, len(pieces))

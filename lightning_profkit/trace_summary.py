@@ -8,17 +8,15 @@ averaged over traces and compared between runs. A figure a trace cannot support 
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from lightning_profkit.operator_times import operator_times, top
 from lightning_profkit.step_breakdown import ROLES, step_breakdown
 from lightning_profkit.temporal_breakdown import temporal_breakdown
-from lightning_profkit.trace_columns import Columns, columns
+from lightning_profkit.trace_columns import Columns, columns, join
 from lightning_profkit.trace_events import AnyEvent
-from lightning_profkit.trace_load import LoadedTrace, load_trace
+from lightning_profkit.trace_load import LoadedTrace
 from lightning_profkit.trace_metrics import window_figures
 
 TOP_N = 10
@@ -51,26 +49,6 @@ def summarize_columns(c: Columns) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a trace is hundreds of thousands of records without cycles, and
-    each collection the allocations trigger would walk all of them (about a tenth of the time)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def load(path: str, jobs: int = 1, raw: Optional[bytes] = None) -> LoadedTrace:
-    """The trace at ``path`` as columns (its JSON text is ``raw`` where given), decoded with up to ``jobs``
-    processes."""
-    with _gc_paused():
-        return load_trace(path, jobs, raw=raw)
-
-
 def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
     """The summary of a loaded trace, labelled with its window, worker and rank."""
     meta = trace.meta or {}
@@ -81,7 +59,7 @@ def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
         "worker": meta.get("worker") or os.path.basename(path).split(".")[0],
         "rank": rank,
     }
-    out.update(summarize_columns(trace.columns))
+    out.update(summarize_columns(join(trace.parts)))
     return out
 
 

@@ -9,7 +9,8 @@ import pytest
 from conftest import SHARED_TRACES
 from lightning_profkit.trace_events import decode_strict
 from lightning_profkit.trace_file import TraceError, read_json
-from lightning_profkit.trace_load import MIN_PIECE, _pieces, cut_points, load_trace
+from lightning_profkit.trace_columns import join
+from lightning_profkit.trace_load import MIN_PIECE, MIN_PIECES, _pieces, _workers, load_trace
 from lightning_profkit.trace_summary import summarize_columns
 
 TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
@@ -18,7 +19,7 @@ SMALL = 16 * 1024  # bytes per piece: every shared trace but the tiniest is cut
 
 def load(path, **kw):
     loaded = load_trace(str(path), **kw)
-    return (json.dumps(summarize_columns(loaded.columns), sort_keys=True), loaded.distributed_info, loaded.meta), loaded.pieces
+    return (json.dumps(summarize_columns(join(loaded.parts)), sort_keys=True), loaded.distributed_info, loaded.meta), loaded.pieces
 
 
 def figures(path, **kw):
@@ -29,7 +30,8 @@ def figures(path, **kw):
 def test_pieces_give_the_figures_of_one_pass(shared_traces, name):
     path = shared_traces / name
     got, pieces = load(path, jobs=4, min_piece=SMALL)
-    assert pieces == (4 if len(read_json(str(path))) >= 4 * SMALL else 1)
+    size = len(read_json(str(path)))
+    assert pieces == (min(size // SMALL, 255) if size >= MIN_PIECES * SMALL else 1)
     assert got == figures(path, jobs=1)
 
 
@@ -83,13 +85,14 @@ def _zombie_children():
 
 
 def test_one_pass_in_a_process_with_threads_or_for_small_text():
-    assert _pieces(10 * MIN_PIECE, jobs=4, min_piece=MIN_PIECE) == 4
-    assert _pieces(MIN_PIECE, jobs=4, min_piece=MIN_PIECE) == 1  # a fork would cost more than it saves
+    assert _pieces(10 * MIN_PIECE, min_piece=MIN_PIECE) == 10
+    assert _pieces((MIN_PIECES - 1) * MIN_PIECE, min_piece=MIN_PIECE) == 1  # a fork would cost more than it saves
+    assert _workers(4) == 3
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        assert _pieces(10 * MIN_PIECE, jobs=4, min_piece=MIN_PIECE) == 1  # forking beside a thread can deadlock
+        assert _workers(4) == 0  # forking beside a thread can deadlock
     finally:
         stop.set()
         thread.join()

@@ -13,7 +13,7 @@ from lightning_profkit.step_breakdown import COLUMNS, step_breakdown
 from lightning_profkit.temporal_breakdown import temporal_breakdown
 from lightning_profkit.trace_columns import columns
 from lightning_profkit.trace_events import from_dicts
-from lightning_profkit.trace_file import read_trace
+from lightning_profkit.trace_events import read_trace
 from lightning_profkit.trace_metrics import window_figures
 
 TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
