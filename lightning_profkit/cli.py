@@ -14,7 +14,8 @@ import sys
 from typing import Any, Optional, Sequence
 
 # Only modules without numpy here: `profkit summary` imports the figures' modules while it reads the trace.
-from lightning_profkit.trace_file import TraceError, find_traces, read_json_soon
+from lightning_profkit.background import soon
+from lightning_profkit.trace_file import TraceError, find_traces, read_json
 
 JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
 
@@ -57,7 +58,7 @@ def summaries(path: str, jobs: int) -> list[dict[str, Any]]:
     later file is read while the one before is summarised. The reading thread has always ended before
     a trace's decoding forks."""
     paths = find_traces(path)
-    text = read_json_soon(paths[0])
+    text = soon(read_json, paths[0])
     from lightning_profkit.trace_load import start_loading
 
     loading = start_loading(paths[0], jobs, raw=text())
@@ -67,7 +68,7 @@ def summaries(path: str, jobs: int) -> list[dict[str, Any]]:
     for i, p in enumerate(paths):
         trace = loading.result()
         if i + 1 < len(paths):
-            text = read_json_soon(paths[i + 1])
+            text = soon(read_json, paths[i + 1])
         out.append(summarize_trace(p, trace))
         del trace  # before the next one is decoded
         if i + 1 < len(paths):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-from typing import Callable
 
 try:  # ISA-L inflates about twice as fast as zlib
     from isal.isal_zlib import decompress as _gunzip
@@ -42,29 +40,6 @@ def read_json(path: str) -> bytes:
     except OSError as err:
         raise TraceError(f"{path}: {err.strerror or err}") from None
     return raw
-
-
-def read_json_soon(path: str) -> Callable[[], bytes]:
-    """:func:`read_json` on a thread started now; the function returned waits for the text, or raises what
-    the thread raised. Inflating releases the GIL, so the reading overlaps the caller's work on two cores."""
-    box: dict = {}
-
-    def target() -> None:
-        try:
-            box["text"] = read_json(path)
-        except BaseException as err:  # noqa: BLE001 - raised again on the caller's thread
-            box["error"] = err
-
-    thread = threading.Thread(target=target, name="profkit-read", daemon=True)
-    thread.start()
-
-    def result() -> bytes:
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["text"]
-
-    return result
 
 
 def _natural(path: str) -> list:
