@@ -10,8 +10,8 @@ T = TypeVar("T")
 
 
 def soon(fn: Callable[..., T], *args: Any) -> Callable[[], T]:
-    """``fn(*args)`` on a thread started now; the function returned waits for its result, or raises what
-    it raised."""
+    """``fn(*args)`` on a thread started now; the function returned, called once, waits for its result
+    (and lets go of it) or raises what it raised."""
     box: dict = {}
 
     def target() -> None:
@@ -27,6 +27,6 @@ def soon(fn: Callable[..., T], *args: Any) -> Callable[[], T]:
         thread.join()
         if "error" in box:
             raise box["error"]
-        return box["result"]
+        return box.pop("result")
 
     return result

@@ -143,7 +143,12 @@ class Loading:
         self.queue = read_end
         for _ in range(min(workers, len(cuts))):
             results, to_parent = os.pipe()
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:  # no more processes: this one and those started do all the pieces
+                os.close(results)
+                os.close(to_parent)
+                break
             if pid == 0:  # the child: never returns
                 self._child(results, to_parent)
             os.close(to_parent)
@@ -173,20 +178,21 @@ class Loading:
 
     def result(self) -> LoadedTrace:
         """The trace's rows and labels, in one pass where the pieces failed."""
+        raw, self.raw = self.raw, b""  # the text is not needed beside its events
         with _gc_paused():
             if self.cuts:
                 try:
-                    return self._gather()
+                    return self._gather(raw)
                 except _PieceError:
                     pass
-            doc = decode_json(self.path, self.raw)
-            del self.raw  # the text is not needed beside its events
+            doc = decode_json(self.path, raw)
+            del raw
             return LoadedTrace([rows(doc.traceEvents)], doc.distributedInfo, doc.profkit)
 
-    def _gather(self) -> LoadedTrace:
+    def _gather(self, raw: bytes) -> LoadedTrace:
         keep: list = []
         try:
-            got = [(k, _piece(self.raw, self.cuts, k, keep)) for k in self._take()]
+            got = [(k, _piece(raw, self.cuts, k, keep)) for k in self._take()]
             while self.children:
                 pid, results = self.children[0]
                 try:
