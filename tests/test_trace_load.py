@@ -1,16 +1,20 @@
 """A trace decoded in pieces by forked workers gives exactly the figures of one pass, or falls back to one pass."""
 
 import json
+import math
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
 
 from conftest import SHARED_TRACES
-from lightning_profkit.trace_events import decode_strict
+from lightning_profkit.trace_events import decode_strict, from_dicts
 from lightning_profkit.trace_file import TraceError, read_json
 from lightning_profkit.trace_columns import join
 from lightning_profkit.trace_load import MIN_PIECE, MIN_PIECES, _pieces, _workers, load_trace
+from lightning_profkit.trace_rows import rows
 from lightning_profkit.trace_summary import summarize_columns
 
 TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
@@ -111,3 +115,34 @@ def test_unknown_phases_and_odd_fields_take_the_tolerant_path(tmp_path):
     got = figures(path, jobs=1)
     assert got == figures(write(tmp_path / "clean.json", {"traceEvents": clean}), jobs=1)
     assert json.loads(got[0])["host"]["peak_memory_bytes"]  # the [memory] event was read
+
+
+def test_decoding_workers_start_before_numpy_is_imported(shared_traces):
+    # profkit forks its decoders, then imports numpy while they work: nothing on that path may import it.
+    path = shared_traces / "hta/trace_diff_control/control.json.gz"
+    script = (
+        "import sys\n"
+        "import lightning_profkit.cli\n"
+        "assert 'msgspec' not in sys.modules and 'numpy' not in sys.modules  # the first read starts before both\n"
+        "from lightning_profkit.trace_load import start_loading\n"
+        f"loading = start_loading({str(path)!r}, jobs=2, min_piece={SMALL})\n"
+        "assert loading.children and 'numpy' not in sys.modules\n"
+        "trace = loading.result()\n"
+        "assert 'numpy' not in sys.modules\n"
+        "print(trace.pieces)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) > 1
+
+
+def test_rows_turn_odd_numbers_into_minus_one_and_a_missing_duration_into_nan():
+    events = from_dicts([
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": None, "pid": 0, "tid": 7,
+         "args": {"stream": "7", "correlation": 1.5, "External id": 2**70}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 2.5, "dur": 3, "pid": 0, "tid": 7, "args": {"stream": 8}},
+    ])
+    r = rows(events)
+    assert list(r.stream) == [7, 8] and list(r.corr) == [1, -1] and list(r.ext) == [-1, -1]
+    assert math.isnan(r.dur[0]) and r.dur[1] == 3.0 and list(r.ts) == [1.0, 2.5] and r.fractional
+    assert r.names == ["k"] and list(r.name) == [0, 0] and r.threads == [(0, 7)]
