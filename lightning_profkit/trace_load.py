@@ -31,8 +31,8 @@ from lightning_profkit.trace_events import decode_json, decode_strict
 from lightning_profkit.trace_file import read_json
 from lightning_profkit.trace_rows import Rows, rows
 
-MIN_PIECE = 4 * 2**20  # bytes of JSON per piece
-MIN_PIECES = 4  # fewer, and a fork costs more than it saves
+MIN_PIECE = 2 * 2**20  # bytes of JSON per piece: small, so that this process, starting late, still takes its share
+MIN_PIECES = 2  # a trace of fewer is read in one pass
 MAX_PIECES = 255  # piece numbers are single bytes in the queue
 # Between two objects. A match inside a string or a nested list makes a piece that does not decode, and
 # the file is then read in one pass.
