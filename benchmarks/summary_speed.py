@@ -1,13 +1,13 @@
 """`profkit summary --json` against HolisticTraceAnalysis's temporal breakdown, on the same traces.
 
 Each tool runs as a fresh process, as a user runs it (the ``profkit`` console script), after one untimed
-warm-up, interleaved and repeated. Both run in a throwaway environment where lightning_profkit is installed
-from this checkout as a user's ``pip install`` does, not as the editable install of the dev environment
-(whose import hook costs every Python start-up about 20 ms here); it sees the dev environment's other
-packages through a ``.pth`` line. wall time and peak memory (max RSS of the process) are the medians. HTA computes only its temporal breakdown here;
-`profkit summary` computes that and torch-tb-profiler's step breakdown, host-step figures and top
-operators. profkit runs twice: as installed (a large trace is decoded on every core) and with ``--jobs 1``
-(one process, like HTA).
+warm-up, interleaved and repeated; peak memory comes from as many runs again, sampled. Wall time and
+peak memory are the medians. Both tools run in a throwaway environment where lightning_profkit is
+installed from this checkout as a user's ``pip install`` does, not as the dev environment's editable
+install (whose import hook costs every Python start-up about 20 ms here); it sees the dev environment's
+other packages through a ``.pth`` line. HTA computes only its temporal breakdown here; `profkit summary`
+computes that and torch-tb-profiler's step breakdown, host-step figures and top operators. profkit runs
+twice: as installed (a large trace is decoded on every core) and with ``--jobs 1`` (one process, like HTA).
 
     python benchmarks/summary_speed.py [--repeats 3] [TRACE ...]     (default: ../shared/traces)
 """
@@ -70,25 +70,28 @@ def _tree_pss(pid: int) -> int:
     return total
 
 
-def run(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds of one child process, and its peak memory in MiB: the larger of its own peak RSS and the
-    proportional set size of it and its worker processes together, sampled every 20 ms on a thread (a finer
-    sampling steals a core on a small machine) while this one waits for the exit."""
+def run(cmd: list[str], sample: bool = False) -> tuple[float, float]:
+    """Wall seconds of one child process, and its peak memory in MiB: its own peak RSS or, with ``sample``,
+    the larger of that and the proportional set size of it and its worker processes together, sampled
+    every 20 ms on a thread while this one waits for the exit. Timed runs do not sample: on a 2-core
+    machine the sampling took about a tenth of profkit's time."""
     peak = [0]
     done = threading.Event()
 
-    def sample(pid: int) -> None:
+    def sampler(pid: int) -> None:
         while not done.wait(0.02):
             peak[0] = max(peak[0], _tree_pss(pid))
 
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
-    sampler = threading.Thread(target=sample, args=(proc.pid,))
-    sampler.start()
+    thread = threading.Thread(target=sampler, args=(proc.pid,))
+    if sample:
+        thread.start()
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
     done.set()
-    sampler.join()
+    if sample:
+        thread.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
@@ -119,13 +122,17 @@ def main() -> None:
             "profkit --jobs 1": [profkit, "summary", "--json", "--jobs", "1", path],
             "hta": [python, "-c", HTA, folder],
         }
-        got: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
+        seconds: dict[str, list[float]] = {t: [] for t in tools}
+        peak_mb: dict[str, list[float]] = {t: [] for t in tools}
         for cmd in tools.values():  # warm-up, untimed: byte code and the file in the page cache
             run(cmd)
         for r in range(args.repeats):
             for name in (list(tools) if r % 2 == 0 else list(tools)[::-1]):
-                got[name].append(run(tools[name]))
-        med = {t: (statistics.median(v[0] for v in got[t]), statistics.median(v[1] for v in got[t])) for t in tools}
+                seconds[name].append(run(tools[name])[0])
+        for r in range(args.repeats):  # memory, in runs of their own
+            for name in tools:
+                peak_mb[name].append(run(tools[name], sample=True)[1])
+        med = {t: (statistics.median(seconds[t]), statistics.median(peak_mb[t])) for t in tools}
         rows.append((os.path.basename(path), os.path.getsize(path) / 2**20, med))
     print(f"# {datetime.date.today()}, {os.cpu_count()} CPUs, median of {args.repeats}, one process per run "
           "(start-up and imports included); peak MB counts worker processes too")
