@@ -55,9 +55,12 @@ def overlap(a: Union, b: Union) -> float:
     return length(a) + length(b) - length(merge(a, b))
 
 
-def covers(u: Union, points: np.ndarray) -> np.ndarray:
-    """For each point, whether it lies in ``[start, end)`` of a span of ``u``."""
-    if u[0].size == 0:
-        return np.zeros(points.shape, dtype=bool)
-    i = np.searchsorted(u[0], points, side="right") - 1
-    return (i >= 0) & (u[1][np.maximum(i, 0)] > points)
+def covered(u: Union, bounds: np.ndarray) -> np.ndarray:
+    """For each segment ``[bounds[j], bounds[j + 1])`` of sorted, distinct ``bounds`` among which lie all
+    of ``u``'s ends, whether a span of ``u`` covers it: +1 at a span's first segment and -1 past its last,
+    summed (``m log n`` for ``m`` spans and ``n`` bounds, where a search per segment is ``n log m``)."""
+    n = bounds.size
+    if u[0].size == 0 or n == 0:
+        return np.zeros(max(n - 1, 0), dtype=bool)
+    starts = np.bincount(np.searchsorted(bounds, u[0]), minlength=n)
+    return np.cumsum(starts - np.bincount(np.searchsorted(bounds, u[1]), minlength=n))[:-1] > 0

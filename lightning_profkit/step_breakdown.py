@@ -121,12 +121,12 @@ def _aggregate(steps: list[tuple[float, float]], names: list[str], roles: dict[s
     step_ends = np.array([e for _, e in steps])
     in_steps_union = intervals.union(step_starts, step_ends)
     bounds = intervals.distinct(np.concatenate([step_starts, step_ends] + [x for u in roles.values() for x in u]))
-    left, width = bounds[:-1], np.diff(bounds)
-    in_steps = intervals.covers(in_steps_union, left)
+    width = np.diff(bounds)
+    in_steps = intervals.covered(in_steps_union, bounds)
     taken: dict[str, np.ndarray] = {}
-    slot = np.zeros(left.shape, dtype=bool)
+    slot = np.zeros(width.shape, dtype=bool)
     for role in ROLES:
-        covered = intervals.covers(roles[role], left)
+        covered = intervals.covered(roles[role], bounds)
         if slot.any():
             taken[role] = slot & covered
             slot = slot & ~covered

@@ -32,7 +32,9 @@ def test_interval_math():
     assert as_pairs(u) == [(0, 3), (5, 8)]
     assert intervals.length(u) == 6
     assert intervals.overlap(u, intervals.union([2], [6])) == 2
-    assert intervals.covers(u, np.array([-1, 0, 2.5, 3, 4, 7.9, 8])).tolist() == [False, True, True, False, False, True, False]
+    bounds = np.array([-1, 0, 2.5, 3, 5, 7.9, 8])  # u's ends among them
+    assert intervals.covered(u, bounds).tolist() == [False, True, True, False, True, True]
+    assert intervals.covered(intervals.EMPTY, bounds).tolist() == [False] * 6
     assert as_pairs(intervals.union([], [])) == [] and intervals.overlap(intervals.EMPTY, u) == 0
 
 
