@@ -13,7 +13,8 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-# Only modules without numpy here: `profkit summary` imports the figures' modules while it reads the trace.
+# Neither msgspec nor numpy here: `profkit summary` starts reading the trace before it imports msgspec, and
+# starts its decoding workers before it imports numpy.
 from lightning_profkit.background import soon
 from lightning_profkit.trace_file import TraceError, find_traces, read_json
 

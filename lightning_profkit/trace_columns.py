@@ -94,13 +94,9 @@ def _merge(tables: list[list], codes: list[np.ndarray]) -> tuple[np.ndarray, lis
     return np.concatenate(remapped).astype(np.intc), merged
 
 
-def join(parts: Sequence[Rows]) -> Columns:
+def join(pieces: Sequence[Rows]) -> Columns:
     """The columns of consecutive pieces of one trace, as if built from all its events at once."""
-    return concat([from_rows(p) for p in parts])
-
-
-def concat(parts: Sequence[Columns]) -> Columns:
-    """The columns of consecutive pieces of one trace, as if built from all its events at once."""
+    parts = [from_rows(p) for p in pieces]
     if len(parts) == 1:
         return parts[0]
     cat, raw_cats = _merge([p.raw_cats for p in parts], [p.cat for p in parts])
