@@ -56,7 +56,9 @@ class Instant(msgspec.Struct, gc=False, tag="i", tag_field="ph"):
 # their contents instead of building strings and numbers nobody reads (a fifth of the decoding time on
 # traces with flow events). A phase outside this list is read by the tolerant path.
 _OTHER_PHASES = "B E I C b n e s t f P O N D M V v R c ( )".split()
-_SKIPPED = tuple(msgspec.defstruct(f"Phase{i}", [], tag=ph, tag_field="ph", gc=False) for i, ph in enumerate(_OTHER_PHASES))
+_SKIPPED = tuple(
+    msgspec.defstruct(f"Phase{i}", [], tag=ph, tag_field="ph", gc=False) for i, ph in enumerate(_OTHER_PHASES)
+)
 AnyEvent = Union[(Event, Instant) + _SKIPPED]
 
 

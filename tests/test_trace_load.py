@@ -23,7 +23,8 @@ SMALL = 16 * 1024  # bytes per piece: every shared trace but the tiniest is cut
 
 def load(path, **kw):
     loaded = load_trace(str(path), **kw)
-    return (json.dumps(summarize_columns(join(loaded.parts)), sort_keys=True), loaded.distributed_info, loaded.meta), loaded.pieces
+    figures = json.dumps(summarize_columns(join(loaded.parts)), sort_keys=True)
+    return (figures, loaded.distributed_info, loaded.meta), loaded.pieces
 
 
 def figures(path, **kw):
