@@ -7,6 +7,7 @@ correlation id, external id) that are absent or not integers are -1.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -55,30 +56,31 @@ def code_mask(codes: np.ndarray, chosen: list[int], size: int) -> np.ndarray:
     return table[codes]
 
 
-def _wrap(values: Any, dtype: type) -> np.ndarray:
-    return np.frombuffer(values, dtype=dtype)  # no copy: the array keeps the buffer alive
+def _wrap(values: array) -> np.ndarray:
+    """The ``array.array`` as a numpy array of its own type, without a copy (it keeps the buffer alive)."""
+    return np.frombuffer(values, dtype=values.typecode)
 
 
 def from_rows(r: Rows) -> Columns:
-    ts, dur = _wrap(r.ts, np.float64), _wrap(r.dur, np.float64)
+    ts, dur = _wrap(r.ts), _wrap(r.dur)
     return Columns(
         raw_cats=r.cats,
         names=[str(n or "") for n in r.names],
-        cat=_wrap(r.cat, np.intc),
-        name=_wrap(r.name, np.intc),
+        cat=_wrap(r.cat),
+        name=_wrap(r.name),
         ts=ts,
         dur=dur,
         end=ts + np.nan_to_num(dur),
-        thread=_wrap(r.thread, np.intc),
+        thread=_wrap(r.thread),
         threads=r.threads,
-        stream=_wrap(r.stream, np.int64),
-        corr=_wrap(r.corr, np.int64),
-        ext=_wrap(r.ext, np.int64),
+        stream=_wrap(r.stream),
+        corr=_wrap(r.corr),
+        ext=_wrap(r.ext),
         fractional=r.fractional,
         memory_devices=[f"{t}:{i}" for t, i in r.memory_devices],
-        memory_device=_wrap(r.memory_device, np.intc),
-        memory_allocated=_wrap(r.memory_allocated, np.int64),
-        memory_reserved=_wrap(r.memory_reserved, np.int64),
+        memory_device=_wrap(r.memory_device),
+        memory_allocated=_wrap(r.memory_allocated),
+        memory_reserved=_wrap(r.memory_reserved),
     )
 
 

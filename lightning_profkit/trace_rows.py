@@ -15,9 +15,9 @@ from typing import Any, Iterable, Sequence
 
 from lightning_profkit.trace_events import AnyEvent, Event, Instant
 
-CODES = "i"  # C int: numpy's intc
-INTS = "q"  # 64 bits: numpy's int64
-FLOATS = "d"
+_CODES = "i"  # C int; numpy reads these type codes as the same types
+_INTS = "q"  # 64 bits
+_FLOATS = "d"
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Rows:
     memory_reserved: array
 
 
-def as_int(value: Any) -> int:
+def _as_int(value: Any) -> int:
     """A whole number of 64 bits, or -1."""
     try:
         number = int(value)
@@ -51,21 +51,21 @@ def as_int(value: Any) -> int:
 
 def _ints(values: Sequence[Any]) -> array:
     try:
-        return array(INTS, values)
+        return array(_INTS, values)
     except (TypeError, OverflowError):  # null, floats or strings among them: one by one
-        return array(INTS, map(as_int, values))
+        return array(_INTS, map(_as_int, values))
 
 
 def _floats(values: Sequence[Any]) -> array:
     try:
-        return array(FLOATS, values)
+        return array(_FLOATS, values)
     except TypeError:  # null among them
-        return array(FLOATS, (float("nan") if v is None else v for v in values))
+        return array(_FLOATS, (float("nan") if v is None else v for v in values))
 
 
 def _codes(values: Iterable[Any]) -> tuple[array, list[Any]]:
     table: dict = {}
-    return array(CODES, [table.setdefault(v, len(table)) for v in values]), list(table)
+    return array(_CODES, [table.setdefault(v, len(table)) for v in values]), list(table)
 
 
 def rows(events: Sequence[AnyEvent]) -> Rows:
@@ -102,9 +102,9 @@ def rows(events: Sequence[AnyEvent]) -> Rows:
         cats=list(cats),
         names=list(names),
         threads=list(threads),
-        cat=array(CODES, cat),
-        name=array(CODES, name),
-        thread=array(CODES, thread),
+        cat=array(_CODES, cat),
+        name=array(_CODES, name),
+        thread=array(_CODES, thread),
         ts=_floats(ts),
         dur=_floats(dur),
         stream=_ints(stream),
