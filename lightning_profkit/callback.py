@@ -33,6 +33,10 @@ from lightning_profkit.writer import TraceWriter, WindowJob
 _ACTIVITIES = {"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}
 _SUMMARIZED = 50  # windows in the end-of-fit summary (the newest)
 _OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+_OWNER_CHECK_S = 10.0  # seconds of training between checks that we are still among the trainer's callbacks
+# the running fit's machinery: left out of pickles and copies (see PerformanceMonitor.__getstate__)
+_RUNTIME = dict(_runner=None, _writer=None, _trainer=None, _timer=None, _sampler=None, _poller=None, _marker=None,
+                _group=None, _created_dir=None, _fitting=False, _in_epoch=False)
 
 
 class DataWaitWarning(UserWarning):
@@ -250,6 +254,8 @@ class PerformanceMonitor(Callback):
         self.traces: list[str] = []
         self._runner: Optional[WindowRunner] = None
         self._writer: Optional[TraceWriter] = None
+        self._trainer: Optional[Trainer] = None
+        self._created_dir: Optional[str] = None  # the trace folder, when we created it for the marker
         self._warned: set[str] = set()
         self._broken = False
         self._epoch = 0
@@ -283,11 +289,13 @@ class PerformanceMonitor(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        self._close(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
+        fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
         self._broken = False
         self.trace_dir = self.dirpath or os.path.join(_run_dir(trainer), "profiler")
         _check_writable(self.trace_dir)
+        self._trainer = trainer
         self._worker = worker_name(trainer.global_rank)
-        self._writer = TraceWriter(on_error=self._write_failed, on_written=self._written)
         self._retention = Retention(self.keep_last_windows) if self.keep_last_windows else None
         self._runner = None
         self._rule = AlertRule(self.alert_threshold, self.alert_patience, self.alert_cooldown) if self.alert_threshold else None
@@ -302,23 +310,14 @@ class PerformanceMonitor(Callback):
         self._epoch_carry = (0.0, 0.0)
         self._group = _exchange_group(trainer)
         self._is_zero = trainer.is_global_zero
-        if trainer.is_global_zero:
-            capture_request.take_request(self.trace_dir)  # a request left from an earlier run is stale
-            self._marker = capture_request.mark_running(self.trace_dir)
-            self._poller = capture_request.RequestPoller(self.trace_dir)
-        lightning_profiler = _runs_pytorch_profiler(trainer)
-        self._timer = fetch_timer.install(trainer)
-        if self.ranks is not None and trainer.global_rank not in self.ranks:
-            return
-        if lightning_profiler:
+        if _runs_pytorch_profiler(trainer) and (self.ranks is None or trainer.global_rank in self.ranks):
             rank_zero_warn(
                 "PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
                 "session at a time; PerformanceMonitor records no windows in this run."
             )
-            return
-        self._runner = WindowRunner(self.selection, self._open_session)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._arm(trainer)
         self._on_cuda = pl_module.device.type == "cuda"
         self._batch_size = getattr(trainer.train_dataloader, "batch_size", None)
         if self.log_metrics and not self._on_cuda:
@@ -343,6 +342,22 @@ class PerformanceMonitor(Callback):
             + ("" if self._runner is not None or trainer.world_size > 1 else " (disabled, see warning)")
         )
 
+    def _arm(self, trainer: Trainer) -> None:
+        """Put the fetch timer on the loops and, on rank zero, announce the run for capture requests.
+
+        Done when training starts rather than at ``setup``: a tuner that runs its own loop from
+        ``on_fit_start`` (``lr_find``, ``scale_batch_size``) swaps ``trainer.callbacks`` for its own and, when
+        it fails, never calls our ``teardown``, so whatever we put in place before it would stay."""
+        self._timer = fetch_timer.install(trainer)
+        if (self.ranks is None or trainer.global_rank in self.ranks) and not _runs_pytorch_profiler(trainer):
+            self._runner = WindowRunner(self.selection, self._open_session)
+        if trainer.is_global_zero and self.max_captures and self.trace_dir is not None:
+            created = not os.path.isdir(self.trace_dir)
+            self._marker = capture_request.mark_running(self.trace_dir)
+            self._created_dir = self.trace_dir if created else None
+            capture_request.take_request(self.trace_dir)  # a request left from an earlier run is stale
+            self._poller = capture_request.RequestPoller(self.trace_dir)
+
     # ------------------------------------------------------------------ step boundaries
     @_guarded
     def _stop_windows(self) -> None:
@@ -351,6 +366,8 @@ class PerformanceMonitor(Callback):
 
     @_guarded
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._fitting and self._timer is None:  # given back while loops ran without us (a tuner's)
+            self._arm(trainer)
         self._epoch = trainer.current_epoch
         self._start_epoch_stats()
         loop = trainer.fit_loop.epoch_loop
@@ -364,7 +381,12 @@ class PerformanceMonitor(Callback):
         self._schedule()
 
     def _wake(self) -> None:
-        """From the fetch timer, at the first fetch of a step with work at its end: have Lightning call us there."""
+        """From the fetch timer, at the first fetch of a step with work at its end (and at least every
+        ``_OWNER_CHECK_S`` seconds): have Lightning call us there. Loops that run without us in
+        ``trainer.callbacks`` (a tuner's, or a fit whose callbacks were replaced) are given back at once."""
+        if self._trainer is not None and self not in self._trainer.callbacks:
+            self._close(wait=False)
+            return
         self.on_train_batch_end = self._step_end  # type: ignore[assignment]
 
     def _step_end(
@@ -390,10 +412,14 @@ class PerformanceMonitor(Callback):
         return self._runner.next_step_end(step, batch_idx) if self._runner is not None else float("inf")
 
     def _schedule(self) -> None:
-        """Ask the fetch timer to wake us at the next step with work at its end, or at the next poll."""
+        """Ask the fetch timer to wake us at the next step with work at its end, or at the next poll (or
+        ownership check)."""
         if self._timer is not None:
             due = min(self._windows_at, float("inf") if self._check_at is None else self._check_at)
-            self._timer.wake(due, self._poller.next_poll if self._poller is not None else float("inf"), self._wake)
+            at = perf_counter() + _OWNER_CHECK_S
+            if self._poller is not None:
+                at = min(at, self._poller.next_poll)
+            self._timer.wake(due, at, self._wake)
 
     @_guarded
     def _advance_windows(self, trainer: Trainer, batch_idx: int) -> None:
@@ -456,15 +482,23 @@ class PerformanceMonitor(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._close()
-        fetch_timer.uninstall(self._timer)
         self._pending = []
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             self._close()
-            fetch_timer.uninstall(self._timer)
-            self._timer = None
             self._fitting = False
+            self._trainer = None
+
+    # ------------------------------------------------------------------ copies
+    def __getstate__(self) -> dict[str, Any]:
+        """Configuration and resumable state; not the running fit's machinery (threads, locks, the profiler
+        session, the fetch timer, the trainer), which a copy neither shares nor disturbs."""
+        state = dict(self.__dict__)
+        state.update(_RUNTIME)
+        state.pop("on_train_batch_end", None)  # a bound method of this object, set for one step
+        state["_finished_windows"] = deque(self._finished_windows)
+        return state
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -667,8 +701,10 @@ class PerformanceMonitor(Callback):
         return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if self._on_cuda else [ProfilerActivity.CPU]
 
     def _trace_ready(self, session: WindowSession, prof: torch.profiler.profile) -> None:
-        if session.last_recorded is None or self._writer is None or self.trace_dir is None:
+        if session.last_recorded is None or self.trace_dir is None:
             return
+        if self._writer is None:
+            self._writer = TraceWriter(on_error=self._write_failed, on_written=self._written)
         first, last = session.first_active, session.last_recorded
         name = window_name(self._epoch, first, last)
         path = os.path.join(self.trace_dir, name, f"{self._worker}.{time.time_ns()}.pt.trace.json.gz")
@@ -708,26 +744,35 @@ class PerformanceMonitor(Callback):
     def _write_failed(self, message: str) -> None:
         self._warn_once(f"a profiler trace could not be written (training continues): {message}", key="write")
 
-    def _close(self) -> None:
+    def _close(self, wait: bool = True) -> None:
+        """End the fit's machinery: the profiler session, the fetch timer, the sampler, the marker and,
+        waiting up to ``flush_timeout`` (``wait``), the writer. Safe to call again."""
         if self._runner is not None:
             try:
                 self._runner.stop()
             except Exception as err:
                 self._warn_once(f"stopping the profiler failed: {err!r}")
             self._runner = None
+        fetch_timer.uninstall(self._timer)
+        self._timer = None
+        self.on_train_batch_end = None  # type: ignore[assignment]
         if self._sampler is not None:
             self._sampler.close()
             self._sampler = None
         if self._marker is not None:
-            try:
-                os.remove(self._marker)
-            except OSError:
-                pass
+            capture_request.unmark(self._marker)
             self._marker = None
         self._poller = None
-        left = self._writer.close(self.flush_timeout) if self._writer is not None else 0
-        if left:
+        writer, self._writer = self._writer, None
+        left = writer.close(self.flush_timeout if wait else 0.0) if writer is not None else 0
+        if left and wait:
             self._warn_once(f"{left} profiler trace(s) were still being written after {self.flush_timeout:.0f}s")
+        if self._created_dir is not None:
+            try:
+                os.rmdir(self._created_dir)  # ours, and nothing was written into it
+            except OSError:
+                pass
+            self._created_dir = None
 
     def _warn_once(self, message: str, key: Optional[str] = None) -> None:
         """Warn about each kind of problem once per callback (``key``, default the message itself)."""
@@ -747,15 +792,21 @@ def _run_dir(trainer: Trainer) -> str:
 
 
 def _check_writable(folder: str) -> None:
+    """Fail now if ``folder`` could not be created or written, without creating it: a probe file in the
+    folder or, where it does not exist yet, in its nearest existing parent, removed at once."""
+    existing = os.path.abspath(folder)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
     try:
-        os.makedirs(folder, exist_ok=True)
-        probe = os.path.join(folder, f".profkit-probe-{os.getpid()}")
+        if not os.path.isdir(existing):
+            raise NotADirectoryError(20, "Not a directory", existing)
+        probe = os.path.join(existing, f".profkit-probe-{os.getpid()}")
         with open(probe, "w"):
             pass
         os.remove(probe)
     except OSError as err:
         raise OSError(
-            f"PerformanceMonitor cannot write traces to {folder!r} ({err.strerror or err}); "
+            f"PerformanceMonitor cannot write traces to {folder!r} ({err.strerror or err}: {existing!r}); "
             "pass `dirpath=` a writable folder"
         ) from err
 

@@ -2,11 +2,14 @@
 
 The callback (rank zero) looks for ``capture.request`` at most once a second, from the step-end hook: one
 clock read per step, one ``stat`` per second. While a run is active it keeps a ``.profkit-run`` marker
-there, so ``profkit capture`` can tell a live run from a finished one.
+there that names its process (host, pid and the process's start time), so ``profkit capture`` can tell a
+live run from one whose process is gone. A marker still there when its process exits normally is
+removed at exit, whatever became of the fit.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -24,19 +27,72 @@ def write_json_atomic(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+_MARKERS: set[str] = set()  # markers this process holds, removed at exit if the fit never removed them
+
+
+def process_start(pid: int) -> Optional[int]:
+    """When process ``pid`` started, in clock ticks since boot (Linux); None where that cannot be read.
+    With the pid it names one process: a pid reused by a later process has another start time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2:].split()[19])  # field 22; the name in () may hold spaces
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def mark_running(trace_dir: str) -> str:
+    """Write the live-run marker (creating ``trace_dir`` if needed); returns its path."""
+    os.makedirs(trace_dir, exist_ok=True)
     path = os.path.join(trace_dir, MARKER)
-    write_json_atomic(path, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+    pid = os.getpid()
+    write_json_atomic(path, {"pid": pid, "host": socket.gethostname(), "process_start": process_start(pid),
+                             "started": time.time()})
+    _MARKERS.add(path)
     return path
+
+
+def unmark(path: str) -> None:
+    """Remove a marker written by :func:`mark_running`."""
+    _MARKERS.discard(path)
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+@atexit.register
+def _unmark_all() -> None:
+    for path in list(_MARKERS):
+        unmark(path)
 
 
 def running(trace_dir: str) -> Optional[dict[str, Any]]:
     """The marker of the run writing to ``trace_dir``, or None."""
     try:
         with open(os.path.join(trace_dir, MARKER)) as f:
-            return json.load(f)
+            marker = json.load(f)
     except (OSError, ValueError):
         return None
+    return marker if isinstance(marker, dict) else None
+
+
+def gone(marker: dict[str, Any]) -> Optional[str]:
+    """Why the process that wrote ``marker`` is known to be gone, or None when it may still run (it is on
+    this host and alive, or on another host, which cannot be checked from here)."""
+    pid = marker.get("pid")
+    if marker.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return f"its process (pid {pid}) has exited"
+    except PermissionError:
+        pass  # alive, another user's
+    start = marker.get("process_start")
+    if start is not None and process_start(pid) not in (None, start):
+        return f"its process (pid {pid}) has exited; that pid is now another process"
+    return None
 
 
 def request_capture(trace_dir: str, steps: Optional[int] = None) -> str:

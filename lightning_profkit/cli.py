@@ -40,6 +40,9 @@ def capture(args: argparse.Namespace) -> int:
     run = capture_request.running(folder)
     if run is None:
         raise CommandError(f"{folder}: no running PerformanceMonitor writes traces here (no {capture_request.MARKER})")
+    why = capture_request.gone(run)
+    if why is not None:
+        raise CommandError(f"{folder}: the run that wrote {capture_request.MARKER} is not running ({why})")
     capture_request.request_capture(folder, args.steps)
     print(f"requested a window of {args.steps or 'the configured'} steps from the run in {folder} "
           f"(pid {run.get('pid')} on {run.get('host')}); it starts within about a second")

@@ -195,7 +195,18 @@ class FetchTimer:
 
 def install(trainer: Any) -> FetchTimer:
     """Time the fetches of ``trainer.fit`` from now until :func:`uninstall`."""
+    uninstall_stale(trainer)
     return FetchTimer(trainer).install()
+
+
+def uninstall_stale(trainer: Any) -> None:
+    """Take off the fit loops any timer still there from a fit that ended without uninstalling it."""
+    loop = trainer.fit_loop.epoch_loop
+    for holder in (loop, loop.val_loop):
+        for name in _PAIR:
+            stale = getattr(_own(holder, name), "__self__", None)
+            if isinstance(stale, FetchTimer):
+                stale.uninstall()
 
 
 def uninstall(timer: Optional[FetchTimer]) -> None:

@@ -14,9 +14,8 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from lightning_profkit.finalize import temporary_name
 
@@ -35,6 +34,8 @@ class TraceWriter:
 
     ``on_error(message)`` is called from the writer thread when a window cannot be written; the
     window's partial files are removed. ``on_written(figures)`` gets what the finalizer printed.
+    Waits are on events and locks (the interpreter's own clock), so a patched ``time.monotonic`` or
+    ``time.sleep`` does not cut them short or stretch them.
     """
 
     def __init__(
@@ -44,29 +45,32 @@ class TraceWriter:
     ) -> None:
         self._on_error = on_error
         self._on_written = on_written
-        self._jobs: "queue.Queue[Optional[WindowJob]]" = queue.Queue()  # None: end the thread
+        # a WindowJob, an Event to set once every job before it is done, or None: end the thread
+        self._jobs: "queue.Queue[Union[WindowJob, threading.Event, None]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
+        self._pending = 0  # windows submitted and not yet written or dropped
 
     @property
     def pending(self) -> int:
-        return self._jobs.unfinished_tasks
+        return self._pending
 
     def submit(self, job: WindowJob) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="profkit-writer", daemon=True)
                 self._thread.start()
+            self._pending += 1
         self._jobs.put(job)
 
     def flush(self, timeout: float) -> bool:
         """Wait until every submitted window is written or dropped; False if ``timeout`` ran out."""
-        deadline = time.monotonic() + timeout
-        while self._jobs.unfinished_tasks:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        with self._lock:
+            if not self._pending:
+                return True
+            reached = threading.Event()
+            self._jobs.put(reached)
+        return reached.wait(timeout)
 
     def close(self, timeout: float) -> int:
         """:meth:`flush`, then end the thread (after the windows still queued, if ``timeout`` ran out);
@@ -84,14 +88,17 @@ class TraceWriter:
         while True:
             job = self._jobs.get()
             if job is None:
-                self._jobs.task_done()
                 return
+            if isinstance(job, threading.Event):
+                job.set()
+                continue
             try:
                 self._write(job)
             except Exception as err:  # never let the thread die: report and go on
                 self._on_error(f"{type(err).__name__}: {err}")
             finally:
-                self._jobs.task_done()
+                with self._lock:
+                    self._pending -= 1
 
     def _write(self, job: WindowJob) -> None:
         folder, name = os.path.split(job.path)
