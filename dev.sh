@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: bash dev.sh demo | test [pytest args...] | check-cuda
-# Each command creates or refreshes .venv (pinned by constraints.txt), then runs.
-# check-cuda is for a CUDA machine: there torch==2.13.0 from PyPI is the CUDA build.
+# demo and test create or refresh .venv (pinned by constraints.txt), then run.
+# check-cuda is for a CUDA machine, with the python3 that has its torch (see .ci/check_cuda.py).
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${PROFKIT_VENV:-.venv}
@@ -29,6 +29,7 @@ browser_deps() {
 case "${1:-}" in
   demo) shift; refresh_venv; exec "$VENV/bin/python" examples/data_bound.py "$@" ;;
   test) shift; refresh_venv; browser_deps; exec "$VENV/bin/python" -m pytest -q "$@" ;;
-  check-cuda) shift; refresh_venv; exec "$VENV/bin/python" .ci/check_cuda.py "$@" ;;
+  # the machine's own python3 with its CUDA torch: no virtual environment, nothing fetched (GPU machines are often offline)
+  check-cuda) shift; exec "$PY" .ci/check_cuda.py "$@" ;;
   *) echo "usage: bash dev.sh demo | test [pytest args] | check-cuda" >&2; exit 2 ;;
 esac

@@ -1,17 +1,21 @@
 """Check PerformanceMonitor's GPU path on a CUDA machine; prints one PASS/FAIL line per check.
 
-    bash dev.sh check-cuda            # fresh machine: makes .venv (CUDA torch from PyPI), then runs this
-    python .ci/check_cuda.py          # any environment where lightning_profkit and nvidia-ml-py import
+    python3 .ci/check_cuda.py         # from the checkout, with torch, Lightning and nvidia-ml-py installed
+    bash dev.sh check-cuda            # the same, with the machine's python3 (no virtual environment, no network)
 
-Checks, on one GPU with a real Trainer:
-1. NVML samples: ``profkit/gpu_idle_ratio`` is logged every epoch, within [0, 1], and higher for a
-   data-bound run (a DataLoader that sleeps) than for a compute-bound one.
-2. The trace: each window holds GPU kernels; ``profkit/window/gpu_idle_ratio`` is logged within [0, 1];
-   peak memory is logged.
-3. No device synchronisation on unprofiled steps: the whole fit runs under
+It imports lightning_profkit from this checkout; of the package's own dependencies a GPU machine with
+torch and Lightning usually lacks only msgspec (and isal, which is optional): ``bash .ci/gpu_wheels.sh``
+downloads their wheels into ``.whl/`` on a machine with network, to install there with ``--no-index``.
+
+Checks, on one GPU with a real Trainer, for a data-bound run (a DataLoader that sleeps) and a compute-bound one:
+1. NVML samples: ``profkit/gpu_idle_ratio`` is logged every epoch, within [0, 1], and higher for the
+   data-bound run than for the compute-bound one. One raw NVML timestamp is printed beside ``time.time()``.
+2. The traces: the scheduled window of every epoch is written, and every window (alert captures too)
+   holds GPU kernels; ``profkit/window/gpu_idle_ratio`` is logged within [0, 1]; peak memory is logged.
+3. No device synchronisation on unprofiled steps: both fits run under
    ``torch.cuda.set_sync_debug_mode("warn")``; every synchronising call is attributed by its Python stack,
-   and none may come from lightning_profkit outside a window's start/stop or the epoch-end reduction.
-   A deliberate ``.item()`` first proves that the detection works.
+   and none may come from lightning_profkit outside a window's start and stop (``session.py``).
+   A deliberate ``.item()`` first proves that the detection works. Other warnings are passed on.
 
 Exit status: 0 all passed, 1 a check failed, 3 no CUDA device (``--allow-cpu`` runs the CPU path instead:
 GPU figures must then be absent, which is what the test suite does with this script).
@@ -37,11 +41,13 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_profkit import PerformanceMonitor
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout's package
+from lightning_profkit import PerformanceMonitor  # noqa: E402
 
-# where lightning_profkit may synchronise: a window starting or ending (session.py), the epoch-end reduction
+# where lightning_profkit may synchronise: a window's profiler session starting or ending (session.py)
 ALLOWED_FILES = ("session.py",)
-ALLOWED_FUNCTIONS = ("_log_epoch",)
+ALLOWED_FUNCTIONS: tuple[str, ...] = ()
+SKIP_FIRST, WARMUP, ACTIVE = 5, 1, 3
 failures: list[str] = []
 
 
@@ -85,9 +91,11 @@ class SyncLog:
         self.ours: list[str] = []  # on the training thread, outside the allowed places
         self.background = 0  # in our writer or sampler threads
         self.others = 0  # Lightning's or the model's
+        self.forward = warnings.showwarning  # every other warning is shown as usual
 
     def __call__(self, message, category, filename, lineno, file=None, line=None) -> None:
         if "synchroniz" not in str(message):
+            self.forward(message, category, filename, lineno, file, line)
             return
         stack = traceback.extract_stack()[:-1]
         mine = [f for f in stack if f"{os.sep}lightning_profkit{os.sep}" in f.filename]
@@ -101,10 +109,11 @@ class SyncLog:
 
 def fit(root: str, cuda: bool, delay: float, depth: int, steps: int, sync_log: SyncLog | None) -> dict:
     logger = CSVLogger(root, name="run")
+    monitor = PerformanceMonitor(skip_first=SKIP_FIRST, warmup=WARMUP, active=ACTIVE)
     trainer = Trainer(
         accelerator="cuda" if cuda else "cpu", devices=1, max_epochs=2, logger=logger,
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-        callbacks=[PerformanceMonitor(skip_first=5, warmup=1, active=3)], log_every_n_steps=10_000,
+        callbacks=[monitor], log_every_n_steps=10_000,
     )
     loader = DataLoader(Batches(steps, delay), batch_size=None, num_workers=0)
     with warnings.catch_warnings():
@@ -117,11 +126,37 @@ def fit(root: str, cuda: bool, delay: float, depth: int, steps: int, sync_log: S
         finally:
             if cuda:
                 torch.cuda.set_sync_debug_mode(0)
-    rows = list(csv.DictReader(open(os.path.join(logger.log_dir, "metrics.csv"))))
+    metrics = os.path.join(logger.log_dir, "metrics.csv")
+    rows = list(csv.DictReader(open(metrics))) if os.path.exists(metrics) else []
     epochs = [r for r in rows if r.get("profkit/data_wait_ratio")]
     windows = [r for r in rows if r.get("profkit/window/step_time_ms")]
-    traces = glob.glob(os.path.join(logger.log_dir, "profiler", "*", "*.pt.trace.json.gz"))
-    return dict(epochs=epochs, windows=windows, traces=traces, columns=set(rows[0]) if rows else set())
+    traces = {}  # (first step, last step) -> the trace's events
+    for path in glob.glob(os.path.join(logger.log_dir, "profiler", "*", "*.pt.trace.json.gz")):
+        trace = json.load(gzip.open(path))
+        traces[tuple(trace["profkit"]["steps"])] = trace.get("traceEvents", [])
+    columns = set().union(*(r.keys() for r in rows)) if rows else set()
+    return dict(epochs=epochs, windows=windows, traces=traces, columns={c for c in columns if rows and any(r[c] for r in rows)},
+                alerts=len(monitor.alerts))
+
+
+def scheduled(steps: int) -> list[tuple[int, int]]:
+    """The windows the selection schedules: batches SKIP_FIRST + WARMUP ... of each of the two epochs."""
+    first = SKIP_FIRST + WARMUP
+    return [(e * steps + first, e * steps + first + ACTIVE - 1) for e in range(2)]
+
+
+def nvml_clock() -> str:
+    """One raw NVML sample timestamp beside time.time(), in µs: which clock NVML stamps samples with."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID("GPU-" + str(torch.cuda.get_device_properties(0).uuid))
+        _, samples = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+        newest = max(s.timeStamp for s in samples)
+        return f"newest NVML sample {newest} µs, time.time() {time.time() * 1e6:.0f} µs, difference {time.time() * 1e6 - newest:.0f} µs"
+    except Exception as err:  # informational only
+        return f"NVML timestamp not read: {err!r}"
 
 
 def main() -> int:
@@ -147,33 +182,38 @@ def main() -> int:
         check(probe.others == 1, "sync detection sees a deliberate .item()", f"{probe.others} seen")
 
     sync_log = SyncLog() if cuda else None
-    data_bound = fit(os.path.join(root, "data"), cuda, delay=0.02, depth=1, steps=args.steps, sync_log=sync_log)
-    compute_bound = fit(os.path.join(root, "compute"), cuda, delay=0.0, depth=1 if not cuda else 48,
-                        steps=args.steps, sync_log=None)
-
-    check(len(data_bound["traces"]) == 2, "one trace per epoch window", f"{len(data_bound['traces'])} found")
-    check(len(data_bound["epochs"]) == 2, "epoch metrics logged twice", f"{len(data_bound['epochs'])} rows")
-    if not cuda:
-        gpu = sorted(c for c in data_bound["columns"] if "gpu" in c or "memory" in c)
-        check(not gpu, "CPU run: no GPU metric is logged (absent, not zero)", ", ".join(gpu))
-    else:
-        idle = [float(r.get("profkit/gpu_idle_ratio") or "nan") for r in data_bound["epochs"]]
-        busy = [float(r.get("profkit/gpu_idle_ratio") or "nan") for r in compute_bound["epochs"]]
-        check(all(0 <= v <= 1 for v in idle + busy), "NVML gpu_idle_ratio logged every epoch within [0, 1]",
-              f"data-bound {idle}, compute-bound {busy}")
-        check(min(idle) > max(busy), "NVML: the data-bound run idles more than the compute-bound one")
-        w_idle = [float(r.get("profkit/window/gpu_idle_ratio") or "nan") for r in data_bound["windows"]]
-        check(bool(w_idle) and all(0 <= v <= 1 for v in w_idle), "trace gpu_idle_ratio within [0, 1]", f"{w_idle}")
-        peak = [float(r.get("profkit/peak_memory_mb") or "nan") for r in data_bound["epochs"]]
-        check(all(v > 0 for v in peak), "peak_memory_mb logged", f"{peak}")
-        kernels = 0
-        for path in data_bound["traces"]:
-            events = json.load(gzip.open(path)).get("traceEvents", [])
-            kernels += sum(1 for e in events if e.get("cat") == "kernel")
-        check(kernels > 0, "the traces hold GPU kernels", f"{kernels} kernel events")
-        check(not sync_log.ours, "no device synchronisation from lightning_profkit on unprofiled steps",
+    runs = {
+        "data-bound": fit(os.path.join(root, "data"), cuda, delay=0.02, depth=1, steps=args.steps, sync_log=sync_log),
+        "compute-bound": fit(os.path.join(root, "compute"), cuda, delay=0.0, depth=1 if not cuda else 48,
+                             steps=args.steps, sync_log=sync_log),
+    }
+    for label, run in runs.items():
+        want = scheduled(args.steps)
+        captures = sorted(set(run["traces"]) - set(want))
+        check(all(w in run["traces"] for w in want), f"{label}: the scheduled window of each epoch is written",
+              f"want steps {want}, found {sorted(run['traces'])} ({len(captures)} after {run['alerts']} alert(s))")
+        check(len(run["epochs"]) == 2, f"{label}: epoch metrics logged twice", f"{len(run['epochs'])} rows")
+        if not cuda:
+            gpu = sorted(c for c in run["columns"] if "gpu" in c or "memory" in c)
+            check(not gpu, f"{label}, CPU: no GPU metric is logged (absent, not zero)", ", ".join(gpu))
+            continue
+        kernels = {steps: sum(1 for e in events if e.get("cat") == "kernel") for steps, events in run["traces"].items()}
+        check(bool(kernels) and min(kernels.values()) > 0, f"{label}: every window's trace holds GPU kernels",
+              ", ".join(f"steps {a}-{b}: {n}" for (a, b), n in sorted(kernels.items())))
+        w_idle = [float(r.get("profkit/window/gpu_idle_ratio") or "nan") for r in run["windows"]]
+        check(bool(w_idle) and all(0 <= v <= 1 for v in w_idle), f"{label}: trace gpu_idle_ratio within [0, 1]", f"{w_idle}")
+        peak = [float(r.get("profkit/peak_memory_mb") or "nan") for r in run["epochs"]]
+        check(bool(peak) and all(v > 0 for v in peak), f"{label}: peak_memory_mb logged", f"{peak}")
+    if cuda:
+        idle = [float(r.get("profkit/gpu_idle_ratio") or "nan") for r in runs["data-bound"]["epochs"]]
+        busy = [float(r.get("profkit/gpu_idle_ratio") or "nan") for r in runs["compute-bound"]["epochs"]]
+        logged = bool(idle) and bool(busy) and all(0 <= v <= 1 for v in idle + busy)
+        check(logged, "NVML gpu_idle_ratio logged every epoch within [0, 1]", f"data-bound {idle}, compute-bound {busy}")
+        check(logged and min(idle) > max(busy), "NVML: the data-bound run idles more than the compute-bound one")
+        print(f"# {nvml_clock()}")
+        check(not sync_log.ours, "no device synchronisation from lightning_profkit on unprofiled steps (both fits)",
               f"{len(sync_log.ours)} found" + ("\n" + sync_log.ours[0] if sync_log.ours else ""))
-        print(f"# synchronising calls during the data-bound fit (informational): {sync_log.others} from Lightning "
+        print(f"# synchronising calls during both fits (informational): {sync_log.others} from Lightning "
               f"or the model, {sync_log.background} in lightning_profkit's background threads")
     print("ALL PASSED" if not failures else f"{len(failures)} FAILED: {'; '.join(failures)}")
     return 1 if failures else 0

@@ -281,6 +281,9 @@ class PerformanceMonitor(Callback):
         self._fitting = False
         self._in_epoch = False
         self._sampler: Optional[UtilizationSampler] = None
+        # NVML marks (see gpu_sampler): the epoch's start and its validation runs; and a validation run's start
+        self._gpu_marks: Optional[tuple[float, list[tuple[float, float]]]] = None
+        self._gpu_validation_start = 0.0
         self._batch_size: Optional[int] = None
         self._finished_windows: deque[dict[str, Any]] = deque()
         self._summaries: list[dict[str, Any]] = []
@@ -323,7 +326,7 @@ class PerformanceMonitor(Callback):
         if self.log_metrics and not self._on_cuda:
             rank_zero_info("lightning_profkit: the model is not on a CUDA device; GPU idle and memory are not logged")
         if self.log_metrics and self._on_cuda and self._sampler is None:
-            read, why = nvml_reader(pl_module.device.index or 0)
+            read, why = nvml_reader(str(torch.cuda.get_device_properties(pl_module.device).uuid))
             if read is None:
                 rank_zero_info(f"lightning_profkit: {why}")
             else:
@@ -432,11 +435,15 @@ class PerformanceMonitor(Callback):
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._in_epoch:
             self._validation_start = perf_counter()
+            if self._sampler is not None:
+                self._gpu_validation_start = self._sampler.mark()
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._validation_start is not None:
             end = perf_counter()
             self._validation_spans.append((self._validation_start, end))
+            if self._sampler is not None and self._gpu_marks is not None:
+                self._gpu_marks[1].append((self._gpu_validation_start, self._sampler.mark()))
             if self._timer is not None:
                 self._timer.stats.exclude(end - self._validation_start)
             self._validation_start = None
@@ -531,7 +538,7 @@ class PerformanceMonitor(Callback):
         if self._on_cuda:
             torch.cuda.reset_peak_memory_stats()
         if self._sampler is not None:
-            self._sampler.clear()
+            self._gpu_marks = (self._sampler.clear(), [])
 
     def _epoch_metrics(self, trainer: Trainer, pl_module: LightningModule, end: float) -> dict[str, float]:
         """This epoch's figures from every rank, reduced (the same on all ranks)."""
@@ -539,14 +546,13 @@ class PerformanceMonitor(Callback):
             peak = torch.cuda.max_memory_allocated() if self._on_cuda else None
             validation_s = sum(b - a for a, b in self._validation_spans)
             figures = epoch_figures(
-                self._timer.stats, self._epoch_start, end, validation_s, self._batch_size, peak, self._gpu_idle(end)
+                self._timer.stats, self._epoch_start, end, validation_s, self._batch_size, peak, self._gpu_idle()
             )
             vector = to_vector(figures)
         except Exception as err:
             self._warn_once(f"epoch metrics failed: {err!r}", key="metrics")
             vector = to_vector({})
-        rows = trainer.strategy.all_gather(torch.tensor(vector, dtype=torch.float64, device=pl_module.device))
-        return reduce_ranks(rows.reshape(-1, len(vector)).cpu().tolist())
+        return reduce_ranks(_exchange(self._group, vector))  # over gloo: the device is not touched
 
     # ------------------------------------------------------------------ alerts and captures
     def _fetch_s(self) -> float:
@@ -659,13 +665,12 @@ class PerformanceMonitor(Callback):
                 keep.append(alert)
         self._pending = keep
 
-    def _gpu_idle(self, end: float) -> Optional[float]:
-        """NVML idle ratio of this epoch's training time (perf_counter spans moved to wall-clock µs)."""
-        if self._sampler is None:
+    def _gpu_idle(self) -> Optional[float]:
+        """NVML idle ratio of this epoch's training time, between marks in NVML's own clock."""
+        if self._sampler is None or self._gpu_marks is None:
             return None
-        to_us = (time.time() - perf_counter()) * 1e6
-        spans = [(a * 1e6 + to_us, b * 1e6 + to_us) for a, b in self._validation_spans]
-        ratio = self._sampler.idle_ratio(self._epoch_start * 1e6 + to_us, end * 1e6 + to_us, spans)
+        start, validation = self._gpu_marks
+        ratio = self._sampler.idle_ratio(start, self._sampler.mark(), validation)
         if self._sampler.error is not None:
             self._warn_once(f"NVML sampling stopped: {self._sampler.error!r}", key="nvml")
         return ratio

@@ -70,14 +70,18 @@ def to_vector(figures: dict[str, float]) -> list[float]:
     return [figures.get(k, math.nan) for k in EPOCH_KEYS]
 
 
+# reduced by the maximum over ranks, not the mean: the rank that runs out of memory is the one with the most
+MAX_KEYS = frozenset({"peak_memory_mb"})
+
+
 def reduce_ranks(rows: Sequence[Sequence[float]]) -> dict[str, float]:
-    """Per-rank vectors (``EPOCH_KEYS`` order) to logged metrics: the mean over ranks that have a value;
-    with several ranks also the data-wait maximum and the rank that has it."""
+    """Per-rank vectors (``EPOCH_KEYS`` order) to logged metrics: the mean over ranks that have a value
+    (the maximum for ``MAX_KEYS``); with several ranks also the data-wait maximum and the rank that has it."""
     out: dict[str, float] = {}
     for i, key in enumerate(EPOCH_KEYS):
         present = [row[i] for row in rows if not math.isnan(row[i])]
         if present:
-            out[PREFIX + key] = sum(present) / len(present)
+            out[PREFIX + key] = max(present) if key in MAX_KEYS else sum(present) / len(present)
     if len(rows) > 1:
         waits = [(row[0], rank) for rank, row in enumerate(rows) if not math.isnan(row[0])]
         if waits:

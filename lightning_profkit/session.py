@@ -94,9 +94,10 @@ class WindowSession:
         self.profiler = torch.profiler.profile(
             activities=activities, schedule=schedule, on_trace_ready=self._ready, **options
         )
-        # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise)
+        # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise); torch keeps the
+        # schedule's last answer apart from current_action (which it overrides after a CUPTI buffer overflow)
         self.profiler.step_num = step
-        self.profiler.current_action = schedule(step)
+        self.profiler.current_action = self.profiler._prev_schedule_action = schedule(step)
         with without_usdt_lines(quiet):
             self.profiler.start()
 
@@ -128,9 +129,11 @@ class WindowSession:
             self._release()
 
     def _release(self) -> None:
-        # the profile refers back to this session through on_trace_ready: break the cycle, so that its
-        # results are freed as soon as the writer is done with them rather than at some later GC pass
+        # the profile refers back to this session through on_trace_ready, and to itself through the bound
+        # methods of its action_map: break both cycles, so that it and its results are freed as soon as the
+        # writer is done with them rather than at some later pass of the cyclic garbage collector
         self.profiler.on_trace_ready = None
+        self.profiler.action_map = {}
 
 
 class WindowRunner:

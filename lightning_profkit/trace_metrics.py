@@ -1,8 +1,12 @@
 """Figures of one profiled window, from its trace events: interval math only, no torch.
 
-Definitions (``../shared/traces/README.md``, "host_step"): steps are the host-side ``ProfilerStep#N``
-spans; device activity is kernels, memcpy and memset on any GPU stream. Times are in µs, the trace unit.
-A figure that a trace cannot support is absent (no steps: no step figures; no GPU events: no GPU idle).
+Definitions (``../shared/traces/README.md``, "host_step", with two changes): steps are the host-side
+``ProfilerStep#N`` spans; device activity is kernels, memcpy and memset on a GPU's streams, and the GPU idle
+share is averaged over the GPUs in the trace (a trace of one process driving two GPUs is not "busy" while
+one of them idles); blocking calls are counted on the threads that run the steps only (NCCL's watchdog
+thread polls ``cudaEventQuery`` all the time under DDP, and that call never blocks: it is not counted).
+Times are in µs, the trace unit. A figure that a trace cannot support is absent (no steps: no step
+figures; no GPU events: no GPU idle).
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from lightning_profkit.trace_columns import Columns
 
 BLOCKING_SYNC_CALLS = (
     "cudaDeviceSynchronize",
-    "cudaEventQuery",
     "cudaEventSynchronize",
     "cudaMemcpy",
     "cudaMemcpyAsync",
@@ -54,19 +57,26 @@ def window_figures(c: Columns) -> dict[str, Any]:
     figures["host_step_time_us"] = step_time
     figures["dataloader_us_in_steps"] = in_steps(spans(c, dataloader))
     figures["dataloader_frac"] = figures["dataloader_us_in_steps"] / step_time if step_time else 0.0
-    sync = {name: runtime & c.name_mask(lambda n, name=name: n == name) for name in BLOCKING_SYNC_CALLS}
+    on_step_threads = intervals.member(c.thread, c.thread[steps])
+    sync = {name: runtime & on_step_threads & c.name_mask(lambda n, name=name: n == name) for name in BLOCKING_SYNC_CALLS}
     figures["blocking_sync_us_by_name"] = {name: in_steps(spans(c, m)) for name, m in sync.items()}
     figures["blocking_sync_calls_us_in_steps"] = in_steps(spans(c, np.logical_or.reduce(list(sync.values()))))
     figures["blocking_sync_frac"] = figures["blocking_sync_calls_us_in_steps"] / step_time if step_time else 0.0
-    busy = gpu_busy_fraction(spans(c, device), (float(c.ts[steps].min()), float(c.end[steps].max())))
+    busy = gpu_busy_fraction(c, device, (float(c.ts[steps].min()), float(c.end[steps].max())))
     if busy is not None:
         figures["gpu_busy_frac_window"] = busy
         figures["gpu_idle_frac_window"] = 1.0 - busy
     return figures
 
 
-def gpu_busy_fraction(device: intervals.Union, window: tuple[float, float]) -> Optional[float]:
-    """Share of ``window`` with any device activity; None when the trace has no device events."""
-    if device[0].size == 0 or window[1] <= window[0]:
+def gpu_busy_fraction(c: Columns, device: np.ndarray, window: tuple[float, float]) -> Optional[float]:
+    """Share of ``window`` during which a GPU had activity (events where ``device``), averaged over the GPUs
+    (a device event's process id is its GPU); None when the trace has no device events."""
+    if not device.any() or window[1] <= window[0]:
         return None
-    return intervals.overlap(device, (np.array([window[0]]), np.array([window[1]]))) / (window[1] - window[0])
+    span = (np.array([window[0]]), np.array([window[1]]))
+    codes: dict[Any, int] = {}
+    gpu_of_thread = np.array([codes.setdefault(pid, len(codes)) for pid, _ in c.threads], dtype=np.int64)
+    gpus = gpu_of_thread[c.thread]
+    shares = [intervals.overlap(spans(c, device & (gpus == gpu)), span) for gpu in intervals.distinct(gpus[device])]
+    return sum(shares) / len(shares) / (window[1] - window[0])

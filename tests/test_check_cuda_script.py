@@ -21,7 +21,17 @@ def test_without_cuda_it_says_not_checked():
 
 
 def test_check_passes_here_cpu_path_without_a_gpu():
-    done = run("--allow-cpu", "--steps", "20")
+    done = run("--allow-cpu")  # its default arguments: 150 steps an epoch, as on a GPU
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ALL PASSED" in done.stdout
     assert "USDT" not in done.stdout + done.stderr
+
+
+def test_dev_sh_check_cuda_needs_no_network_and_no_virtual_environment(tmp_path):
+    """A GPU machine is often offline: the command runs the machine's python3 as it is, installs nothing."""
+    root = os.path.dirname(os.path.dirname(SCRIPT))
+    env = dict(os.environ, PYTHON=sys.executable, PROFKIT_VENV=str(tmp_path / "venv"), PIP_NO_INDEX="1")
+    done = subprocess.run(["bash", os.path.join(root, "dev.sh"), "check-cuda", "--allow-cpu", "--steps", "20"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "ALL PASSED" in done.stdout, done.stdout + done.stderr
+    assert not (tmp_path / "venv").exists()

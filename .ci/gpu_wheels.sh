@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Wheels of lightning_profkit's dependencies that a GPU machine with torch, Lightning, TensorBoard and
+# nvidia-ml-py usually lacks, for a machine without network (run here, where the registry is reachable):
+#   bash .ci/gpu_wheels.sh [PYTHON_VERSION]     # into .whl/ (ignored by git), default Python 3.12
+# There, from the checkout:
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site python3 .ci/check_cuda.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=${1:-3.12}
+want=$(grep -E '^(msgspec|isal)==' constraints.txt)  # the pinned versions; isal is optional (zlib otherwise)
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$version" --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d .whl $want
+ls .whl
