@@ -11,10 +11,10 @@ Checks, on one GPU with a real Trainer, for a data-bound run (a DataLoader that 
 1. NVML samples: ``profkit/gpu_idle_ratio`` is logged every epoch, within [0, 1], and higher for the
    data-bound run than for the compute-bound one. One raw NVML timestamp is printed beside ``time.time()``.
 2. The traces: the scheduled window of every epoch is written, and every window (alert captures too)
-   holds GPU kernels; ``profkit/window/gpu_idle_ratio`` is logged within [0, 1]; peak memory is logged.
+   holds GPU kernels; ``profkit/window/gpu_idle_share`` is logged within [0, 1]; peak memory is logged.
 3. No device synchronisation on unprofiled steps: both fits run under
    ``torch.cuda.set_sync_debug_mode("warn")``; every synchronising call is attributed by its Python stack,
-   and none may come from lightning_profkit outside a window's start and stop (``session.py``).
+   and none may come from lightning_profkit outside a window's start and stop (``monitor/windows.py``).
    A deliberate ``.item()`` first proves that the detection works. Other warnings are passed on.
 
 Exit status: 0 all passed, 1 a check failed, 3 no CUDA device (``--allow-cpu`` runs the CPU path instead:
@@ -44,8 +44,8 @@ from torch.utils.data import DataLoader, Dataset
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout's package
 from lightning_profkit import PerformanceMonitor  # noqa: E402
 
-# where lightning_profkit may synchronise: a window's profiler session starting or ending (session.py)
-ALLOWED_FILES = ("session.py",)
+# where lightning_profkit may synchronise: a window's profiler session starting or ending
+ALLOWED_FILES = ("monitor/windows.py",)  # paths in the package, with /
 ALLOWED_FUNCTIONS: tuple[str, ...] = ()
 SKIP_FIRST, WARMUP, ACTIVE = 5, 1, 3
 failures: list[str] = []
@@ -103,7 +103,7 @@ class SyncLog:
             self.others += 1
         elif threading.current_thread() is not threading.main_thread():
             self.background += 1
-        elif not any(f.filename.endswith(ALLOWED_FILES) or f.name in ALLOWED_FUNCTIONS for f in mine):
+        elif not any(f.filename.replace(os.sep, "/").endswith(ALLOWED_FILES) or f.name in ALLOWED_FUNCTIONS for f in mine):
             self.ours.append("".join(traceback.format_list(stack[-8:])))
 
 
@@ -129,7 +129,7 @@ def fit(root: str, cuda: bool, delay: float, depth: int, steps: int, sync_log: S
     metrics = os.path.join(logger.log_dir, "metrics.csv")
     rows = list(csv.DictReader(open(metrics))) if os.path.exists(metrics) else []
     epochs = [r for r in rows if r.get("profkit/data_wait_ratio")]
-    windows = [r for r in rows if r.get("profkit/window/step_time_ms")]
+    windows = [r for r in rows if r.get("profkit/window/host_step_ms")]
     traces = {}  # (first step, last step) -> the trace's events
     for path in glob.glob(os.path.join(logger.log_dir, "profiler", "*", "*.pt.trace.json.gz")):
         trace = json.load(gzip.open(path))
@@ -200,7 +200,7 @@ def main() -> int:
         kernels = {steps: sum(1 for e in events if e.get("cat") == "kernel") for steps, events in run["traces"].items()}
         check(bool(kernels) and min(kernels.values()) > 0, f"{label}: every window's trace holds GPU kernels",
               ", ".join(f"steps {a}-{b}: {n}" for (a, b), n in sorted(kernels.items())))
-        w_idle = [float(r.get("profkit/window/gpu_idle_ratio") or "nan") for r in run["windows"]]
+        w_idle = [float(r.get("profkit/window/gpu_idle_share") or "nan") for r in run["windows"]]
         check(bool(w_idle) and all(0 <= v <= 1 for v in w_idle), f"{label}: trace gpu_idle_ratio within [0, 1]", f"{w_idle}")
         peak = [float(r.get("profkit/peak_memory_mb") or "nan") for r in run["epochs"]]
         check(bool(peak) and all(v > 0 for v in peak), f"{label}: peak_memory_mb logged", f"{peak}")

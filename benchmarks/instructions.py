@@ -67,7 +67,7 @@ def child(config: str, steps: int, poll_interval: float, switch: str) -> None:
     sys.path.insert(0, HERE)
     from overhead import make_fit
 
-    from lightning_profkit.capture_request import RequestPoller
+    from lightning_profkit.monitor.capture_request import RequestPoller
 
     RequestPoller.__init__.__defaults__ = (poll_interval,)
     torch.set_num_threads(1)

@@ -1,9 +1,19 @@
 """Alert rules and advice, without a Trainer."""
 
+import dataclasses
+import gzip
+import json
+
 import pytest
 
-from lightning_profkit.advice import LoaderFacts, data_wait_advice, gpu_idle_advice
-from lightning_profkit.alerts import AlertRule, CheckBlock, DataWaitAlert, validate
+
+from lightning_profkit.monitor.advice import LoaderFacts, data_wait_advice, gpu_idle_advice, gpu_idle_notice
+from lightning_profkit.trace.columns import columns
+from lightning_profkit.trace.events import from_dicts
+from lightning_profkit.trace.host_steps import window_figures
+from lightning_profkit.alerts import DataWaitAlert
+from lightning_profkit.monitor.checks import AlertRule, CheckBlock
+from lightning_profkit.monitor.options import Options
 
 
 def run(rule, ratios, every=10):
@@ -45,7 +55,7 @@ def test_rule_state_round_trips():
 def test_bad_alert_arguments(kwargs, argument):
     args = dict(threshold=0.2, window=100, patience=2, cooldown=0, action="warn") | kwargs
     with pytest.raises(ValueError, match=argument):
-        validate(**args)
+        Options(**{f"alert_{name}": value for name, value in args.items()})
 
 
 def test_message_names_ratio_rank_advice_and_trace():
@@ -72,13 +82,20 @@ def test_advice_from_the_loader():
     assert any("get_worker_info" in line for line in lines)
 
 
-def test_gpu_idle_advice_on_real_traces(reference):
+def figures_of(path):
+    return window_figures(columns(from_dicts(json.load(gzip.open(path))["traceEvents"])))
+
+
+def test_gpu_idle_advice_on_real_traces(shared_traces):
     """resnet50 with 4 workers: little data wait but the GPU idles 28%; blocking copies are the reason."""
-    figures = next(v["host_step"] for k, v in reference.items() if "resnet50_num_workers_4" in k)
+    figures = figures_of(shared_traces / "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz")
     lines = gpu_idle_advice(figures)
     assert lines and lines[0].startswith("cudaMemcpyAsync") and "pin_memory=True" in lines[0]
-    cpu_only = next(v["host_step"] for k, v in reference.items() if "cpu_only" in k)
-    assert gpu_idle_advice(cpu_only) == []
+    assert gpu_idle_notice(figures, "w", 0.2) is None  # idle 28%: not the GPU's problem to flag
+    notice = gpu_idle_notice(dataclasses.replace(figures, gpu_idle_share=0.6), "runs/x/profiler/w", 0.2)
+    assert notice and "idle 60%" in notice and "runs/x/profiler/w" in notice and lines[0] in notice
+    cpu_only = figures_of(shared_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    assert gpu_idle_advice(cpu_only) == [] and gpu_idle_notice(cpu_only, "w", 0.2) is None
 
 
 def test_check_block_leaves_validation_out_and_carries_across_an_epoch_end():

@@ -16,8 +16,7 @@ from conftest import (
     SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps, read_trace, trace_files,
 )
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.alerts import DataWaitAlertError
-from lightning_profkit.callback import DataWaitWarning
+from lightning_profkit.alerts import DataWaitAlertError, DataWaitWarning
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -19,7 +19,7 @@ from lightning.pytorch.tuner import Tuner
 
 from conftest import SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps, read_trace, trace_files
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit import capture_request
+from lightning_profkit.monitor import capture_request
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 
@@ -29,8 +29,7 @@ def window_names(monitor):
 
 
 def same_configuration(a, b):
-    return (a.active, a.alert_threshold, a.max_captures, a.dirpath) == (b.active, b.alert_threshold, b.max_captures,
-                                                                        b.dirpath)
+    return a.options == b.options
 
 
 class CopyAt(Callback):
@@ -77,7 +76,7 @@ def test_pickle_and_deepcopy_at_every_point_of_a_fit(tmp_path):
     for when, (_, copies) in spy.copies.items():
         for c in copies:
             assert same_configuration(c, monitor), when
-            assert c._writer is None and c._timer is None and c._runner is None and c._trainer is None, when
+            assert c._output is None and c._timer is None and c._runner is None and c._trainer is None, when
             assert "on_train_batch_end" not in vars(c), when
     assert all(same_configuration(c, monitor) for c in before + after)
     assert all(c.state_dict() == monitor.state_dict() for c in after)
@@ -169,7 +168,7 @@ def test_loops_that_run_without_us_get_their_fetch_callbacks_back(tmp_path):
     monitor = PerformanceMonitor(steps="2-3")
     trainer = make_trainer(tmp_path, [monitor, Swap()], max_epochs=2)
     # its steps take long enough for the ownership check (1 s here) to come due before the failure
-    with mock.patch("lightning_profkit.callback._OWNER_CHECK_S", 1.0), pytest.raises(RuntimeError, match="diverged"):
+    with mock.patch("lightning_profkit.callback.OWNER_CHECK_S", 1.0), pytest.raises(RuntimeError, match="diverged"):
         trainer.fit(Slow(SleepDataset(40)))
     assert monitor not in trainer.callbacks and window_names(monitor) == ["epoch=0-step=2-3"]
     assert fetch_timing_removed(trainer) and not torch.autograd.profiler._is_profiler_enabled

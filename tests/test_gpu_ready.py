@@ -15,9 +15,9 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 
 from conftest import SleepDataset, TinyModel, make_trainer
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.epoch_stats import PREFIX, reduce_ranks, to_vector
-from lightning_profkit.selection import make_selection
-from lightning_profkit.session import WindowSession
+from lightning_profkit.monitor.epoch_figures import PREFIX, reduce_ranks, to_vector
+from lightning_profkit.monitor.options import Options
+from lightning_profkit.monitor.windows import WindowSession
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "lightning_profkit")
@@ -51,7 +51,7 @@ def test_epoch_figures_are_exchanged_without_the_device(tmp_path):
 
 def session_profiler(step):
     """One window of a real profiler session recorded from ``step``; returns a weak reference to its profile."""
-    selection = make_selection(0, 1, 2, f"{step + 1}-{step + 2}", None, None, True)
+    selection = Options(warmup=1, steps=f"{step + 1}-{step + 2}").selection()
     kept = []
     session = WindowSession(selection, step, step, 1, [ProfilerActivity.CPU], {},
                             lambda s, prof: kept.append(prof.profiler.kineto_results))
@@ -88,6 +88,6 @@ def test_the_cuda_checks_allow_list_names_what_exists():
     assert set(allowed) == {"ALLOWED_FILES", "ALLOWED_FUNCTIONS"}
     for name in allowed["ALLOWED_FILES"]:
         assert os.path.exists(os.path.join(PACKAGE, name)), name
-    code = "".join(open(os.path.join(PACKAGE, f)).read() for f in os.listdir(PACKAGE) if f.endswith(".py"))
+    code = "".join(open(os.path.join(d, f)).read() for d, _, files in os.walk(PACKAGE) for f in files if f.endswith(".py"))
     for name in allowed["ALLOWED_FUNCTIONS"]:
         assert re.search(rf"def {name}\(", code), name

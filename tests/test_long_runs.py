@@ -8,8 +8,8 @@ from lightning.pytorch import Callback
 
 from conftest import SleepDataset, TinyModel, leftovers, make_trainer, trace_files
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.retention import Retention
-from lightning_profkit.session import WindowSession
+from lightning_profkit.monitor.retention import Retention
+from lightning_profkit.monitor.windows import WindowSession
 
 
 def rss_mb():

@@ -14,7 +14,7 @@ from torch.utils.data import ConcatDataset, DataLoader
 
 from conftest import SleepDataset, SleepIterable, TinyModel, fetch_timing_removed, make_trainer
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.fetch_timer import STEP_CHUNK
+from lightning_profkit.monitor.fetch_timer import STEP_CHUNK
 
 
 class TruthLoader(DataLoader):

@@ -30,7 +30,7 @@ def test_summary_json_equals_the_reference(shared_traces, reference):
     want = reference[CONTROL]
     assert [s["Kernel"] for s in trace["step_breakdown"]["per_step"]] == [s["Kernel"] for s in want["tb_patched"]["per_step"]]
     assert trace["temporal"]["idle_us"] == pytest.approx(want["hta_temporal"]["idle_us"], abs=1)
-    assert trace["host"]["dataloader_frac"] == pytest.approx(want["host_step"]["dataloader_frac"], rel=1e-6)
+    assert trace["host"]["data_wait_share"] == pytest.approx(want["host_step"]["dataloader_frac"], rel=1e-6)
     assert trace["rank"] == 3 and trace["operators"]["cpu_by_self"][0]["self_us"] > 0
 
 
@@ -65,7 +65,7 @@ def test_cpu_only_and_stepless_traces_say_what_is_absent(shared_traces):
     assert done.returncode == 0 and "no GPU activity: GPU figures absent" in done.stdout
     done = profkit("summary", "--json", shared_traces / "hta/critical_path_alexnet")
     (trace,) = json.loads(done.stdout)["traces"]
-    assert trace["host"]["n_host_steps"] == 0 and any("no ProfilerStep" in n for n in trace["notes"])
+    assert trace["host"]["steps"] == 0 and any("no ProfilerStep" in n for n in trace["notes"])
     assert trace["temporal"] is not None
 
 
@@ -88,7 +88,7 @@ def test_summary_of_a_run_folder_lists_every_window(tmp_path):
     assert sorted(t["window"] for t in got["traces"]) == ["epoch=0-step=2-3", "epoch=0-step=8-9"]
     assert all(t["step_breakdown"]["steps"] == t["window"].split("step=")[1].split("-") for t in got["traces"])
     assert got["aggregate"]["traces"] == 2 and got["aggregate"]["figures"]["share/DataLoader"] > 0
-    assert got["aggregate"]["figures"]["gpu_idle"] is None  # CPU run: absent
+    assert got["aggregate"]["figures"]["gpu_idle_share"] is None  # CPU run: absent
     text = profkit("summary", tmp_path).stdout
     assert "epoch=0-step=2-3/" in text and "mean" in text
 

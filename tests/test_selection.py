@@ -2,8 +2,15 @@
 
 import pytest
 
-from lightning_profkit.selection import EpochWindow, WithCaptures, make_selection, parse_step_ranges
-from lightning_profkit.session import WindowRunner
+from lightning_profkit.monitor.options import Options
+from lightning_profkit.monitor.selection import EpochWindow, WithCaptures, parse_step_ranges
+from lightning_profkit.monitor.windows import WindowRunner
+
+def make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile=True):
+    """The selection of a PerformanceMonitor built with these arguments (checked as at construction)."""
+    return Options(profile=profile, skip_first=skip_first, warmup=warmup, active=active, steps=steps,
+                   every_n_steps=every_n_steps, step_filter=step_filter).selection()
+
 
 
 def active_steps(sel, n, epoch_len=None):

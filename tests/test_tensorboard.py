@@ -12,7 +12,7 @@ from torch_tb_profiler import io as tb_io
 
 from conftest import SleepDataset, TinyModel, make_trainer, read_trace, trace_files
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.finalize import finalize_trace
+from lightning_profkit.monitor.finalize import finalize_trace
 
 CONTROL = "hta/trace_diff_control/control.json.gz"
 

@@ -10,19 +10,19 @@ import threading
 import pytest
 
 from conftest import SHARED_TRACES
-from lightning_profkit.trace_events import decode_strict, from_dicts
-from lightning_profkit.trace_file import TraceError, read_json
-from lightning_profkit.trace_columns import join
-from lightning_profkit.trace_load import MIN_PIECE, MIN_PIECES, _pieces, _workers, load_trace
-from lightning_profkit.trace_rows import rows
-from lightning_profkit.trace_summary import summarize_columns
+from lightning_profkit.trace.events import decode_strict, from_dicts
+from lightning_profkit.trace.file import TraceError, read_json
+from lightning_profkit.trace.columns import join
+from lightning_profkit.trace.load import MIN_PIECE, MIN_PIECES, _pieces, _workers, start_loading
+from lightning_profkit.trace.rows import rows
+from lightning_profkit.trace.summary import summarize_columns
 
 TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
 SMALL = 16 * 1024  # bytes per piece: every shared trace but the tiniest is cut
 
 
 def load(path, **kw):
-    loaded = load_trace(str(path), **kw)
+    loaded = start_loading(str(path), **kw).result()
     figures = json.dumps(summarize_columns(join(loaded.parts)), sort_keys=True)
     return (figures, loaded.distributed_info, loaded.meta), loaded.pieces
 
@@ -70,7 +70,7 @@ def test_a_bad_second_half_reports_like_one_pass(tmp_path):
     zombies_before = _zombie_children()
     for kw in ({"jobs": 1}, {"jobs": 4, "min_piece": 4096}):
         with pytest.raises(TraceError) as err:
-            load_trace(str(path), **kw)
+            start_loading(str(path), **kw).result()
         messages.append(str(err.value))
     assert messages[0] == messages[1] and "not JSON" in messages[0]
     assert _zombie_children() == zombies_before  # every worker was waited for
@@ -115,7 +115,7 @@ def test_unknown_phases_and_odd_fields_take_the_tolerant_path(tmp_path):
         decode_strict(path.read_bytes())
     got = figures(path, jobs=1)
     assert got == figures(write(tmp_path / "clean.json", {"traceEvents": clean}), jobs=1)
-    assert json.loads(got[0])["host"]["peak_memory_bytes"]  # the [memory] event was read
+    assert json.loads(got[0])["host"]["peak_memory"]  # the [memory] event was read
 
 
 def test_decoding_workers_start_before_numpy_is_imported(shared_traces):
@@ -125,7 +125,7 @@ def test_decoding_workers_start_before_numpy_is_imported(shared_traces):
         "import sys\n"
         "import lightning_profkit.cli\n"
         "assert 'msgspec' not in sys.modules and 'numpy' not in sys.modules  # the first read starts before both\n"
-        "from lightning_profkit.trace_load import start_loading\n"
+        "from lightning_profkit.trace.load import start_loading\n"
         f"loading = start_loading({str(path)!r}, jobs=2, min_piece={SMALL})\n"
         "assert loading.children and 'numpy' not in sys.modules\n"
         "trace = loading.result()\n"

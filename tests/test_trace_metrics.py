@@ -7,20 +7,23 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_TRACES
-from lightning_profkit import intervals
-from lightning_profkit.operator_times import operator_times
-from lightning_profkit.step_breakdown import COLUMNS, step_breakdown
-from lightning_profkit.temporal_breakdown import temporal_breakdown
-from lightning_profkit.trace_columns import columns
-from lightning_profkit.trace_events import from_dicts
-from lightning_profkit.trace_events import read_trace
-from lightning_profkit.trace_metrics import window_figures
+from lightning_profkit.trace import intervals
+from lightning_profkit.trace.operator_times import operator_times
+from lightning_profkit.trace.step_breakdown import COLUMNS, step_breakdown
+from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
+from lightning_profkit.trace.columns import columns
+from lightning_profkit.trace.events import from_dicts
+from lightning_profkit.trace.events import decode_json
+from lightning_profkit.trace.file import read_json
+from lightning_profkit.figures import HostFigures
+from lightning_profkit.trace.host_steps import window_figures
 
 TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
-FIELDS = (
-    "n_host_steps", "host_step_time_us", "dataloader_us_in_steps", "dataloader_frac", "gpu_busy_frac_window",
-    "gpu_idle_frac_window",
-)
+# HostFigures field: the name of the same figure in reference.json's host_step
+FIELDS = {
+    "steps": "n_host_steps", "step_time_us": "host_step_time_us", "data_wait_us": "dataloader_us_in_steps",
+    "data_wait_share": "dataloader_frac", "gpu_busy_share": "gpu_busy_frac_window", "gpu_idle_share": "gpu_idle_frac_window",
+}
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpyAsync", "cudaStreamSynchronize")
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
 RUNTIME = ("cuda_runtime", "runtime", "cuda_driver")
@@ -82,6 +85,11 @@ def load_events(path):
         return json.load(f)["traceEvents"]
 
 
+def read_trace(path):
+    """The trace as ``profkit`` decodes it (typed records)."""
+    return decode_json(path, read_json(path))
+
+
 def as_pairs(u):
     return [(float(s), float(e)) for s, e in zip(*u)]
 
@@ -102,17 +110,21 @@ def test_host_step_figures_match_reference(name, shared_traces, reference):
     with gzip.open(shared_traces / name, "rt") as f:
         events = from_dicts(json.load(f)["traceEvents"])  # the writer's path: parsed dicts
     got, want = window_figures(columns(events)), reference[name]["host_step"]
-    for field in FIELDS:
-        if field in want:
-            assert got[field] == pytest.approx(want[field], rel=1e-6, abs=1e-9), field
+    for field, theirs in FIELDS.items():
+        if theirs in want:
+            assert getattr(got, field) == pytest.approx(want[theirs], rel=1e-6, abs=1e-9), field
         else:
-            assert field not in got, field  # absent, not zero
-    if "blocking_sync_us_by_name" in want:  # the definition changed since reference.json (see trace_metrics)
+            assert getattr(got, field) in (None, 0), field  # absent, not zero (steps: 0)
+    if "blocking_sync_us_by_name" in want:  # the definition changed since reference.json (see host_steps)
         total, by_name = expected_sync(json.load(gzip.open(shared_traces / name, "rt"))["traceEvents"])
-        assert got["blocking_sync_calls_us_in_steps"] == pytest.approx(total, rel=1e-6, abs=1e-6)
-        assert got["blocking_sync_frac"] == pytest.approx(total / want["host_step_time_us"], rel=1e-6, abs=1e-9)
-        assert got["blocking_sync_us_by_name"] == pytest.approx(by_name, rel=1e-6, abs=1e-6)
-    assert got["peak_memory_bytes"] == want["peak_memory_bytes"]
+        assert got.blocking_sync_us == pytest.approx(total, rel=1e-6, abs=1e-6)
+        assert got.blocking_sync_share == pytest.approx(total / want["host_step_time_us"], rel=1e-6, abs=1e-9)
+        assert got.blocking_sync_us_by_call == pytest.approx(by_name, rel=1e-6, abs=1e-6)
+    else:
+        assert got.blocking_sync_us is None and got.blocking_sync_us_by_call == {}
+    peaks = {d: {"Total Allocated": p.allocated_bytes, "Total Reserved": p.reserved_bytes} for d, p in got.peak_memory.items()}
+    assert peaks == want["peak_memory_bytes"]
+    assert HostFigures.from_json(json.loads(json.dumps(got.to_json()))) == got  # as the child sends it
 
 
 def test_nccl_watchdog_polling_is_not_blocking_time(shared_traces):
@@ -128,9 +140,9 @@ def test_nccl_watchdog_polling_is_not_blocking_time(shared_traces):
     on_train = [dict(e, tid=train["tid"]) for e in watchdog[::97]]  # the training thread polls too, now and then
     other = [dict(e, name="cudaStreamSynchronize") for e in watchdog[::13]]  # blocking, but not the training thread
     after = window_figures(columns(from_dicts(events + watchdog + on_train + other)))
-    assert after["blocking_sync_calls_us_in_steps"] == before["blocking_sync_calls_us_in_steps"] > 0
-    assert after["blocking_sync_us_by_name"] == before["blocking_sync_us_by_name"]
-    assert "cudaEventQuery" not in after["blocking_sync_us_by_name"]
+    assert after.blocking_sync_us == before.blocking_sync_us > 0
+    assert after.blocking_sync_us_by_call == before.blocking_sync_us_by_call
+    assert "cudaEventQuery" not in after.blocking_sync_us_by_call
 
 
 def test_gpu_idle_of_a_process_driving_two_gpus_is_averaged_over_them(shared_traces):
@@ -143,8 +155,8 @@ def test_gpu_idle_of_a_process_driving_two_gpus_is_averaged_over_them(shared_tra
     second = [dict(e, pid=gpu + 1) for e in complete(events)
               if str(e.get("cat", "")).lower() in DEVICE and float(e["ts"]) < (lo + hi) / 2]
     both = events + second
-    got = window_figures(columns(from_dicts(both)))["gpu_idle_frac_window"]
-    one = window_figures(columns(from_dicts(events)))["gpu_idle_frac_window"]
+    got = window_figures(columns(from_dicts(both))).gpu_idle_share
+    one = window_figures(columns(from_dicts(events))).gpu_idle_share
     assert got == pytest.approx(expected_gpu_idle(both), abs=1e-9)
     assert got > one + 0.1  # the second GPU idles in the second half
 

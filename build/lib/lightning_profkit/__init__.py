@@ -1,0 +1,15 @@
+"""lightning_profkit: profile selected Lightning training steps and say where the time went."""
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["PerformanceMonitor"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that `python -m lightning_profkit.monitor.finalize` and the CLI start without importing torch.
+    if name == "PerformanceMonitor":
+        from lightning_profkit.callback import PerformanceMonitor
+
+        return PerformanceMonitor
+    raise AttributeError(f"module 'lightning_profkit' has no attribute {name!r}")

@@ -1,0 +1,48 @@
+"""The alerts a user receives: what ``on_alert`` is handed, the warning's category, the error ``"raise"`` raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+class DataWaitWarning(UserWarning):
+    """The category of data-wait alert warnings (filter it like any warning)."""
+
+
+@dataclass
+class DataWaitAlert:
+    """What an alert hands to ``on_alert`` and prints: the figures, the advice and where the trace is."""
+
+    ratio: float  # data-wait ratio of the check that fired (the worst rank's, with several ranks)
+    threshold: float
+    epoch: int
+    step: int  # global step at which the check fired
+    checked: str  # what was measured: "steps A-B" (a rolling check) or "epoch E"
+    worst_rank: Optional[int] = None  # with several ranks
+    advice: list[str] = field(default_factory=list)
+    trace_dir: Optional[str] = None  # the window captured after the alert, when one was
+
+    @property
+    def message(self) -> str:
+        rank = f" on rank {self.worst_rank}, the worst of the ranks," if self.worst_rank is not None else ""
+        where = self.checked if self.checked.startswith("epoch") else f"{self.checked} (epoch {self.epoch})"
+        lines = [
+            f"{self.ratio:.0%} of the training time of {where} was spent waiting for the DataLoader{rank} "
+            f"(alert threshold {self.threshold:.0%})."
+        ]
+        lines += [f"  - {line}" for line in self.advice]
+        if self.trace_dir:
+            lines.append(f"  Trace of the steps after the alert: {self.trace_dir}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"message": self.message}
+
+
+class DataWaitAlertError(RuntimeError):
+    """Raised by ``PerformanceMonitor(alert_action="raise")``; the alert is in ``.alert``."""
+
+    def __init__(self, alert: DataWaitAlert) -> None:
+        super().__init__(alert.message)
+        self.alert = alert

@@ -1,0 +1,597 @@
+"""The Lightning glue: PerformanceMonitor's arguments and hooks. Each hook hands what it sees of the trainer to
+the plain objects of :mod:`lightning_profkit.monitor`, which hold the logic (see the README's "How it works")."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import warnings
+from time import perf_counter
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+
+from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError, DataWaitWarning
+from lightning_profkit.monitor import capture_request, fetch_timer
+from lightning_profkit.monitor.advice import data_wait_advice, gpu_idle_notice, loader_facts
+from lightning_profkit.monitor.checks import RollingChecks
+from lightning_profkit.monitor.delivery import AlertDelivery
+from lightning_profkit.monitor.epoch_figures import PREFIX, EpochSpans, epoch_figures, reduce_ranks, to_vector, window_metrics
+from lightning_profkit.monitor.exchange import exchange, exchange_group
+from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
+from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
+from lightning_profkit.monitor.output import TraceOutput, check_writable, worker_name
+from lightning_profkit.monitor.selection import StepRanges
+from lightning_profkit.monitor.windows import WindowRunner, WindowSession, profiler_activities, session_opener
+
+__all__ = ["PerformanceMonitor", "DataWaitWarning"]
+
+OWNER_CHECK_S = 10.0  # seconds of training between checks that we are still among the trainer's callbacks
+# the running fit's machinery: left out of pickles and copies (see PerformanceMonitor.__getstate__)
+_RUNTIME = dict(_trainer=None, _timer=None, _runner=None, _output=None, _sampler=None, _live=None, _group=None,
+                _delivery=None)
+
+
+def _guarded(hook: Callable) -> Callable:
+    """Every hook's guard: a failure inside the callback warns once, turns profiling off and never stops
+    training (an alert with ``alert_action="raise"`` is the one error meant to reach the user). The hooks
+    still run afterwards, so that every rank keeps taking part in the same exchanges."""
+
+    @functools.wraps(hook)
+    def wrapper(self: "PerformanceMonitor", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return hook(self, *args, **kwargs)
+        except DataWaitAlertError:
+            raise
+        except Exception as err:
+            self._broken = True
+            self._report(f"profiling is off for the rest of this run after an error in `{hook.__name__}`: {err!r}")
+            runner, self._runner = self._runner, None
+            if runner is not None:
+                try:  # end the profiler session cleanly, keeping what it recorded
+                    runner.stop()
+                except Exception:
+                    runner.session = None
+            return None
+
+    return wrapper
+
+
+class PerformanceMonitor(Callback):
+    r"""Profile selected training steps with ``torch.profiler`` and stream each window's trace.
+
+    By default one window per epoch (``profile=False``: none, metrics only): skip ``skip_first`` batches, warm up ``warmup``, record ``active``.
+    Other selections (pass at most one): ``steps`` (``"100-102,500-502"`` or a list), ``every_n_steps``,
+    or ``step_filter(step) -> bool``. A *step* is one training batch, numbered from 0 across epochs; it
+    equals ``trainer.global_step`` unless ``accumulate_grad_batches > 1``. The trace's ``ProfilerStep#N``
+    markers carry that number. Outside windows no profiler session exists.
+
+    Each window goes to ``<run dir>/profiler/epoch=E-step=A-B/<host>_rank<R>.<ns>.pt.trace.json.gz``,
+    where the run dir is the first TensorBoardLogger's ``log_dir`` (else ``trainer.log_dir``), so
+    ``tensorboard --logdir <run dir>`` shows every window in the PyTorch Profiler tab.
+
+    **Logged metrics** (through the trainer's loggers, once per epoch, x-axis ``global_step``), under
+    ``profkit/``: ``data_wait_ratio`` (time inside the DataLoader's ``next()`` over training time, which
+    leaves out validation), ``data_wait_s``, ``train_s``, ``step_time_ms_mean``/``_p90`` (a step's first
+    fetch to the next step's, validation left out), ``dataloader_startup_s`` (epoch start to first fetch:
+    worker start-up), ``samples_per_s``,
+    ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only), ``gpu_idle_ratio`` (CUDA with the ``nvml`` extra:
+    ``1 -`` mean NVML utilization over the epoch's training time, sampled about every 1/6 s to 1 s). Several ranks: means, plus
+    ``data_wait_ratio_max`` and ``data_wait_worst_rank``. Per profiled window (rank zero's traces):
+    ``window/data_wait_share``, ``window/host_step_ms``, ``window/gpu_idle_share`` (GPU runs only),
+    ``window/blocking_sync_ms_per_step``, ``window/sync_ms_per_step/<call>``, ``window/peak_memory_mb/<device>``.
+    With alerts on: ``data_wait_alert`` (1 when the epoch was in a data-wait episode, else 0).
+
+    **Alerts**: the data-wait ratio is checked every ``alert_window`` steps and at each epoch end (with several
+    ranks, the worst rank's). ``alert_patience`` consecutive checks over ``alert_threshold`` start an episode,
+    which gives one alert (none within ``alert_cooldown`` steps of the previous one): a
+    :class:`~lightning_profkit.alerts.DataWaitWarning` on rank zero with advice from the training DataLoader, ``on_alert(alert)`` with a
+    :class:`~lightning_profkit.alerts.DataWaitAlert`, and, with ``capture_on_alert``, a window recorded right
+    after the alert whose folder is in the alert. ``alert_action="stop"`` ends training at the next step
+    boundary; ``"raise"`` raises :class:`~lightning_profkit.alerts.DataWaitAlertError`.
+
+    **Capture on demand**: ``profkit capture <run dir>`` (or any process that creates
+    ``<dirpath>/capture.request``) gets a window recorded within about a second (single process) or
+    ``alert_window`` steps (several ranks, so that all ranks record the same steps).
+
+    Args:
+        profile: record profiler windows; ``False`` keeps only the per-epoch metrics.
+        skip_first: batches skipped at the start of every epoch before the window (default mode).
+        warmup: steps the profiler runs before recording, so start-up cost stays out of the trace.
+        active: steps recorded per window (default mode and ``every_n_steps``).
+        steps: explicit global steps to record, e.g. ``"100-102,500-502"`` or ``[[100, 102], 500]``.
+        every_n_steps: record ``active`` steps from every multiple of this many steps.
+        step_filter: record the steps for which ``step_filter(step)`` is true (a function of the step alone:
+            it is asked ahead of time, up to 1000 steps at once, so that other steps cost nothing).
+        ranks: global ranks that profile (default: all).
+        dirpath: folder for the window folders (default: ``<run dir>/profiler``).
+        activities: ``"cpu"``, ``"cuda"`` (default: CPU, plus CUDA when the model is on a CUDA device).
+        record_shapes, profile_memory, with_stack, with_flops, with_modules: passed to ``torch.profiler``;
+            off by default because each adds cost to the profiled steps.
+        quiet: hide the ``USDT:`` lines torch prints whenever a session starts or stops.
+        flush_timeout: seconds to wait at the end of ``fit`` for traces still being written.
+        log_metrics: log the per-epoch and per-window metrics above.
+        alert_threshold: data-wait ratio above which a check counts (default 0.2, TensorFlow's "highly
+            input-bound"); ``None`` turns alerts off.
+        alert_window: steps per rolling check.
+        alert_patience: consecutive checks over the threshold before an alert.
+        alert_cooldown: steps after an alert during which no new one is raised.
+        alert_action: ``"warn"``, ``"stop"`` (end training gracefully) or ``"raise"``.
+        on_alert: called on rank zero with each :class:`~lightning_profkit.alerts.DataWaitAlert`.
+        capture_on_alert: record a window (``warmup`` + ``active`` steps) right after an alert.
+        max_captures: the most windows recorded per ``fit`` after alerts and on request.
+        keep_last_windows: keep only the newest this many window folders (our own files; ``None``: keep all).
+
+    Example::
+
+        from lightning.pytorch import Trainer
+        from lightning.pytorch.demos.boring_classes import BoringModel
+        from lightning_profkit import PerformanceMonitor
+
+        trainer = Trainer(max_epochs=1, limit_train_batches=20, callbacks=[PerformanceMonitor()])
+        trainer.fit(BoringModel())
+    """
+
+    # Lightning dispatches every hook to every callback through its profiler's context manager (about 7 µs
+    # each here) unless the attribute is not callable. The per-batch hooks this callback does not use are
+    # None, so that they cost nothing. So is `on_train_batch_end`, except on the steps where there is work
+    # at the step's end (a window's steps, a rolling check, a capture request poll): the fetch timer, which
+    # sees every step begin, sets it for those steps (`_wake`) and it unsets itself.
+    on_train_batch_start = on_train_batch_end = on_before_backward = on_after_backward = None  # type: ignore[assignment]
+    on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
+    on_validation_batch_start = on_validation_batch_end = None  # type: ignore[assignment]
+    on_test_batch_start = on_test_batch_end = None  # type: ignore[assignment]
+    on_predict_batch_start = on_predict_batch_end = None  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        profile: bool = True,
+        skip_first: int = 10,
+        warmup: int = 1,
+        active: int = 3,
+        steps: Optional[StepRanges] = None,
+        every_n_steps: Optional[int] = None,
+        step_filter: Optional[Callable[[int], bool]] = None,
+        ranks: Optional[Sequence[int]] = None,
+        dirpath: Optional[str] = None,
+        activities: Optional[Sequence[str]] = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        with_modules: bool = False,
+        quiet: bool = True,
+        flush_timeout: float = 60.0,
+        log_metrics: bool = True,
+        alert_threshold: Optional[float] = DEFAULT_ALERT_THRESHOLD,
+        alert_window: int = 100,
+        alert_patience: int = 2,
+        alert_cooldown: int = 1000,
+        alert_action: str = "warn",
+        on_alert: Optional[Callable[[DataWaitAlert], Any]] = None,
+        capture_on_alert: bool = True,
+        max_captures: int = 10,
+        keep_last_windows: Optional[int] = None,
+    ) -> None:
+        arguments = {name: value for name, value in locals().items() if name in _PARAMETERS}
+        self.options = Options(**arguments)
+        self.selection = self.options.selection()
+        self.trace_dir: Optional[str] = None
+        self.traces: list[str] = []  # this rank's trace files, oldest first
+        self.alerts: list[DataWaitAlert] = []  # the alerts of the last fit
+        o = self.options
+        self._checks = RollingChecks(o.alert_threshold, o.alert_patience, o.alert_cooldown, o.alert_window, o.max_captures)
+        self._spans = EpochSpans()
+        self._warned: set[str] = set()
+        self._broken = False
+        self._epoch = 0
+        self._on_cuda = False
+        self._is_zero = True
+        self._in_epoch = False
+        self._batch_size: Optional[int] = None
+        self._windows_at: float = float("inf")  # the next step at whose end the window runner has work
+        self.__dict__.update(_RUNTIME)
+
+    # ------------------------------------------------------------------ setup and the end of a fit
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        # not guarded: a trace folder that cannot be written is the user's to fix, before the first step
+        if stage != "fit":
+            return
+        self._close(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
+        fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
+        self._broken = False
+        self.trace_dir = self.options.dirpath or os.path.join(_run_dir(trainer), "profiler")
+        check_writable(self.trace_dir)
+        self._trainer, self._is_zero = trainer, trainer.is_global_zero
+        self._checks.start_fit()
+        self._delivery = AlertDelivery(self.options.on_alert, self._report)
+        self._delivery.to_user = trainer.is_global_zero
+        self._windows_at = float("inf")
+        self.on_train_batch_end = None  # type: ignore[assignment]  # not left set by an earlier fit
+        self._group = exchange_group(trainer.world_size)
+        if _runs_pytorch_profiler(trainer) and self.options.profiles_rank(trainer.global_rank):
+            rank_zero_warn(
+                "PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
+                "session at a time; PerformanceMonitor records no windows in this run."
+            )
+
+    @_guarded
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._on_cuda = pl_module.device.type == "cuda"
+        self._arm(trainer)
+        self._batch_size = getattr(trainer.train_dataloader, "batch_size", None)
+        if self.options.log_metrics:
+            self._start_sampler(pl_module)
+        loop = trainer.fit_loop.epoch_loop
+        if loop.restarting and loop.batch_progress.current.ready > 0:
+            # resuming in the middle of an epoch: Lightning does not call on_train_epoch_start again
+            self.on_train_epoch_start(trainer, pl_module)
+        rank_zero_info(f"lightning_profkit: {self._plan(trainer)}")
+
+    @_guarded
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._close(trainer)
+        if self._delivery is not None:
+            self._delivery.window_written()
+        summaries = self._output.summaries if self._output is not None else []
+        if summaries and trainer.is_global_zero:
+            from lightning_profkit.cli.text import short_summary  # the analysis side, only here
+            from lightning_profkit.trace.summary import aggregate
+
+            rank_zero_info(f"lightning_profkit: last {len(summaries)} window(s) of rank 0: "
+                           f"{short_summary(aggregate(summaries))}. More: profkit summary {self.trace_dir}")
+        self._output = None
+
+    @_guarded
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._close()
+        if self._delivery is not None:
+            self._delivery.held = []
+
+    @_guarded
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._close()
+            self._checks.end_fit()
+            self._trainer = None
+
+    # ------------------------------------------------------------------ epochs and steps
+    @_guarded
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._checks.fitting and self._timer is None:  # given back while loops ran without us (a tuner's)
+            self._arm(trainer)
+        if self._timer is None:
+            return
+        self._epoch = trainer.current_epoch
+        self._timer.reset()
+        now = perf_counter()
+        self._in_epoch = True
+        self._spans = EpochSpans(now, self._sampler.clear() if self._sampler is not None else None)
+        if self._on_cuda:
+            torch.cuda.reset_peak_memory_stats()
+        loop = trainer.fit_loop.epoch_loop
+        # the epoch's counters are reset after this hook, unless resuming inside the epoch
+        step, batch_idx = loop.total_batch_idx + 1, loop.batch_progress.current.ready if loop.restarting else 0
+        self._checks.epoch_start(now, self._timer.stats.train_s, step)
+        if self._runner is not None:
+            self._runner.epoch_start(step, batch_idx, _epoch_length(trainer))
+        self._windows_at = self._next_window_step(step, batch_idx)
+        self._schedule()
+
+    @_guarded
+    def _step_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """``on_train_batch_end`` of the steps we were woken for; it schedules the next one."""
+        self.on_train_batch_end = None  # type: ignore[assignment]
+        now = perf_counter()
+        step = trainer.fit_loop.epoch_loop.total_batch_idx
+        if self._checks.due(step):
+            self._rolling_check(trainer, now, step)  # every rank at the same step: it may exchange figures
+        if self._live is not None and now >= self._live.next_poll:
+            self._poll_requests(trainer, now)
+        if self._output is not None and self._output.has_written:
+            self._take_windows(trainer)
+        if step >= self._windows_at:
+            self._advance_windows(trainer, batch_idx)
+            self._windows_at = self._next_window_step(step + 1, batch_idx + 1)
+        self._schedule()
+
+    @_guarded
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._in_epoch:
+            self._spans.validation_start(perf_counter(), self._gpu_mark())
+
+    @_guarded
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        seconds = self._spans.validation_end(perf_counter(), self._gpu_mark())
+        if seconds and self._timer is not None:
+            self._timer.stats.exclude(seconds)
+
+    @_guarded
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        end = perf_counter()
+        self._in_epoch = False
+        self.on_train_batch_end = None  # type: ignore[assignment]
+        if self._runner is not None:
+            self._runner.stop()
+        if self._timer is None:
+            return
+        self._timer.stats.end_step(end, trainer.fit_loop.epoch_loop.batch_progress.total.completed)
+        self._checks.epoch_end(end, self._timer.stats.train_s, self._spans.validation)
+        if self.options.log_metrics or self._checks.rule is not None:
+            # every rank takes part in the same collective here, whatever happened to its profiling
+            self._epoch_end_figures(trainer, end)
+
+    # ------------------------------------------------------------------ checkpoints and copies
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in checkpoints: the alert episode and cooldown, and the capture budget left."""
+        return self._checks.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._checks.load_state_dict(state_dict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Configuration and resumable state; not the running fit's machinery (threads, locks, the profiler
+        session, the fetch timer, the trainer), which a copy neither shares nor disturbs."""
+        state = dict(self.__dict__)
+        state.update(_RUNTIME)
+        state.pop("on_train_batch_end", None)  # a bound method of this object, set for one step
+        return state
+
+    # ------------------------------------------------------------------ the fit's machinery
+    def _arm(self, trainer: Trainer) -> None:
+        """Put the fetch timer on the loops, the window runner in place and, on rank zero, announce the run
+        for capture requests. Done when training starts rather than at ``setup``: a tuner that runs its own
+        loop from ``on_fit_start`` (``lr_find``, ``scale_batch_size``) swaps ``trainer.callbacks`` for its own
+        and, when it fails, never calls our ``teardown``, so whatever we put in place before it would stay."""
+        assert self.trace_dir is not None
+        o = self.options
+        self._timer = fetch_timer.install(trainer)
+        self._output = TraceOutput(self.trace_dir, worker_name(trainer.global_rank), o.keep_last_windows, self._write_failed)
+        if o.profiles_rank(trainer.global_rank) and not _runs_pytorch_profiler(trainer):
+            activities = profiler_activities(o.activities, self._on_cuda)
+            opener = session_opener(activities, o.profiler_options(), self._trace_ready, o.quiet, self._report)
+            self._runner = WindowRunner(self.selection, opener)
+        if trainer.is_global_zero and o.max_captures:
+            self._live = capture_request.LiveRun(self.trace_dir)
+
+    def _close(self, trainer: Optional[Trainer] = None, wait: bool = True) -> None:
+        """End the fit's machinery: the profiler session, the fetch timer, the sampler, the writer (waiting up
+        to ``flush_timeout``, with ``wait``) and the live-run marker. Safe to call again. With ``trainer``, the
+        windows written meanwhile are logged."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            try:
+                runner.stop()
+            except Exception as err:
+                self._report(f"stopping the profiler failed: {err!r}")
+        fetch_timer.uninstall(self._timer)
+        self._timer = None
+        self.on_train_batch_end = None  # type: ignore[assignment]
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
+        if self._output is not None:
+            timeout = self.options.flush_timeout if wait else 0.0
+            left = self._output.close(timeout)
+            if left and wait:
+                self._report(f"{left} profiler trace(s) were still being written after {timeout:.0f}s")
+            self._take_windows(trainer)
+        if self._live is not None:
+            self._live.end()
+            self._live = None
+
+    def _start_sampler(self, pl_module: LightningModule) -> None:
+        if not self._on_cuda:
+            rank_zero_info("lightning_profkit: the model is not on a CUDA device; GPU idle and memory are not logged")
+        elif self._sampler is None:
+            read, why = nvml_reader(str(torch.cuda.get_device_properties(pl_module.device).uuid))
+            if read is None:
+                rank_zero_info(f"lightning_profkit: {why}")
+            else:
+                self._sampler = UtilizationSampler(read).start()
+
+    def _plan(self, trainer: Trainer) -> str:
+        if not self.options.profile:
+            return "metrics only (profile=False), no profiler windows"
+        ranks = "all ranks" if self.options.ranks is None else f"ranks {','.join(map(str, self.options.ranks))}"
+        disabled = "" if self._runner is not None or trainer.world_size > 1 else " (disabled, see warning)"
+        return f"profiling {self.selection.for_epoch(_epoch_length(trainer)).describe()} on {ranks}; traces -> {self.trace_dir}{disabled}"
+
+    def _wake(self) -> None:
+        """From the fetch timer, at the first fetch of a step with work at its end (and at least every
+        ``OWNER_CHECK_S`` seconds): have Lightning call us there. Loops that run without us in
+        ``trainer.callbacks`` (a tuner's, or a fit whose callbacks were replaced) are given back at once."""
+        if self._trainer is not None and self not in self._trainer.callbacks:
+            self._close(wait=False)
+            return
+        self.on_train_batch_end = self._step_end  # type: ignore[assignment]
+
+    def _schedule(self) -> None:
+        """Ask the fetch timer to wake us at the next step with work at its end, or at the next poll (or
+        ownership check)."""
+        if self._timer is not None:
+            check_at = self._checks.check_at
+            due = min(self._windows_at, float("inf") if check_at is None else check_at)
+            at = perf_counter() + OWNER_CHECK_S
+            if self._live is not None:
+                at = min(at, self._live.next_poll)
+            self._timer.wake(due, at, self._wake)
+
+    def _next_window_step(self, step: int, batch_idx: int) -> float:
+        return self._runner.next_step_end(step, batch_idx) if self._runner is not None else float("inf")
+
+    @_guarded
+    def _advance_windows(self, trainer: Trainer, batch_idx: int) -> None:
+        if self._runner is not None:
+            loop = trainer.fit_loop.epoch_loop
+            self._runner.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch, lambda: loop.done)
+
+    def _trace_ready(self, session: WindowSession, prof: torch.profiler.profile) -> None:
+        if session.last_recorded is None or self._output is None:
+            return
+        first, last = session.first_active, session.last_recorded
+        path = self._output.submit(prof.profiler.kineto_results, self._epoch, first, last, session.offset)
+        if self._delivery is not None and self._delivery.held:
+            self._delivery.window_written(path, first)
+
+    def _take_windows(self, trainer: Optional[Trainer]) -> None:
+        """The windows written since the last look: their traces listed and, on rank zero, their figures logged."""
+        assert self._output is not None
+        done = self._output.take_written(self.traces)
+        if trainer is None or not trainer.is_global_zero:
+            return
+        threshold = self.options.alert_threshold or DEFAULT_ALERT_THRESHOLD
+        for window in done:
+            notice = gpu_idle_notice(window.figures, os.path.dirname(window.path), threshold)
+            if notice:
+                self._report(notice, key="gpu_idle")
+            metrics = window_metrics(window.figures) if self.options.log_metrics else {}
+            for logger in trainer.loggers if metrics else ():
+                logger.log_metrics(metrics, step=window.last)
+
+    # ------------------------------------------------------------------ metrics, alerts and captures
+    def _epoch_end_figures(self, trainer: Trainer, end: float) -> None:
+        """The epoch's figures from every rank, reduced, logged, and checked for an alert."""
+        try:
+            peak = torch.cuda.max_memory_allocated() if self._on_cuda else None
+            figures = epoch_figures(self._timer.stats, self._spans.start, end, self._spans.validation_s,  # type: ignore[union-attr]
+                                    self._batch_size, peak, self._gpu_idle())
+            vector = to_vector(figures)
+        except Exception as err:
+            self._report(f"epoch metrics failed: {err!r}", key="metrics")
+            vector = to_vector({})
+        metrics = reduce_ranks(exchange(self._group, vector))  # over gloo: the device is not touched
+        alert = None
+        if self._checks.rule is not None:
+            ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
+            if ratio is not None:
+                worst = metrics.get(PREFIX + "data_wait_worst_rank")
+                alert = self._judge(trainer, ratio, None if worst is None else int(worst), f"epoch {self._epoch}")
+            metrics[PREFIX + "data_wait_alert"] = float(self._checks.episode_in_epoch)
+        if self.options.log_metrics and metrics and trainer.is_global_zero:
+            metrics["epoch"] = float(trainer.current_epoch)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+        if self._output is not None:
+            self._take_windows(trainer)
+        if alert is not None and self.options.alert_action == "raise":
+            raise DataWaitAlertError(alert)
+
+    def _rolling_check(self, trainer: Trainer, now: float, step: int) -> None:
+        """This block's data wait on every rank (exchanged off the device), then the rule."""
+        assert self._timer is not None
+        rows = exchange(self._group, self._checks.take_block(now, self._timer.stats.train_s, self._spans.validation, step))
+        asked = int(max(row[2] for row in rows))
+        if asked:
+            self._start_capture(trainer, asked, "requested from outside")
+        worst = self._checks.worst(rows)
+        if self._checks.rule is not None and worst is not None:
+            alert = self._judge(trainer, worst[0], worst[1] if len(rows) > 1 else None,
+                                f"steps {step - self.options.alert_window + 1}-{step}")
+            if alert is not None and self.options.alert_action == "raise":
+                raise DataWaitAlertError(alert)
+
+    def _judge(self, trainer: Trainer, ratio: float, worst_rank: Optional[int], checked: str) -> Optional[DataWaitAlert]:
+        """Feed one check to the rule; on an alert, act on it (every rank decides alike) and return it."""
+        step = trainer.fit_loop.epoch_loop.total_batch_idx
+        if not self._checks.judge(ratio, step):
+            return None
+        assert self._checks.rule is not None and self._delivery is not None
+        alert = DataWaitAlert(ratio, self._checks.rule.threshold, self._epoch, step, checked, worst_rank, self._advice(trainer))
+        self.alerts.append(alert)
+        o = self.options
+        if o.alert_action == "stop":
+            trainer.should_stop = True
+        if o.alert_action == "warn" and o.capture_on_alert and self._start_capture(trainer, o.active, "after a data-wait alert"):
+            self._delivery.hold(alert)  # delivered with its trace folder when the window ends
+        else:
+            self._delivery.send(alert)
+        return alert
+
+    def _advice(self, trainer: Trainer) -> list[str]:
+        try:
+            loader = trainer.train_dataloader
+            if isinstance(loader, dict):
+                loader = next(iter(loader.values()), None)
+            elif isinstance(loader, (list, tuple)):
+                loader = loader[0] if loader else None
+            facts = loader_facts(loader, self._on_cuda, trainer.world_size // max(trainer.num_nodes, 1))
+            stats = self._timer.stats if self._timer is not None else None
+            startup = stats.first_fetch - self._spans.start if stats is not None and stats.first_fetch else None
+            return data_wait_advice(facts, startup, perf_counter() - self._spans.start)
+        except Exception as err:
+            self._report(f"advice failed: {err!r}", key="advice")
+            return []
+
+    def _start_capture(self, trainer: Trainer, steps: int, reason: str) -> Optional[tuple[int, int]]:
+        """Record ``steps`` steps from the next step on; None when this rank cannot (or the budget is spent)."""
+        if self._runner is None or self._broken:
+            return None
+        if not self._checks.spend_capture():
+            self._report(f"no more captures: `max_captures={self.options.max_captures}` windows were recorded", key="budget")
+            return None
+        step = trainer.fit_loop.epoch_loop.total_batch_idx
+        first, last = self._runner.capture(step + 1, steps)
+        self._windows_at = min(self._windows_at, step)  # the runner opens it at this step's end
+        rank_zero_info(f"lightning_profkit: recording steps {first}-{last} ({reason})")
+        return first, last
+
+    def _poll_requests(self, trainer: Trainer, now: float) -> None:
+        assert self._live is not None
+        try:
+            request = self._live.poll(now)
+        except OSError as err:
+            self._report(f"cannot read capture requests: {err!r}", key="request")
+            return
+        if request is not None:
+            steps = request["steps"] or self.options.active
+            if trainer.world_size > 1:
+                self._checks.requested = steps  # all ranks start it together at the next rolling check
+            else:
+                self._start_capture(trainer, steps, "requested from outside")
+
+    def _gpu_mark(self) -> Optional[float]:
+        return self._sampler.mark() if self._sampler is not None else None
+
+    def _gpu_idle(self) -> Optional[float]:
+        """NVML idle ratio of this epoch's training time, between marks in NVML's own clock."""
+        if self._sampler is None or self._spans.gpu_start is None:
+            return None
+        ratio = self._sampler.idle_ratio(self._spans.gpu_start, self._sampler.mark(), self._spans.gpu_validation)
+        if self._sampler.error is not None:
+            self._report(f"NVML sampling stopped: {self._sampler.error!r}", key="nvml")
+        return ratio
+
+    def _write_failed(self, message: str) -> None:
+        self._report(f"a profiler trace could not be written (training continues): {message}", key="write")
+
+    def _report(self, message: str, key: Optional[str] = None) -> None:
+        """Warn about each kind of problem once per callback (``key``, default the message itself)."""
+        key = key or message
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"PerformanceMonitor: {message}", RuntimeWarning, stacklevel=2)
+
+
+_PARAMETERS = frozenset(inspect.signature(PerformanceMonitor.__init__).parameters) - {"self"}
+
+
+def _run_dir(trainer: Trainer) -> str:
+    """First TensorBoardLogger's log_dir, else trainer.log_dir, else default_root_dir (same on all ranks)."""
+    # by class name: pytorch_lightning's TensorBoardLogger is another class than lightning.pytorch's
+    tb = next((lg for lg in trainer.loggers if any(c.__name__ == "TensorBoardLogger" for c in type(lg).__mro__)), None)
+    if tb is not None:
+        return trainer.strategy.broadcast(tb.log_dir)
+    return trainer.log_dir or trainer.default_root_dir
+
+
+def _runs_pytorch_profiler(trainer: Trainer) -> bool:
+    return any(cls.__name__ == "PyTorchProfiler" for cls in trainer.profiler.__class__.__mro__)
+
+
+def _epoch_length(trainer: Trainer) -> Optional[int]:
+    n = trainer.num_training_batches
+    return int(n) if n != float("inf") else None

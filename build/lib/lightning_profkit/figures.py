@@ -1,0 +1,62 @@
+"""A profiled window's host-step figures, typed, with one set of names whose endings say the unit (``_us``,
+``_ms``, ``_share`` of the step time, ``_bytes``, ``_mb``). They travel from the child process that writes a
+trace (as JSON) to every reader: the callback's logged window metrics and advice, ``profkit summary`` and
+its JSON. Shared by both sides of the package, so pure: no numpy, no torch.
+
+Definitions (README, "Metrics"): steps are the host-side ``ProfilerStep#N`` spans; data wait is DataLoader
+time inside them; blocking time is the host's blocking CUDA calls on the threads that run the steps; GPU
+idle is the share of the steps' window without device activity, averaged over the trace's GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    allocated_bytes: int
+    reserved_bytes: int
+
+
+@dataclass(frozen=True)
+class HostFigures:
+    """A window's figures; a figure the trace cannot support is None (no steps, no GPU activity)."""
+
+    steps: int = 0  # host ProfilerStep spans
+    step_time_us: Optional[float] = None  # their summed duration
+    data_wait_us: Optional[float] = None
+    data_wait_share: Optional[float] = None
+    blocking_sync_us: Optional[float] = None
+    blocking_sync_share: Optional[float] = None
+    blocking_sync_us_by_call: dict[str, float] = field(default_factory=dict)
+    gpu_busy_share: Optional[float] = None
+    gpu_idle_share: Optional[float] = None
+    peak_memory: dict[str, MemoryPeak] = field(default_factory=dict)  # per device "type:id"
+
+    def per_step(self) -> dict[str, float]:
+        """The flat figures that windows and runs are compared by, under the names the logged window metrics
+        (``profkit/window/<name>``) and ``profkit``'s tables use; those the trace cannot support are left out."""
+        out: dict[str, float] = {}
+        if self.steps and self.step_time_us is not None:
+            out["host_step_ms"] = self.step_time_us / self.steps / 1000
+            out["data_wait_share"] = self.data_wait_share or 0.0
+            out["blocking_sync_ms_per_step"] = (self.blocking_sync_us or 0.0) / self.steps / 1000
+            for call, us in self.blocking_sync_us_by_call.items():
+                out[f"sync_ms_per_step/{call}"] = us / self.steps / 1000
+        if self.gpu_idle_share is not None:
+            out["gpu_idle_share"] = self.gpu_idle_share
+        for device, peak in self.peak_memory.items():
+            out[f"peak_memory_mb/{device}"] = peak.allocated_bytes / MB
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "HostFigures":
+        peaks = {device: MemoryPeak(**peak) for device, peak in (data.get("peak_memory") or {}).items()}
+        return cls(**{**data, "peak_memory": peaks})

@@ -1,0 +1,158 @@
+"""The rolling data-wait checks: each block's figures, and when they make an alert. Pure.
+
+A *check* is one measured data-wait ratio: a block of ``alert_window`` training steps, or a whole epoch.
+An *episode* begins when ``patience`` consecutive checks are over the threshold and ends at the first
+check under it. One episode gives at most one alert, and no alert follows another within ``cooldown``
+steps, so a slow stretch, or a ratio that flickers around the threshold, is reported once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD
+
+
+@dataclass
+class AlertRule:
+    """Patience and cooldown bookkeeping; :meth:`check` says whether this check starts an alert."""
+
+    threshold: float = DEFAULT_ALERT_THRESHOLD
+    patience: int = 2
+    cooldown: int = 1000
+    streak: int = 0
+    in_episode: bool = False
+    last_alert_step: Optional[int] = None
+    alerts: int = 0
+
+    def check(self, ratio: float, step: int) -> bool:
+        if ratio <= self.threshold:
+            self.streak = 0
+            self.in_episode = False
+            return False
+        self.streak += 1
+        if self.in_episode or self.streak < self.patience:
+            return False
+        self.in_episode = True
+        if self.last_alert_step is not None and step - self.last_alert_step < self.cooldown:
+            return False  # a new episode too soon after the previous alert: stays silent
+        self.last_alert_step = step
+        self.alerts += 1
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"streak": self.streak, "in_episode": self.in_episode, "last_alert_step": self.last_alert_step,
+                "alerts": self.alerts}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key in ("streak", "in_episode", "last_alert_step", "alerts"):
+            if key in state:
+                setattr(self, key, state[key])
+
+
+class CheckBlock:
+    """Data wait and training time of the rolling check's current block of steps, from clock readings and
+    the running total of fetch seconds. A block runs on across an epoch's end: what it had then is carried
+    into the next epoch. Validation runs inside the block are left out of its training time."""
+
+    def __init__(self) -> None:
+        self.start(0.0, 0.0)
+
+    def start(self, now: float, fetch_s: float, carry: tuple[float, float] = (0.0, 0.0)) -> None:
+        """A new block from ``now``, when the fetch total is ``fetch_s``, holding ``carry`` already."""
+        self.t0, self.fetch0, self.carry = now, fetch_s, carry
+
+    def so_far(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> tuple[float, float]:
+        """(data wait, training time) of the block up to ``now``."""
+        validation = sum(b - a for a, b in validation_spans if a >= self.t0)
+        return self.carry[0] + fetch_s - self.fetch0, self.carry[1] + now - self.t0 - validation
+
+
+class RollingChecks:
+    """One callback's rolling checks: when the next is due, the block it measures, the alert rule, the
+    capture budget and the steps asked for from outside. The rule's state and the budget are what
+    checkpoints save (:meth:`state_dict`); a state loaded before a fit starts is applied when it does."""
+
+    def __init__(self, threshold: Optional[float], patience: int, cooldown: int, window: int, max_captures: int) -> None:
+        self.threshold, self.patience, self.cooldown = threshold, patience, cooldown
+        self.window, self.max_captures = window, max_captures
+        self.block = CheckBlock()
+        self.rule: Optional[AlertRule] = None
+        self.captures_left = max_captures
+        self.check_at: Optional[int] = None  # the step at whose end the next check runs
+        self.carry = (0.0, 0.0)  # the block's figures at the last epoch end
+        self.requested = 0  # steps asked for from outside, for the next exchange
+        self.episode_in_epoch = False
+        self.fitting = False
+        self._resume: Optional[dict[str, Any]] = None
+
+    def start_fit(self) -> None:
+        self.rule = AlertRule(self.threshold, self.patience, self.cooldown) if self.threshold else None
+        self.captures_left = self.max_captures
+        self.check_at, self.carry, self.requested = None, (0.0, 0.0), 0
+        self.fitting = True
+        self._apply_resume()
+
+    def end_fit(self) -> None:
+        self.fitting = False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"alert": self.rule.state_dict() if self.rule is not None else None, "captures_left": self.captures_left}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._resume = dict(state)
+        if self.fitting:  # the fit has started (strategies that restore after setup)
+            self._apply_resume()
+
+    def _apply_resume(self) -> None:
+        state, self._resume = self._resume, None
+        if not state:
+            return
+        if self.rule is not None and state.get("alert"):
+            self.rule.load_state_dict(state["alert"])
+        if isinstance(state.get("captures_left"), int):
+            self.captures_left = state["captures_left"]
+
+    def epoch_start(self, now: float, fetch_s: float, first_step: int) -> None:
+        self.block.start(now, fetch_s, self.carry)  # a block runs on across epochs
+        if self.check_at is None:
+            self.check_at = first_step + self.window - 1
+        self.episode_in_epoch = False
+
+    def epoch_end(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> None:
+        self.carry = self.block.so_far(now, fetch_s, validation_spans)
+
+    def due(self, step: int) -> bool:
+        return self.check_at is not None and step >= self.check_at
+
+    def take_block(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]],
+                   step: int) -> list[float]:
+        """This rank's figures for the check at ``step`` (data wait, training time, steps asked for), and a
+        new block from ``now``."""
+        fetch, train = self.block.so_far(now, fetch_s, validation_spans)
+        self.block.start(now, fetch_s)
+        self.check_at = step + self.window
+        requested, self.requested = self.requested, 0
+        return [fetch, train, float(requested)]
+
+    @staticmethod
+    def worst(rows: Sequence[Sequence[float]]) -> Optional[tuple[float, int]]:
+        """The highest data-wait ratio among the ranks' blocks, and its rank; None when no rank trained."""
+        ratios = [(row[0] / row[1], rank) for rank, row in enumerate(rows) if row[1] > 0]
+        return max(ratios) if ratios else None
+
+    def judge(self, ratio: float, step: int) -> bool:
+        """Feed one check to the rule; True when it starts an alert."""
+        if self.rule is None:
+            return False
+        fired = self.rule.check(ratio, step)
+        self.episode_in_epoch |= self.rule.in_episode
+        return fired
+
+    def spend_capture(self) -> bool:
+        """Take one window from the capture budget; False when it is spent."""
+        if self.captures_left <= 0:
+            return False
+        self.captures_left -= 1
+        return True

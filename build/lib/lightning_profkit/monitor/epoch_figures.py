@@ -1,0 +1,129 @@
+"""Per-epoch figures from fetch timings and step times, and their reduction across ranks. Pure."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+from lightning_profkit.figures import HostFigures
+from lightning_profkit.monitor.fetch_timer import FetchStats
+
+PREFIX = "profkit/"
+# the order of values exchanged between ranks; every rank sends all of them (NaN = absent)
+EPOCH_KEYS = (
+    "data_wait_ratio",
+    "data_wait_s",
+    "train_s",
+    "step_time_ms_mean",
+    "step_time_ms_p90",
+    "dataloader_startup_s",
+    "samples_per_s",
+    "val_data_wait_ratio",
+    "peak_memory_mb",
+    "gpu_idle_ratio",
+)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (as numpy's default) of a non-empty sequence."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def epoch_figures(
+    fetch: FetchStats,
+    epoch_start: float,
+    epoch_end: float,
+    validation_s: float,
+    batch_size: Optional[int],
+    peak_memory_bytes: Optional[int],
+    gpu_idle_ratio: Optional[float] = None,
+) -> dict[str, float]:
+    """Figures of one epoch on one rank; a figure that cannot be known is left out.
+
+    Training time is the epoch's wall time less the validation runs inside it; the data-wait ratio is the
+    time spent inside the DataLoader's ``next()`` over that training time.
+    """
+    train_s = max(epoch_end - epoch_start - validation_s, 0.0)
+    out: dict[str, float] = {"train_s": train_s, "data_wait_s": fetch.train_s}
+    if train_s > 0:
+        out["data_wait_ratio"] = fetch.train_s / train_s
+        if batch_size and fetch.train_count:
+            out["samples_per_s"] = fetch.train_count * batch_size / train_s
+    step_times = fetch.step_times
+    if step_times:
+        out["step_time_ms_mean"] = 1000 * sum(step_times) / len(step_times)
+        out["step_time_ms_p90"] = 1000 * percentile(step_times, 0.9)
+    if fetch.first_fetch is not None:
+        out["dataloader_startup_s"] = max(fetch.first_fetch - epoch_start, 0.0)
+    if validation_s > 0 and fetch.val_count:
+        out["val_data_wait_ratio"] = fetch.val_s / validation_s
+    if peak_memory_bytes is not None:
+        out["peak_memory_mb"] = peak_memory_bytes / 2**20
+    if gpu_idle_ratio is not None:
+        out["gpu_idle_ratio"] = gpu_idle_ratio
+    return out
+
+
+def to_vector(figures: dict[str, float]) -> list[float]:
+    return [figures.get(k, math.nan) for k in EPOCH_KEYS]
+
+
+# reduced by the maximum over ranks, not the mean: the rank that runs out of memory is the one with the most
+MAX_KEYS = frozenset({"peak_memory_mb"})
+
+
+def reduce_ranks(rows: Sequence[Sequence[float]]) -> dict[str, float]:
+    """Per-rank vectors (``EPOCH_KEYS`` order) to logged metrics: the mean over ranks that have a value
+    (the maximum for ``MAX_KEYS``); with several ranks also the data-wait maximum and the rank that has it."""
+    out: dict[str, float] = {}
+    for i, key in enumerate(EPOCH_KEYS):
+        present = [row[i] for row in rows if not math.isnan(row[i])]
+        if present:
+            out[PREFIX + key] = max(present) if key in MAX_KEYS else sum(present) / len(present)
+    if len(rows) > 1:
+        waits = [(row[0], rank) for rank, row in enumerate(rows) if not math.isnan(row[0])]
+        if waits:
+            worst, rank = max(waits)
+            out[PREFIX + "data_wait_ratio_max"] = worst
+            out[PREFIX + "data_wait_worst_rank"] = float(rank)
+    return out
+
+
+def window_metrics(figures: HostFigures) -> dict[str, float]:
+    """Logged metrics of one profiled window: ``profkit/window/<name>`` for each of its figures
+    (:meth:`~lightning_profkit.figures.HostFigures.per_step`), leaving out CPU memory and calls that never blocked."""
+    return {
+        f"{PREFIX}window/{name}": value for name, value in figures.per_step().items()
+        if not name.startswith("peak_memory_mb/0:") and not (name.startswith("sync_ms_per_step/") and not value)
+    }
+
+
+class EpochSpans:
+    """When the epoch started and the validation runs inside it, in ``perf_counter`` seconds and, where GPU
+    utilization is sampled, in NVML's clock (marks: see :mod:`~lightning_profkit.monitor.gpu_sampler`)."""
+
+    def __init__(self, start: float = 0.0, gpu_start: Optional[float] = None) -> None:
+        self.start, self.gpu_start = start, gpu_start
+        self.validation: list[tuple[float, float]] = []
+        self.gpu_validation: list[tuple[float, float]] = []
+        self._open: Optional[tuple[float, Optional[float]]] = None  # a validation run's start
+
+    def validation_start(self, now: float, gpu_mark: Optional[float] = None) -> None:
+        self._open = (now, gpu_mark)
+
+    def validation_end(self, now: float, gpu_mark: Optional[float] = None) -> float:
+        """Close the open validation run; returns its seconds (0 when none was open)."""
+        if self._open is None:
+            return 0.0
+        (start, gpu_start), self._open = self._open, None
+        self.validation.append((start, now))
+        if gpu_start is not None and gpu_mark is not None:
+            self.gpu_validation.append((gpu_start, gpu_mark))
+        return now - start
+
+    @property
+    def validation_s(self) -> float:
+        return sum(b - a for a, b in self.validation)

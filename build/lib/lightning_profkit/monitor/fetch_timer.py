@@ -1,0 +1,214 @@
+"""Exact DataLoader wait and step times, timed where Lightning itself times each fetch.
+
+Lightning's fetcher calls its loop's ``_on_before_fetch()`` and ``_on_after_fetch()`` around every
+``next()`` on the DataLoader; they call ``trainer.profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")``
+(validation: ``val_next``), and each epoch (each validation run) the loop hands its current pair to the
+fetcher. :class:`FetchTimer` puts its own pair on the ``fit`` loops for the length of the fit. For training
+they do what Lightning's do, with the same action name read from the loop's class, plus the timing, so a
+fetch runs no more Python frames than without us: in a real step every extra frame costs microseconds
+(measured, ``benchmarks/overhead.py``). Where the trainer's profiler is Lightning's default
+``PassThroughProfiler``, whose ``start`` and ``stop`` do nothing, they are not called at all. For
+validation, and for a training loop whose class overrides the pair, ours call the loop's own and add the
+timing. The user's profiler sees every call it saw before, with the same names, and is not touched.
+
+A step's first training fetch is also where the step before it ended, so the timer keeps the step times
+too (one clock read serves both) and is the callback's alarm clock: it calls ``on_due()`` at the first
+fetch of a step the callback asked to hear about, or past a given time, so that the callback's per-batch
+hook need not run on the other steps.
+"""
+
+from __future__ import annotations
+
+from array import array
+from time import perf_counter
+from typing import Any, Callable, Optional
+
+_PAIR = ("_on_before_fetch", "_on_after_fetch")
+STEP_CHUNK = 1024
+
+
+class FetchStats:
+    """Fetch counters of the current epoch (seconds from ``time.perf_counter``)."""
+
+    __slots__ = ("train_s", "train_count", "val_s", "val_count", "first_fetch", "t0", "val_t0", "step_start",
+                 "steps_done", "recent_steps", "_older_steps")
+
+    def __init__(self) -> None:
+        self.train_s = 0.0
+        self.train_count = 0
+        self.val_s = 0.0
+        self.val_count = 0
+        self.first_fetch: Optional[float] = None  # start of the epoch's first training fetch
+        self.t0 = 0.0
+        self.val_t0 = 0.0
+        self.step_start: Optional[float] = None  # first fetch of the current step
+        self.steps_done = -1  # Lightning's count of completed steps at that fetch
+        # Seconds per finished step: appended to a list, and moved to an array (8 bytes a step) every
+        # STEP_CHUNK steps. Inside a real step an array's append took about 2 µs, a list's a few tenths
+        # (measured): the array's conversion code is cold there, the list's is what Python runs all the time.
+        self.recent_steps: list[float] = []
+        self._older_steps = array("d")
+
+    @property
+    def step_times(self) -> array:
+        """Seconds of each finished step of the epoch."""
+        self.keep_steps()
+        return self._older_steps
+
+    def keep_steps(self) -> None:
+        """Move the recent step times to the compact array."""
+        self._older_steps.extend(self.recent_steps)
+        self.recent_steps.clear()
+
+    def exclude(self, seconds: float) -> None:
+        """Leave ``seconds`` (a validation run after the current step) out of the step's time."""
+        if self.step_start is not None:
+            self.step_start += seconds
+
+    def end_step(self, now: float, steps_done: int) -> None:
+        """Close the current step at ``now`` (the epoch's end) if it has completed."""
+        if self.step_start is not None and steps_done != self.steps_done:
+            self.recent_steps.append(now - self.step_start)
+            self.step_start = None
+
+
+def _nothing() -> None:
+    pass
+
+
+def _own(loop: Any, name: str) -> Any:
+    """What ``loop`` itself holds under ``name`` (None where it has just its class's method). Read through
+    ``getattr``: reading the object's ``__dict__`` would turn its attributes into a plain dict, which
+    makes every later attribute read of Lightning's on that loop about twice as slow (CPython 3.11)."""
+    found = getattr(loop, name)
+    if getattr(found, "__self__", None) is loop and getattr(found, "__func__", None) is getattr(type(loop), name, None):
+        return None
+    return found
+
+
+class FetchTimer:
+    """Times the training and validation fetches of ``trainer.fit`` into ``stats``, between
+    :meth:`install` and :meth:`uninstall`."""
+
+    __slots__ = ("stats", "_trainer", "_train_loop", "_val_loop", "_progress", "_action", "_saved", "_own_pair",
+                 "_val_pair", "_on_due", "_due", "_due_at", "_idle")
+
+    def __init__(self, trainer: Any) -> None:
+        self.stats = FetchStats()
+        self._trainer = trainer
+        self._train_loop = trainer.fit_loop.epoch_loop
+        self._val_loop = self._train_loop.val_loop
+        self._progress = self._train_loop.batch_progress.total  # Lightning's tracker of completed steps
+        self._action = f"[{type(self._train_loop).__name__}].train_dataloader_next"  # as Lightning names it
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._own_pair: Optional[tuple[Callable[[], None], Callable[[], None]]] = None  # the loop's, if overridden
+        self._val_pair: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
+        self._on_due: Callable[[], None] = _nothing
+        self._idle: Any = None  # the trainer's profiler, where it is Lightning's default that does nothing
+        self.wake(float("inf"), float("inf"))
+
+    def install(self) -> "FetchTimer":
+        train, val = self._train_loop, self._val_loop
+        overridden = any(
+            _own(train, name) is not None or getattr(type(train), name).__qualname__ != f"_TrainingEpochLoop.{name}"
+            for name in _PAIR
+        )
+        self._own_pair = (train._on_before_fetch, train._on_after_fetch) if overridden else None
+        from lightning.pytorch.profilers import PassThroughProfiler  # here: the module stays importable alone
+
+        profiler = self._trainer.profiler
+        self._idle = profiler if type(profiler) is PassThroughProfiler else None
+        self._val_pair = (val._on_before_fetch, val._on_after_fetch)
+        for loop, name, ours in ((train, _PAIR[0], self._train_before), (train, _PAIR[1], self._train_after),
+                                 (val, _PAIR[0], self._val_before), (val, _PAIR[1], self._val_after)):
+            self._saved.append((loop, name, _own(loop, name)))
+            setattr(loop, name, ours)
+        return self
+
+    def uninstall(self) -> None:
+        """Give the loops back what they had (where what they have now is still ours)."""
+        ours = {_PAIR[0]: (self._train_before, self._val_before), _PAIR[1]: (self._train_after, self._val_after)}
+        for loop, name, before in reversed(self._saved):
+            if _own(loop, name) in ours[name]:
+                if before is None:
+                    delattr(loop, name)
+                else:
+                    setattr(loop, name, before)
+        self._saved = []
+
+    def reset(self) -> FetchStats:
+        """Start new counters (each epoch); returns the finished ones."""
+        done, self.stats = self.stats, FetchStats()
+        return done
+
+    def wake(self, step: float, at: float, on_due: Optional[Callable[[], None]] = None) -> None:
+        """Call ``on_due()`` at each training fetch of step ``step`` or later, or at or after ``at``
+        (``perf_counter`` seconds), until the next call of this method."""
+        self._due, self._due_at = step, at
+        if on_due is not None:
+            self._on_due = on_due
+
+    def _train_before(self) -> None:
+        if self._own_pair is None:
+            profiler = self._trainer.profiler
+            if profiler is not self._idle:  # Lightning's default profiler: its start() and stop() do nothing
+                profiler.start(self._action)
+        else:
+            self._own_pair[0]()
+        s = self.stats
+        s.t0 = t0 = perf_counter()
+        done = self._progress.completed  # the step being fetched for is step `done` (from 0)
+        if done != s.steps_done:  # its first fetch: the step before it ends here
+            if s.step_start is not None:
+                recent = s.recent_steps
+                recent.append(t0 - s.step_start)
+                if len(recent) >= STEP_CHUNK:
+                    s.keep_steps()
+            elif s.first_fetch is None:
+                s.first_fetch = t0
+            s.step_start = t0
+            s.steps_done = done
+        if done >= self._due or t0 >= self._due_at:
+            self._on_due()
+
+    def _train_after(self) -> None:
+        s = self.stats
+        s.train_s += perf_counter() - s.t0
+        s.train_count += 1
+        if self._own_pair is None:
+            profiler = self._trainer.profiler
+            if profiler is not self._idle:
+                profiler.stop(self._action)
+        else:
+            self._own_pair[1]()
+
+    def _val_before(self) -> None:
+        self._val_pair[0]()
+        self.stats.val_t0 = perf_counter()
+
+    def _val_after(self) -> None:
+        s = self.stats
+        s.val_s += perf_counter() - s.val_t0
+        s.val_count += 1
+        self._val_pair[1]()
+
+
+def install(trainer: Any) -> FetchTimer:
+    """Time the fetches of ``trainer.fit`` from now until :func:`uninstall`."""
+    uninstall_stale(trainer)
+    return FetchTimer(trainer).install()
+
+
+def uninstall_stale(trainer: Any) -> None:
+    """Take off the fit loops any timer still there from a fit that ended without uninstalling it."""
+    loop = trainer.fit_loop.epoch_loop
+    for holder in (loop, loop.val_loop):
+        for name in _PAIR:
+            stale = getattr(_own(holder, name), "__self__", None)
+            if isinstance(stale, FetchTimer):
+                stale.uninstall()
+
+
+def uninstall(timer: Optional[FetchTimer]) -> None:
+    if timer is not None:
+        timer.uninstall()

@@ -1,0 +1,139 @@
+"""PerformanceMonitor's arguments, checked once at construction, in one style: a ``ValueError`` that names the
+argument and says what it takes. Then read-only."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from lightning_profkit.alerts import DataWaitAlert
+from lightning_profkit.monitor.selection import (
+    EpochWindow, EveryNSteps, NoSteps, Selection, StepFilter, StepList, StepRanges, parse_step_ranges,
+)
+
+ACTIVITIES = ("cpu", "cuda")
+ALERT_ACTIONS = ("warn", "stop", "raise")
+# TensorFlow's input-pipeline analyzer calls a step "highly input-bound" above 20% of its time waiting
+# for input; torch-tb-profiler suggests more workers from 5%, which ordinary well-fed loaders reach.
+DEFAULT_ALERT_THRESHOLD = 0.2
+PROFILER_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+
+
+def _fail(name: str, wants: str, value: Any) -> None:
+    raise ValueError(f"`{name}` must be {wants}, got {value!r}")
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        _fail(name, "True or False", value)
+
+
+def _whole(name: str, value: Any, minimum: int, wants: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        _fail(name, wants or f"an integer >= {minimum}", value)
+
+
+def _callable(name: str, value: Any) -> None:
+    if value is not None and not callable(value):
+        _fail(name, "callable", value)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every argument of :class:`~lightning_profkit.PerformanceMonitor` (see its docstring), checked."""
+
+    profile: bool = True
+    skip_first: int = 10
+    warmup: int = 1
+    active: int = 3
+    steps: Optional[StepRanges] = None
+    every_n_steps: Optional[int] = None
+    step_filter: Optional[Callable[[int], bool]] = None
+    ranks: Optional[Sequence[int]] = None
+    dirpath: Optional[str] = None
+    activities: Optional[Sequence[str]] = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    quiet: bool = True
+    flush_timeout: float = 60.0
+    log_metrics: bool = True
+    alert_threshold: Optional[float] = DEFAULT_ALERT_THRESHOLD
+    alert_window: int = 100
+    alert_patience: int = 2
+    alert_cooldown: int = 1000
+    alert_action: str = "warn"
+    on_alert: Optional[Callable[[DataWaitAlert], Any]] = None
+    capture_on_alert: bool = True
+    max_captures: int = 10
+    keep_last_windows: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        for name in ("profile", *PROFILER_OPTIONS, "quiet", "log_metrics", "capture_on_alert"):
+            _flag(name, getattr(self, name))
+        _whole("skip_first", self.skip_first, 0)
+        _whole("warmup", self.warmup, 0)
+        _whole("active", self.active, 1)
+        chosen = [n for n in ("steps", "every_n_steps", "step_filter") if getattr(self, n) is not None]
+        if len(chosen) > 1:
+            raise ValueError(f"Pass at most one of `steps`, `every_n_steps`, `step_filter`; got {', '.join(chosen)}")
+        if not self.profile and chosen:
+            raise ValueError(f"`profile=False` records no windows; do not pass `{chosen[0]}` with it")
+        if self.steps is not None:
+            object.__setattr__(self, "steps", parse_step_ranges(self.steps))  # raises naming `steps`
+        if self.every_n_steps is not None:
+            _whole("every_n_steps", self.every_n_steps, 1)
+            if self.warmup + self.active > self.every_n_steps:
+                raise ValueError(f"`every_n_steps` ({self.every_n_steps}) must be at least `warmup` + `active` "
+                                 f"({self.warmup + self.active})")
+        _callable("step_filter", self.step_filter)
+        if self.ranks is not None:
+            ranks = self.ranks
+            if isinstance(ranks, (str, bytes)) or not ranks or not all(isinstance(r, int) and r >= 0 for r in ranks):
+                _fail("ranks", "a non-empty list of ranks >= 0", ranks)
+            object.__setattr__(self, "ranks", tuple(sorted(set(ranks))))
+        if self.dirpath is not None:
+            if not isinstance(self.dirpath, (str, os.PathLike)):
+                _fail("dirpath", "a folder path", self.dirpath)
+            object.__setattr__(self, "dirpath", os.fspath(self.dirpath))
+        if self.activities is not None:
+            acts = self.activities
+            if isinstance(acts, str) or not acts or any(str(a).lower() not in ACTIVITIES for a in acts):
+                _fail("activities", "a list of 'cpu' and/or 'cuda'", acts)
+        if isinstance(self.flush_timeout, bool) or not isinstance(self.flush_timeout, (int, float)) or self.flush_timeout < 0:
+            _fail("flush_timeout", "a number of seconds >= 0", self.flush_timeout)
+        threshold = self.alert_threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not 0 < threshold < 1):
+            _fail("alert_threshold", "a ratio between 0 and 1 (or None to turn alerts off)", threshold)
+        _whole("alert_window", self.alert_window, 1)
+        _whole("alert_patience", self.alert_patience, 1)
+        _whole("alert_cooldown", self.alert_cooldown, 0)
+        if self.alert_action not in ALERT_ACTIONS:
+            _fail("alert_action", f"one of {', '.join(map(repr, ALERT_ACTIONS))}", self.alert_action)
+        _callable("on_alert", self.on_alert)
+        _whole("max_captures", self.max_captures, 0)
+        if self.keep_last_windows is not None:
+            _whole("keep_last_windows", self.keep_last_windows, 1, "an integer >= 1 or None")
+
+    def selection(self) -> Selection:
+        """The steps these options select."""
+        if not self.profile:
+            return NoSteps()
+        if self.steps is not None:
+            return StepList(self.steps, self.warmup)  # type: ignore[arg-type]  # parsed in __post_init__
+        if self.every_n_steps is not None:
+            return EveryNSteps(self.every_n_steps, self.warmup, self.active)
+        if self.step_filter is not None:
+            return StepFilter(self.step_filter, self.warmup)
+        return EpochWindow(self.skip_first, self.warmup, self.active)
+
+    def profiler_options(self) -> dict[str, bool]:
+        """The options passed through to ``torch.profiler.profile``."""
+        return {name: getattr(self, name) for name in PROFILER_OPTIONS}
+
+    def profiles_rank(self, rank: int) -> bool:
+        return self.ranks is None or rank in self.ranks

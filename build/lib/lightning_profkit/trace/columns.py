@@ -1,0 +1,87 @@
+"""A trace as columns: numpy arrays over :mod:`~lightning_profkit.trace.rows`' rows, on which every figure is computed.
+
+Complete events (``ph == "X"``) with a timestamp are rows; ``[memory]`` instant events are kept apart.
+Strings (category, name) are stored as codes into ``raw_cats`` / ``names``; numeric arguments (stream,
+correlation id, external id) that are absent or not integers are -1.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from lightning_profkit.trace import intervals
+from lightning_profkit.trace.events import AnyEvent
+from lightning_profkit.trace.rows import CODED, COLUMNS, Rows, rows
+
+
+@dataclass
+class Columns(Rows):
+    """:class:`Rows` with numpy columns, names as strings and memory devices as ``"type:id"``, plus what is
+    derived from them."""
+
+    end: np.ndarray = field(init=False)  # ts + dur (dur 0 where absent)
+    cats: list[str] = field(init=False)  # lower-cased category per code
+
+    def __post_init__(self) -> None:
+        self.end = self.ts + np.nan_to_num(self.dur)
+        self.cats = [str(c or "").lower() for c in self.raw_cats]
+
+    def cat_mask(self, *cats: str) -> np.ndarray:
+        return code_mask(self.cat, [i for i, c in enumerate(self.cats) if c in cats], len(self.cats))
+
+    def name_mask(self, predicate: Callable[[str], bool]) -> np.ndarray:
+        return code_mask(self.name, [i for i, n in enumerate(self.names) if predicate(n)], len(self.names))
+
+    def spans(self, mask: np.ndarray) -> intervals.Union:
+        """The union of the events where ``mask``."""
+        return intervals.union(self.ts[mask], self.end[mask])
+
+
+def code_mask(codes: np.ndarray, chosen: list[int], size: int) -> np.ndarray:
+    """Where ``codes`` (each in ``range(size)``) is one of ``chosen``: a table lookup."""
+    table = np.zeros(size, dtype=bool)
+    table[chosen] = True
+    return table[codes]
+
+
+def _wrap(values: array) -> np.ndarray:
+    """The ``array.array`` as a numpy array of its own type, without a copy (it keeps the buffer alive)."""
+    return np.frombuffer(values, dtype=values.typecode)
+
+
+def from_rows(r: Rows) -> Columns:
+    parts: dict[str, Any] = {f.name: getattr(r, f.name) for f in fields(Rows)}
+    parts.update({name: _wrap(parts[name]) for name in COLUMNS})
+    parts["names"] = [str(n or "") for n in r.names]
+    parts["memory_devices"] = [f"{t}:{i}" for t, i in r.memory_devices]
+    return Columns(**parts)
+
+
+def columns(events: Sequence[AnyEvent]) -> Columns:
+    return from_rows(rows(events))
+
+
+def _merge(tables: list[list], codes: list[np.ndarray]) -> tuple[np.ndarray, list]:
+    """Codes into each part's table, as codes into one table of all their values (first seen first)."""
+    merged = list(dict.fromkeys(v for table in tables for v in table))
+    index = {v: i for i, v in enumerate(merged)}
+    remapped = [np.array([index[v] for v in table], dtype=np.int64)[c] for table, c in zip(tables, codes)]
+    return np.concatenate(remapped).astype(np.intc), merged
+
+
+def join(pieces: Sequence[Rows]) -> Columns:
+    """The columns of consecutive pieces of one trace, as if built from all its events at once."""
+    parts = [from_rows(p) for p in pieces]
+    if len(parts) == 1:
+        return parts[0]
+    joined: dict[str, Any] = {"fractional": any(p.fractional for p in parts)}
+    for column, table in CODED.items():
+        joined[column], joined[table] = _merge([getattr(p, table) for p in parts], [getattr(p, column) for p in parts])
+    for column in COLUMNS:
+        if column not in CODED:
+            joined[column] = np.concatenate([getattr(p, column) for p in parts])
+    return Columns(**joined)

@@ -1,0 +1,145 @@
+"""Trace events as typed records: decoded straight from JSON by msgspec, keeping only the fields we read.
+
+Decoding into these records is several times faster and smaller than ``json.loads`` into dicts, which is
+what lets ``profkit summary`` read a trace in a fraction of the time HTA needs. Traces whose fields have
+unexpected types fall back to the standard library and a tolerant conversion.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional, Sequence, Union
+
+import msgspec
+
+from lightning_profkit.trace.file import TraceError
+
+Number = Union[int, float, None]
+Scalar = Union[int, float, str, None]
+
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    # Ids and byte counts default to -1 (absent), so that their columns are built from plain ints.
+    correlation: Scalar = -1
+    external_id: Scalar = msgspec.field(default=-1, name="External id")
+    external_id_lower: Scalar = msgspec.field(default=-1, name="external id")
+    stream: Scalar = -1
+    device_type: Scalar = msgspec.field(default=None, name="Device Type")
+    device_id: Scalar = msgspec.field(default=None, name="Device Id")
+    total_allocated: Scalar = msgspec.field(default=-1, name="Total Allocated")
+    total_reserved: Scalar = msgspec.field(default=-1, name="Total Reserved")
+
+
+NO_ARGS = Args()
+
+
+class Event(msgspec.Struct, gc=False, tag="X", tag_field="ph"):
+    """A complete event (``"ph": "X"``): an operator, kernel, runtime call, annotation..."""
+
+    cat: Optional[str] = None
+    name: Optional[str] = None
+    ts: Number = None
+    dur: Number = None
+    pid: Scalar = None
+    tid: Scalar = None
+    args: Args = NO_ARGS
+
+
+class Instant(msgspec.Struct, gc=False, tag="i", tag_field="ph"):
+    """An instant event (``"ph": "i"``): the ``[memory]`` ones record allocations."""
+
+    name: Optional[str] = None
+    args: Args = NO_ARGS
+
+
+# Every other phase of the Chrome trace format decodes to a record without fields: msgspec then skips
+# their contents instead of building strings and numbers nobody reads (a fifth of the decoding time on
+# traces with flow events). A phase outside this list is read by the tolerant path.
+_OTHER_PHASES = "B E I C b n e s t f P O N D M V v R c ( )".split()
+_SKIPPED = tuple(
+    msgspec.defstruct(f"Phase{i}", [], tag=ph, tag_field="ph", gc=False) for i, ph in enumerate(_OTHER_PHASES)
+)
+AnyEvent = Union[(Event, Instant) + _SKIPPED]
+
+
+class TraceDoc(msgspec.Struct):
+    traceEvents: list[AnyEvent]
+    distributedInfo: Optional[dict[str, Any]] = None
+    profkit: Optional[dict[str, Any]] = None
+
+
+_DECODER = msgspec.json.Decoder(TraceDoc)
+
+
+def _tolerant(event: Any) -> Union[Event, Instant, None]:
+    """A complete or instant event from a dict with odd field types; None for anything else."""
+    if not isinstance(event, dict) or event.get("ph") not in ("X", "i"):
+        return None
+
+    def number(v: Any) -> Number:
+        try:
+            return float(v) if v is not None and not isinstance(v, (int, float)) else v
+        except (TypeError, ValueError):
+            return None
+
+    def scalar(v: Any) -> Scalar:
+        return v if v is None or isinstance(v, (int, float, str)) else str(v)
+
+    raw_args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    args = Args(**{f: scalar(raw_args[a]) for f, a in _ARG_NAMES.items() if a in raw_args})
+    name = str(event.get("name") or "") or None
+    if event["ph"] == "i":
+        return Instant(name=name, args=args)
+    return Event(
+        cat=scalar(event.get("cat")), name=name, ts=number(event.get("ts")), dur=number(event.get("dur")),
+        pid=scalar(event.get("pid")), tid=scalar(event.get("tid")), args=args,
+    )
+
+
+_ARG_NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Args)}
+
+
+def decode_strict(raw: bytes) -> TraceDoc:
+    """A trace document from JSON bytes; raises ValueError for anything else, and for events whose fields
+    have unexpected types."""
+    return _DECODER.decode(raw)
+
+
+def decode(raw: bytes) -> TraceDoc:
+    """A trace document from JSON bytes; raises ValueError for JSON that is not a trace."""
+    try:
+        return decode_strict(raw)
+    except msgspec.ValidationError:
+        data = json.loads(raw)
+    except msgspec.DecodeError as err:
+        raise ValueError(str(err)) from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise ValueError("JSON without a traceEvents list")
+    events = [e for e in map(_tolerant, data["traceEvents"]) if e is not None]
+    info = data.get("distributedInfo")
+    meta = data.get("profkit")
+    return TraceDoc(events, info if isinstance(info, dict) else None, meta if isinstance(meta, dict) else None)
+
+
+def from_dicts(events: Sequence[dict[str, Any]]) -> list[AnyEvent]:
+    """Records from already-parsed event dicts (the writer's child process has those)."""
+    try:
+        return msgspec.convert(list(events), list[AnyEvent])
+    except msgspec.ValidationError:
+        return [e for e in map(_tolerant, events) if e is not None]
+
+
+def decode_json(path: str, raw: bytes) -> TraceDoc:
+    """The trace document in ``raw``, the JSON text of ``path``; a :class:`TraceError` if it is not one."""
+    try:
+        return decode(raw)
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{path}: not JSON ({err})") from None
+    except ValueError as err:
+        text = str(err).splitlines()[0]
+        if "traceEvents" in text:
+            raise TraceError(f"{path}: JSON without a traceEvents list, not a profiler trace") from None
+        raise TraceError(f"{path}: not JSON ({text})") from None
+

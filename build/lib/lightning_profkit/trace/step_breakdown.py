@@ -1,0 +1,148 @@
+"""torch-tb-profiler's Overview "step time breakdown", with the two fixes kineto made after its last release.
+
+Per step: Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CpuOp ("CPU Exec"), Other, Total (µs).
+Steps are the ``ProfilerStep#N`` spans, moved to the device side when kernels can be linked to launches inside
+them (a step starts when the previous one's GPU work ended and ends when its own GPU work ends; trailing steps
+without GPU work are dropped). Each role's intervals are merged and time inside the steps is handed out in
+priority order Kernel > Memcpy > Memset > Communication > Runtime > DataLoader > CpuOp; the rest is Other.
+The fixes: ``user_annotation`` events are kept (DataLoader and CPU time recorded under that category count)
+and ``cuda_runtime`` events are Runtime (torch-tb-profiler 0.4.3 reports 0 for both on current traces).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import numpy as np
+
+from lightning_profkit.trace import intervals, vocabulary as v
+from lightning_profkit.trace.columns import Columns
+
+ROLES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CpuOp")
+COLUMNS = ROLES + ("Other", "Total")
+_COMM_OPS = {f"{lib}:{op}" for lib in ("nccl", "gloo") for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")}
+_BIG, _SMALL = float(sys.maxsize), float(-sys.maxsize - 1)
+
+
+def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
+    """``{"steps": [names], "per_step": [{column: µs}], "avg": {column: µs}, "dataloader_frac": float}``;
+    None for a trace without steps and without host operators."""
+    op, annotation, python = c.cat_mask(*v.OPERATOR), c.cat_mask(*v.ANNOTATION), c.cat_mask(*v.PYTHON)
+    kernel, memcpy, memset, runtime_calls = (c.cat_mask(*cats) for cats in (v.KERNEL, v.MEMCPY, v.MEMSET, v.RUNTIME))
+    step = (op | annotation) & c.name_mask(v.is_step)
+    host = (op | annotation | python) & ~step
+    comm = host & c.name_mask(lambda n: n in _COMM_OPS)
+    dataloader = host & ~python & c.name_mask(v.is_dataloader_event)
+    comm_kernels = kernel & intervals.member(c.ext, c.ext[comm])
+    roles = {
+        "Kernel": kernel & ~comm_kernels, "Memcpy": memcpy, "Memset": memset, "Communication": comm | comm_kernels,
+        "Runtime": runtime_calls, "DataLoader": dataloader, "CpuOp": host & ~comm & ~dataloader,
+    }
+    order = np.flatnonzero(step)
+    steps = list(zip(c.ts[order].tolist(), c.end[order].tolist()))
+    names = [v.step_number(c.names[i]) for i in c.name[order]]
+    if not steps:
+        cpu = op | python
+        if not cpu.any():
+            return None
+        steps, names = [(float(c.ts[cpu].min()), float(c.end[cpu].max()))], ["0"]
+    device = np.flatnonzero(kernel | memcpy | memset)
+    runtime = np.flatnonzero(runtime_calls)
+    steps, names = _device_steps(c, steps, names, runtime, device)
+    return _aggregate(steps, names, {r: c.spans(m) for r, m in roles.items()})
+
+
+def _device_steps(
+    c: Columns, steps: list[tuple[float, float]], names: list[str], runtime: np.ndarray, device: np.ndarray
+) -> tuple[list[tuple[float, float]], list[str]]:
+    """Move steps to the device side, as torch-tb-profiler's ``StepParser`` does: a runtime call lying inside
+    a host step links the step to the GPU work it launched (same correlation id)."""
+    n = len(steps)
+    s0 = np.array([s for s, _ in steps])
+    s1 = np.array([e for _, e in steps])
+    rt_start, rt_end, rt_corr = c.ts[runtime], c.end[runtime], c.corr[runtime]
+    k = np.searchsorted(s1, rt_start, side="right")  # the step the two-pointer walk compares it with
+    kk = np.minimum(k, n - 1)
+    inside = (k < n) & (s0[kk] <= rt_start) & (rt_end <= s1[kk]) & (rt_corr >= 0)
+    dev_corr = c.corr[device]
+    order = np.argsort(dev_corr, kind="stable")
+    sorted_corr = dev_corr[order]
+    lo = np.searchsorted(sorted_corr, rt_corr[inside], side="left")
+    hi = np.searchsorted(sorted_corr, rt_corr[inside], side="right")
+    counts = hi - lo
+    if not counts.sum():
+        return steps, names
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # 0.. count-1 per runtime
+    linked = order[np.repeat(lo, counts) + within]
+    step_of = np.repeat(k[inside], counts)
+    dev_start, dev_end = c.ts[device][linked], c.end[device][linked]
+    first = np.full(n, _BIG)
+    last = np.full(n, _SMALL)
+    np.minimum.at(first, step_of, dev_start)
+    np.maximum.at(last, step_of, dev_end)
+    matched_count = np.bincount(step_of, minlength=n)
+    prev_end = steps[0][0]
+    if first[0] != _BIG:
+        unmatched = np.ones(device.size, dtype=bool)
+        unmatched[linked] = False
+        ends = c.end[device][unmatched]
+        ends = ends[ends < first[0]]
+        if ends.size:
+            prev_end = max(prev_end, float(ends.max()))
+    moved = []
+    for (start, end), dev_lo, dev_hi in zip(steps, first.tolist(), last.tolist()):
+        start = max(prev_end, start)
+        end = max(end, start) if dev_lo == _BIG else max(end, dev_hi, start)
+        moved.append((start, end))
+        prev_end = end
+    keep = n
+    if n > 1:
+        with_device = np.flatnonzero(matched_count > 0)
+        if with_device.size:
+            last_step = int(with_device[-1])
+            keep = last_step + 1
+            if last_step > 0 and matched_count[last_step - 1] * 0.8 > matched_count[last_step]:
+                keep = last_step
+    return moved[:keep], names[:keep]
+
+
+def _aggregate(steps: list[tuple[float, float]], names: list[str], roles: dict[str, intervals.Union]) -> dict[str, Any]:
+    """Hand out step time by role priority (``OverallParser``), per step, on the segments between all
+    span boundaries."""
+    step_starts = np.array([s for s, _ in steps])
+    step_ends = np.array([e for _, e in steps])
+    in_steps_union = intervals.union(step_starts, step_ends)
+    bounds = intervals.distinct(np.concatenate([step_starts, step_ends] + [x for u in roles.values() for x in u]))
+    width = np.diff(bounds)
+    in_steps = intervals.covered(in_steps_union, bounds)
+    taken: dict[str, np.ndarray] = {}
+    slot = np.zeros(width.shape, dtype=bool)
+    for role in ROLES:
+        covered = intervals.covered(roles[role], bounds)
+        if slot.any():
+            taken[role] = slot & covered
+            slot = slot & ~covered
+        else:  # as in torch-tb-profiler: the first role, or any role once nothing is left, takes all it covers
+            taken[role] = covered
+            slot = in_steps & ~covered
+    taken["Other"] = slot
+    first = np.searchsorted(bounds, step_starts)
+    last = np.searchsorted(bounds, step_ends)
+    sums = {}
+    for role, mask in taken.items():
+        cum = np.concatenate([[0.0], np.cumsum(np.where(mask, width, 0.0))])
+        sums[role] = cum[last] - cum[first]
+    per_step = []
+    for k, (start, end) in enumerate(steps):
+        row = {role: float(sums[role][k]) for role in taken}
+        row["Total"] = end - start
+        per_step.append(row)
+    avg = {c: sum(r[c] for r in per_step) / len(per_step) for c in COLUMNS}
+    total = sum(r["Total"] for r in per_step)
+    return {
+        "steps": names,
+        "per_step": per_step,
+        "avg": avg,
+        "dataloader_frac": sum(r["DataLoader"] for r in per_step) / total if total else 0.0,
+    }

@@ -1,0 +1,129 @@
+"""Where the time went in one trace, in many, and between two sets: the figures behind ``profkit summary``.
+
+One trace's summary holds torch-tb-profiler's step breakdown (:mod:`step_breakdown`), HTA's temporal
+breakdown (:mod:`temporal_breakdown`), the host-step figures the callback logs (:mod:`trace_metrics`) and
+the top operators (:mod:`operator_times`). :func:`key_figures` flattens it to the numbers that are
+averaged over traces and compared between runs. A figure a trace cannot support is None, with a note.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Optional, Sequence
+
+from lightning_profkit.figures import HostFigures
+from lightning_profkit.trace.threads import soon
+from lightning_profkit.trace.operator_times import operator_times, top
+from lightning_profkit.trace.step_breakdown import ROLES, step_breakdown
+from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
+from lightning_profkit.trace.columns import Columns, columns, join
+from lightning_profkit.trace.events import AnyEvent
+from lightning_profkit.trace.load import LoadedTrace
+from lightning_profkit.trace.host_steps import window_figures
+
+TOP_N = 10
+
+
+def summarize_events(events: Sequence[AnyEvent]) -> dict[str, Any]:
+    return summarize_columns(columns(events))
+
+
+def summarize_columns(c: Columns) -> dict[str, Any]:
+    # The operator tables on a second thread: numpy lets go of the GIL in its sorts and searches, so on two
+    # cores they cost about half their time (a third of the figures' time on a 2 MB trace).
+    operators = soon(operator_times, c)
+    steps = step_breakdown(c)
+    host = window_figures(c)
+    notes = []
+    if not host.steps:
+        notes.append("no ProfilerStep: host-step figures absent" + ("; the step breakdown uses one step over the whole trace" if steps else ""))
+    temporal = temporal_breakdown(c)
+    if temporal is None:
+        notes.append("no GPU activity: GPU figures absent")
+    ops = operators()
+    return {
+        "step_breakdown": steps,
+        "temporal": temporal,
+        "host": host.to_json(),
+        "operators": {
+            "cpu_by_self": top(ops["cpu"], "self_us", TOP_N),
+            "cpu_by_total": top(ops["cpu"], "total_us", TOP_N),
+            "device_by_total": top(ops["device"], "total_us", TOP_N),
+        },
+        "notes": notes,
+    }
+
+
+def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
+    """The summary of a loaded trace, labelled with its window, worker and rank."""
+    meta = trace.meta or {}
+    rank = (trace.distributed_info or {}).get("rank")
+    out = {
+        "path": path,
+        "window": os.path.basename(os.path.dirname(os.path.abspath(path))),
+        "worker": meta.get("worker") or os.path.basename(path).split(".")[0],
+        "rank": rank,
+    }
+    out.update(summarize_columns(join(trace.parts)))
+    return out
+
+
+def key_figures(summary: dict[str, Any]) -> dict[str, Optional[float]]:
+    """The comparable numbers of one trace summary, flat; None where the trace cannot tell."""
+    out: dict[str, Optional[float]] = {}
+    steps = summary.get("step_breakdown")
+    avg = steps["avg"] if steps else {}
+    out["step_time_ms"] = avg["Total"] / 1000 if avg else None
+    for role in ROLES + ("Other",):
+        out[f"share/{role}"] = avg[role] / avg["Total"] if avg and avg["Total"] else None
+    host = HostFigures.from_json(summary.get("host") or {}).per_step()
+    for key in ("host_step_ms", "data_wait_share", "gpu_idle_share", "blocking_sync_ms_per_step"):
+        out[key] = host.pop(key, None)
+    out.update((k, v) for k, v in host.items() if k.startswith("sync_ms_per_step/"))
+    temporal = summary.get("temporal") or {}
+    for key in ("idle", "compute", "non_compute"):
+        out[f"hta/{key}"] = temporal.get(f"{key}_frac")
+    out.update((k, v) for k, v in host.items() if k.startswith("peak_memory_mb/"))
+    return out
+
+
+def aggregate(summaries: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Means over traces of each key figure (traces lacking it left out), and the operator tables summed."""
+    summaries = list(summaries)
+    figures: dict[str, list[float]] = {}
+    for s in summaries:
+        for key, value in key_figures(s).items():
+            figures.setdefault(key, [])
+            if value is not None:
+                figures[key].append(value)
+    ops: dict[str, dict[str, dict[str, float]]] = {"cpu_by_self": {}, "cpu_by_total": {}, "device_by_total": {}}
+    for s in summaries:
+        for table, rows in s["operators"].items():
+            for row in rows:
+                acc = ops[table].setdefault(row["name"], {k: 0.0 for k in row if k != "name"})
+                for k in acc:
+                    acc[k] += row[k]
+    sort_key = {"cpu_by_self": "self_us", "cpu_by_total": "total_us", "device_by_total": "total_us"}
+    return {
+        "traces": len(summaries),
+        "figures": {k: (sum(v) / len(v) if v else None) for k, v in figures.items()},
+        "operators": {t: top(rows, sort_key[t], TOP_N) for t, rows in ops.items()},
+    }
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two aggregates side by side: each figure's A, B and B - A."""
+    keys = list(a["figures"]) + [k for k in b["figures"] if k not in a["figures"]]
+    rows = {}
+    for key in keys:
+        va, vb = a["figures"].get(key), b["figures"].get(key)
+        rows[key] = {"a": va, "b": vb, "diff": (vb - va) if va is not None and vb is not None else None}
+    cpu_a = {r["name"]: r["self_us"] for r in a["operators"]["cpu_by_self"]}
+    cpu_b = {r["name"]: r["self_us"] for r in b["operators"]["cpu_by_self"]}
+    names = sorted(set(cpu_a) | set(cpu_b), key=lambda n: -max(cpu_a.get(n, 0), cpu_b.get(n, 0)))[:TOP_N]
+    per_trace = lambda agg, us: us / agg["traces"] if us is not None and agg["traces"] else None  # noqa: E731
+    ops = [
+        {"name": n, "a_self_us": per_trace(a, cpu_a.get(n)), "b_self_us": per_trace(b, cpu_b.get(n))} for n in names
+    ]
+    return {"traces": {"a": a["traces"], "b": b["traces"]}, "figures": rows, "cpu_by_self_per_trace": ops}
+

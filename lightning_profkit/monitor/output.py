@@ -1,0 +1,109 @@
+"""Where a fit's traces go and what becomes of them: ``<trace dir>/<window>/<worker>.<ns>.pt.trace.json.gz``,
+written off the training thread (:mod:`~lightning_profkit.monitor.writer`), the newest windows kept
+(:mod:`~lightning_profkit.monitor.retention`), and the written windows handed back to the training thread,
+which alone updates what the callback shows (its list of traces, the summaries of the end of ``fit``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from lightning_profkit.figures import HostFigures
+from lightning_profkit.monitor.retention import Retention
+from lightning_profkit.monitor.writer import TraceWriter, WindowJob
+
+SUMMARIZED = 50  # windows in the end-of-fit summary (the newest)
+
+
+def worker_name(rank: int, host: Optional[str] = None) -> str:
+    """A file-name-safe worker name unique per host and rank."""
+    host = re.sub(r"[^A-Za-z0-9_-]+", "_", host or socket.gethostname()) or "host"
+    return f"{host}_rank{rank}"
+
+
+def window_name(epoch: int, first: int, last: int) -> str:
+    steps = f"{first}" if first == last else f"{first}-{last}"
+    return f"epoch={epoch}-step={steps}"
+
+
+@dataclass(frozen=True)
+class WrittenWindow:
+    """A window whose trace is in place, with its figures (computed by the finalizing child)."""
+
+    path: str
+    first: int  # steps recorded
+    last: int
+    figures: HostFigures
+
+
+def check_writable(folder: str) -> None:
+    """Fail now if ``folder`` could not be created or written, without creating it: a probe file in the
+    folder or, where it does not exist yet, in its nearest existing parent, removed at once."""
+    existing = os.path.abspath(folder)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    try:
+        if not os.path.isdir(existing):
+            raise NotADirectoryError(20, "Not a directory", existing)
+        probe = os.path.join(existing, f".profkit-probe-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as err:
+        raise OSError(
+            f"PerformanceMonitor cannot write traces to {folder!r} ({err.strerror or err}: {existing!r}); "
+            "pass `dirpath=` a writable folder"
+        ) from err
+
+
+class TraceOutput:
+    """One fit's traces on one rank. ``on_error(message)`` is called from the writer thread when a window
+    cannot be written."""
+
+    def __init__(self, trace_dir: str, worker: str, keep_last: Optional[int], on_error: Callable[[str], None]) -> None:
+        self.trace_dir, self.worker = trace_dir, worker
+        self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
+        self._retention = Retention(keep_last) if keep_last else None
+        self._on_error = on_error
+        self._writer: Optional[TraceWriter] = None  # started with the first window
+        self._written: deque[dict[str, Any]] = deque()  # appended by the writer thread, taken by the training thread
+
+    def submit(self, results: Any, epoch: int, first: int, last: int, offset: int) -> str:
+        """Queue a window's profiler results (steps ``first``-``last``; ``offset`` is the epoch's first
+        step); returns the path its trace will have."""
+        path = os.path.join(self.trace_dir, window_name(epoch, first, last), f"{self.worker}.{time.time_ns()}.pt.trace.json.gz")
+        meta = {"epoch": epoch, "steps": [first, last], "batch_idx": [first - offset, last - offset], "worker": self.worker}
+        if self._writer is None:
+            self._writer = TraceWriter(on_error=self._on_error, on_written=self._written.append)
+        self._writer.submit(WindowJob(results, path, meta))
+        return path
+
+    @property
+    def has_written(self) -> bool:
+        return bool(self._written)
+
+    def take_written(self, traces: list[str]) -> list[WrittenWindow]:
+        """On the training thread: the windows written since the last call. ``traces`` gains their paths
+        and loses those that retention deleted."""
+        done = []
+        while self._written:
+            window = self._written.popleft()
+            first, last = window["meta"]["steps"]
+            done.append(WrittenWindow(window["path"], first, last, HostFigures.from_json(window["figures"])))
+            traces.append(window["path"])
+            if window.get("summary"):
+                self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
+            removed = set(self._retention.add(window["path"])) if self._retention is not None else set()
+            if removed:
+                traces[:] = [p for p in traces if p not in removed]
+        return done
+
+    def close(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for the windows still being written; returns how many still are."""
+        writer, self._writer = self._writer, None
+        return writer.close(timeout) if writer is not None else 0

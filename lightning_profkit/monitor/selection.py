@@ -1,0 +1,248 @@
+"""Which training steps get profiled: pure functions of the step, no Lightning, no torch.
+
+A *step* is one training batch (one ``training_step`` call). ``step`` is the global batch index,
+counted from 0 across epochs (``trainer.fit_loop.total_batch_idx``); it equals ``trainer.global_step``
+unless gradients are accumulated, where one optimizer step spans several batches. ``batch_idx`` is the
+index within the epoch, as Lightning passes it to the hooks.
+
+Every selection answers one question, ``is_active(step, batch_idx)``: is this step recorded? A window
+is a run of consecutive active steps, preceded by ``warmup`` steps that run the profiler without
+recording (torch.profiler's own warm-up).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, Union
+
+StepRanges = Union[str, Sequence[Union[int, str, Sequence[int]]]]
+
+_RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?$")
+
+
+class Selection:
+    """Base of all selections: a predicate over steps plus where windows begin."""
+
+    warmup: int
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        raise NotImplementedError
+
+    def for_epoch(self, num_batches: Optional[int]) -> "Selection":
+        """The selection to use in an epoch of ``num_batches`` batches (None: unknown length)."""
+        return self
+
+    def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
+        """If a profiler session should start at this step, the warm-up steps it runs first; else None.
+
+        A session starts ``warmup`` steps before the first active step of a window. Where that moment
+        has passed (epoch start, resume, a window just ended), it starts now with the warm-up it has
+        left, possibly none.
+        """
+        for k in range(self.warmup + 1):
+            if self.is_active(step + k, batch_idx + k):
+                return k
+        return None
+
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        """The first active step in ``[step, step + horizon)``, or None. A scan here (one predicate call
+        per step); the selections below answer in O(1)."""
+        for k in range(horizon):
+            if self.is_active(step + k, batch_idx + k):
+                return step + k
+        return None
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class EpochWindow(Selection):
+    """One window in every epoch: skip ``skip_first`` batches, warm up ``warmup``, record ``active``.
+
+    When an epoch is too short for ``skip_first + warmup + active`` batches the window moves earlier so
+    that it still fits (short epochs under ``limit_train_batches`` still get profiled).
+    """
+
+    skip_first: int
+    warmup: int
+    active: int
+    _start: Optional[int] = None  # effective first warm-up batch in the current epoch
+
+    def for_epoch(self, num_batches: Optional[int]) -> "EpochWindow":
+        start = self.skip_first
+        if num_batches is not None:
+            start = min(start, max(0, num_batches - self.warmup - self.active))
+        return EpochWindow(self.skip_first, self.warmup, self.active, start)
+
+    @property
+    def _first(self) -> int:
+        """The epoch's first recorded batch."""
+        return (self.skip_first if self._start is None else self._start) + self.warmup
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        return self._first <= batch_idx < self._first + self.active
+
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        b = max(batch_idx, self._first)
+        return _within(step + b - batch_idx, step, horizon) if b < self._first + self.active else None
+
+    def describe(self) -> str:
+        first = self._first
+        return f"batches {first}-{first + self.active - 1} of every epoch (after {self.warmup} warm-up)"
+
+
+@dataclass(frozen=True)
+class StepList(Selection):
+    """Explicit global step ranges, inclusive, e.g. ``"100-102,500-502"`` or ``[[100, 102], 500]``."""
+
+    ranges: tuple[tuple[int, int], ...]
+    warmup: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_starts", [lo for lo, _ in self.ranges])
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        i = bisect.bisect_right(self._starts, step) - 1  # type: ignore[attr-defined]
+        return i >= 0 and step <= self.ranges[i][1]
+
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        i = bisect.bisect_right(self._starts, step) - 1  # type: ignore[attr-defined]
+        if i >= 0 and step <= self.ranges[i][1]:
+            return _within(step, step, horizon)
+        return _within(self.ranges[i + 1][0], step, horizon) if i + 1 < len(self.ranges) else None
+
+    def describe(self) -> str:
+        return "steps " + ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+
+
+@dataclass(frozen=True)
+class EveryNSteps(Selection):
+    """``active`` steps starting at every multiple of ``every_n_steps`` (steps n, 2n, 3n, ...)."""
+
+    every_n_steps: int
+    warmup: int
+    active: int
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        return step >= self.every_n_steps and step % self.every_n_steps < self.active
+
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        n = self.every_n_steps
+        return _within(step if self.is_active(step, batch_idx) else (step // n + 1) * n, step, horizon)
+
+    def describe(self) -> str:
+        return f"{self.active} steps from every multiple of {self.every_n_steps}"
+
+
+@dataclass(frozen=True)
+class StepFilter(Selection):
+    """Any user predicate ``step_filter(step) -> bool``."""
+
+    step_filter: Callable[[int], bool]
+    warmup: int
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        return step >= 0 and bool(self.step_filter(step))
+
+    def describe(self) -> str:
+        return f"steps where {getattr(self.step_filter, '__name__', 'step_filter')}(step) is true"
+
+
+@dataclass(frozen=True)
+class NoSteps(Selection):
+    """No step is recorded (``profile=False``): metrics only."""
+
+    warmup: int = 0
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        return False
+
+    def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
+        return None
+
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        return None
+
+    def describe(self) -> str:
+        return "no steps"
+
+
+@dataclass(frozen=True)
+class WithCaptures(Selection):
+    """The schedule's selection plus captures asked for while training (after an alert, or from outside)."""
+
+    base: Selection
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def warmup(self) -> int:  # type: ignore[override]
+        return self.base.warmup
+
+    def is_active(self, step: int, batch_idx: int) -> bool:
+        if self.base.is_active(step, batch_idx):
+            return True
+        return bool(self.ranges) and any(lo <= step <= hi for lo, hi in self.ranges)
+
+    def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
+        if not self.ranges:  # no capture pending, the usual case: asked at every step, so keep it short
+            return self.base.warmup_before(step, batch_idx)
+        return super().warmup_before(step, batch_idx)
+
+    def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
+        found = [self.base.next_active(step, batch_idx, horizon)]
+        found += [_within(max(lo, step), step, horizon) for lo, hi in self.ranges if hi >= step]
+        return min((a for a in found if a is not None), default=None)
+
+    def for_epoch(self, num_batches: Optional[int]) -> "WithCaptures":
+        return WithCaptures(self.base.for_epoch(num_batches), self.ranges)
+
+    def add(self, first: int, last: int, now: int) -> "WithCaptures":
+        """With the capture ``first..last`` added and the ones that ended before ``now`` dropped."""
+        kept = tuple(r for r in self.ranges if r[1] >= now)
+        return WithCaptures(self.base, kept + ((first, last),))
+
+    def describe(self) -> str:
+        return self.base.describe()
+
+
+def _within(candidate: int, step: int, horizon: int) -> Optional[int]:
+    return candidate if candidate < step + horizon else None
+
+
+def parse_step_ranges(steps: StepRanges) -> tuple[tuple[int, int], ...]:
+    """Parse ``"100-102,500"`` or ``[[100, 102], 500, "7-9"]`` into sorted, merged inclusive ranges."""
+    items: list = steps.split(",") if isinstance(steps, str) else list(steps)
+    if not items or (isinstance(steps, str) and not steps.strip()):
+        raise ValueError(f"`steps` must name at least one step or range, got {steps!r}")
+    ranges = []
+    for item in items:
+        if isinstance(item, bool):
+            raise ValueError(f"`steps` has an invalid entry {item!r}")
+        if isinstance(item, int):
+            lo, hi = item, item
+        elif isinstance(item, str):
+            m = _RANGE.match(item)
+            if not m:
+                raise ValueError(f"`steps` has an invalid range {item!r}: expected 'N' or 'A-B'")
+            lo = int(m.group(1))
+            hi = int(m.group(2)) if m.group(2) is not None else lo
+        elif isinstance(item, Sequence) and len(item) == 2 and all(isinstance(v, int) for v in item):
+            lo, hi = item
+        else:
+            raise ValueError(f"`steps` has an invalid entry {item!r}: expected N, 'A-B' or [A, B]")
+        if lo < 0 or hi < 0:
+            raise ValueError(f"`steps` must not be negative, got {item!r}")
+        if hi < lo:
+            raise ValueError(f"`steps` has a reversed range {item!r}")
+        ranges.append((lo, hi))
+    ranges.sort()
+    merged = [ranges[0]]
+    for lo, hi in ranges[1:]:
+        if lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)

@@ -1,0 +1,229 @@
+"""One torch.profiler session per window: created when a window begins, gone when it ends.
+
+Steps are numbered with the global step, so the trace's ``ProfilerStep#N`` markers carry the same
+numbers a user sees in the logs. Outside a window no session exists and nothing is paid.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from torch.profiler import ProfilerAction, ProfilerActivity
+
+from lightning_profkit.monitor.selection import Selection, WithCaptures
+
+_RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+
+@contextmanager
+def without_usdt_lines(enabled: bool = True) -> Iterator[None]:
+    """Drop the ``USDT:`` lines torch's profiler prints to stderr on start/stop; keep every other line.
+
+    The C++ side writes to file descriptor 2, so it is pointed at a temporary file for the duration of
+    the call and whatever else was written there is passed on afterwards.
+    """
+    if not enabled:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable fd 2 (some notebook front ends)
+        yield
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().splitlines(keepends=True) if not line.startswith(b"USDT:")]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
+def window_schedule(selection: Selection, first_active: int, offset: int) -> Callable[[int], ProfilerAction]:
+    """torch.profiler schedule for one window: warm up until ``first_active``, record the active run."""
+
+    def schedule(step: int) -> ProfilerAction:
+        batch_idx = step - offset
+        if selection.is_active(step, batch_idx):
+            if selection.is_active(step + 1, batch_idx + 1):
+                return ProfilerAction.RECORD
+            return ProfilerAction.RECORD_AND_SAVE
+        return ProfilerAction.WARMUP if step < first_active else ProfilerAction.NONE
+
+    return schedule
+
+
+class WindowSession:
+    """Drives one ``torch.profiler.profile`` through warm-up and recording of one window.
+
+    Call :meth:`step` at every step boundary inside the window; it returns False once the window has
+    been recorded and handed to ``on_trace_ready``. :meth:`finish` ends it early (epoch end, error) and
+    still hands over whatever was recorded.
+    """
+
+    def __init__(
+        self,
+        selection: Selection,
+        step: int,
+        batch_idx: int,
+        warmup: int,
+        activities: list[ProfilerActivity],
+        options: dict[str, Any],
+        on_trace_ready: Callable[["WindowSession", Any], None],
+        quiet: bool = True,
+    ) -> None:
+        self.first_active = step + warmup
+        self.offset = step - batch_idx  # global step of the epoch's batch 0
+        self.last_recorded: Optional[int] = None
+        self._quiet = quiet
+        self._on_trace_ready = on_trace_ready
+        schedule = window_schedule(selection, self.first_active, step - batch_idx)
+        self.profiler = torch.profiler.profile(
+            activities=activities, schedule=schedule, on_trace_ready=self._ready, **options
+        )
+        # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise); torch keeps the
+        # schedule's last answer apart from current_action (which it overrides after a CUPTI buffer overflow)
+        self.profiler.step_num = step
+        self.profiler.current_action = self.profiler._prev_schedule_action = schedule(step)
+        with without_usdt_lines(quiet):
+            self.profiler.start()
+
+    def _ready(self, prof: torch.profiler.profile) -> None:
+        self._on_trace_ready(self, prof)
+
+    def _note_recording(self) -> None:
+        if self.profiler.current_action in _RECORDING:
+            self.last_recorded = self.profiler.step_num
+
+    def step(self) -> bool:
+        """Close the current step and open the next; False when the window is complete."""
+        self._note_recording()
+        with without_usdt_lines(self._quiet):
+            self.profiler.step()
+            if self.profiler.current_action != ProfilerAction.NONE:
+                return True
+            self.profiler.stop()
+        self._release()
+        return False
+
+    def finish(self) -> None:
+        """End the session now, keeping what was recorded so far."""
+        self._note_recording()
+        try:
+            with without_usdt_lines(self._quiet):
+                self.profiler.stop()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        # the profile refers back to this session through on_trace_ready, and to itself through the bound
+        # methods of its action_map: break both cycles, so that it and its results are freed as soon as the
+        # writer is done with them rather than at some later pass of the cyclic garbage collector
+        self.profiler.on_trace_ready = None
+        self.profiler.action_map = {}
+
+
+class WindowRunner:
+    """Decides at each step boundary whether to start, advance or end a window's session.
+
+    ``open_session(selection, step, batch_idx, warmup)`` creates the session (or returns None to skip, e.g.
+    when another profiler is running; see :func:`session_opener`). Windows never span epochs: one still open at an epoch's last batch
+    is ended there with what it recorded.
+    """
+
+    def __init__(
+        self,
+        selection: Selection,
+        open_session: Callable[[Selection, int, int, int], Optional[WindowSession]],
+    ) -> None:
+        self.selection = WithCaptures(selection)
+        self._open = open_session
+        self.session: Optional[WindowSession] = None
+
+    def epoch_start(self, next_step: int, next_batch_idx: int, num_batches: Optional[int]) -> None:
+        self.stop()
+        self.selection = self.selection.for_epoch(num_batches)
+        self._maybe_open(next_step, next_batch_idx)
+
+    def capture(self, next_step: int, active: int) -> tuple[int, int]:
+        """Record ``active`` steps after a warm-up from ``next_step`` on; returns the steps to be recorded.
+        Takes effect when no session is open at the next step boundary (an open window finishes first)."""
+        first = next_step + self.selection.warmup
+        last = first + active - 1
+        self.selection = self.selection.add(first, last, next_step)
+        return first, last
+
+    def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool) -> None:
+        """``stopping()`` says whether training ends after this step (max_steps, should_stop); it is asked
+        only when a session is open or would open, so that no step that never runs gets recorded."""
+        if self.session is not None:
+            if last_in_epoch or stopping():
+                self.stop()
+                return
+            if not self.session.step():
+                self.session = None
+        if self.session is None and not last_in_epoch:
+            self._maybe_open(step + 1, batch_idx + 1, stopping)
+
+    def next_step_end(self, step: int, batch_idx: int, horizon: int = 1000) -> int:
+        """The first step from ``step`` on at whose end :meth:`step_end` has work: every step of an open
+        session, else the step before the next session starts. Where no window begins within ``horizon``
+        steps, a step before any could, to be asked again then; so the caller need not call
+        :meth:`step_end` at the other steps."""
+        if self.session is not None:
+            return step
+        warmup = self.selection.warmup
+        horizon = max(horizon, warmup + 2)
+        first = self.selection.next_active(step + 1, batch_idx + 1, horizon)
+        if first is None:  # none starts before step + 1 + horizon, so no session before step + horizon - warmup
+            return step + horizon - warmup - 1
+        return max(step, first - 1 - warmup)
+
+    def stop(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.finish()
+
+    def _maybe_open(self, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
+        warmup = self.selection.warmup_before(step, batch_idx)
+        if warmup is not None and not stopping():
+            self.session = self._open(self.selection, step, batch_idx, warmup)
+
+
+def profiler_activities(names: Optional[list[str]], on_cuda: bool) -> list[ProfilerActivity]:
+    """The activities asked for (``"cpu"``, ``"cuda"``); by default CPU, plus CUDA for a model on a CUDA device."""
+    if names is not None:
+        return [{"cpu": ProfilerActivity.CPU, "cuda": ProfilerActivity.CUDA}[str(a).lower()] for a in names]
+    return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_cuda else [ProfilerActivity.CPU]
+
+
+def session_opener(
+    activities: list[ProfilerActivity],
+    options: dict[str, Any],
+    on_trace_ready: Callable[[WindowSession, Any], None],
+    quiet: bool,
+    report: Callable[[str], None],
+) -> Callable[[Selection, int, int, int], Optional[WindowSession]]:
+    """What :class:`WindowRunner` calls to open a session: none while another torch.profiler session runs
+    (torch allows one at a time; ``report`` is told)."""
+
+    def open_session(selection: Selection, step: int, batch_idx: int, warmup: int) -> Optional[WindowSession]:
+        if torch.autograd.profiler._is_profiler_enabled:
+            report("another torch.profiler session is running; this window is skipped")
+            return None
+        return WindowSession(selection, step, batch_idx, warmup, activities, options, on_trace_ready, quiet)
+
+    return open_session

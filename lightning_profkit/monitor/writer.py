@@ -1,0 +1,139 @@
+"""Streams finished windows to disk off the training thread.
+
+The training thread only queues the profiler's results. A writer thread saves them (torch's save
+holds the GIL for a few milliseconds; it is the only part that can touch training) and hands the
+rewrite, gzip and rename to a child process, which holds no lock of ours. Files appear under their
+final name only when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Union
+
+
+
+def temporary_name(final_path: str) -> str:
+    """A sibling name that does not match torch-tb-profiler's ``*.pt.trace.json(.gz)`` pattern."""
+    head, tail = os.path.split(final_path)
+    return os.path.join(head, f".{tail}.tmp")
+
+
+@dataclass
+class WindowJob:
+    """One finished window: the profiler results and where its trace goes."""
+
+    results: Any  # torch's _ProfilerResult (kineto results), saved once
+    path: str  # final trace path
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class TraceWriter:
+    """Background writer. ``submit`` never blocks; ``flush`` waits, with a bound, for pending windows.
+
+    ``on_error(message)`` is called from the writer thread when a window cannot be written; the
+    window's partial files are removed. ``on_written(figures)`` gets what the finalizer printed.
+    Waits are on events and locks (the interpreter's own clock), so a patched ``time.monotonic`` or
+    ``time.sleep`` does not cut them short or stretch them.
+    """
+
+    def __init__(
+        self,
+        on_error: Callable[[str], None],
+        on_written: Optional[Callable[[dict[str, Any]], None]] = None,
+    ) -> None:
+        self._on_error = on_error
+        self._on_written = on_written
+        # a WindowJob, an Event to set once every job before it is done, or None: end the thread
+        self._jobs: "queue.Queue[Union[WindowJob, threading.Event, None]]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+        self._pending = 0  # windows submitted and not yet written or dropped
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def submit(self, job: WindowJob) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="profkit-writer", daemon=True)
+                self._thread.start()
+            self._pending += 1
+        self._jobs.put(job)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every submitted window is written or dropped; False if ``timeout`` ran out."""
+        with self._lock:
+            if not self._pending:
+                return True
+            reached = threading.Event()
+            self._jobs.put(reached)
+        return reached.wait(timeout)
+
+    def close(self, timeout: float) -> int:
+        """:meth:`flush`, then end the thread (after the windows still queued, if ``timeout`` ran out);
+        returns how many windows were still being written."""
+        left = 0 if self.flush(timeout) else self.pending
+        with self._lock:
+            if self._thread is not None:
+                self._jobs.put(None)
+                if not left:
+                    self._thread.join(timeout)
+                self._thread = None
+        return left
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if isinstance(job, threading.Event):
+                job.set()
+                continue
+            try:
+                self._write(job)
+            except Exception as err:  # never let the thread die: report and go on
+                self._on_error(f"{type(err).__name__}: {err}")
+            finally:
+                with self._lock:
+                    self._pending -= 1
+
+    def _write(self, job: WindowJob) -> None:
+        folder, name = os.path.split(job.path)
+        raw = os.path.join(folder, f".{name}.raw")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            job.results.save(raw)
+            job.results = None
+            done = subprocess.run(
+                [sys.executable, "-m", "lightning_profkit.monitor.finalize", raw, job.path, json.dumps(job.meta)],
+                capture_output=True,
+                text=True,
+                env=_child_env(),
+            )
+            if done.returncode != 0:
+                raise OSError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "finalizer failed")
+        except BaseException:
+            for leftover in (raw, temporary_name(job.path)):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
+            raise
+        if self._on_written is not None and done.stdout.strip():
+            self._on_written(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _child_env() -> dict[str, str]:
+    """The child imports this package from wherever the parent found it, and uses one thread."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    for threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[threads] = "1"  # one core for the rewrite; the others stay with training
+    return env

@@ -1,0 +1,97 @@
+"""The package's layers hold: a thin Lightning callback over the training side (monitor/), an analysis side
+(trace/) that never imports Lightning, torch or the training side, and one vocabulary of trace words."""
+
+import ast
+import os
+import subprocess
+import sys
+from dataclasses import fields
+
+from lightning_profkit.trace.columns import Columns
+from lightning_profkit.trace.rows import Rows
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "lightning_profkit")
+
+
+def sources(folder=PACKAGE):
+    for d, _, files in os.walk(folder):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(d, f)
+                yield os.path.relpath(path, PACKAGE), ast.parse(open(path).read())
+
+
+def imports(tree, top_level_only=False):
+    """Modules a tree imports (with ``from x import y``: x, and x.y for each y)."""
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+
+
+def fresh(code):
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_the_callback_imports_no_analysis_and_no_msgspec():
+    loaded = fresh("import sys, lightning_profkit.callback\n"
+                   "print(' '.join(m for m in sys.modules if m == 'msgspec' or m.startswith(('lightning_profkit.trace', "
+                   "'lightning_profkit.cli'))) or 'none')")
+    assert loaded == ["none"]
+
+
+def test_the_analysis_side_imports_neither_lightning_nor_torch_nor_the_training_side():
+    for name, tree in sources(os.path.join(PACKAGE, "trace")):
+        bad = [m for m in imports(tree) if m.split(".")[0] in ("lightning", "pytorch_lightning", "torch")
+               or m.startswith(("lightning_profkit.monitor", "lightning_profkit.callback", "lightning_profkit.cli"))]
+        assert not bad, (name, bad)
+    modules = [f"lightning_profkit.trace.{n[len('trace/'):-3]}" for n, _ in sources(os.path.join(PACKAGE, "trace"))]
+    loaded = fresh(f"import sys\nfor m in {modules!r}: __import__(m)\n"
+                   "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning') "
+                   "or m.startswith('lightning_profkit.monitor')) or 'none')")
+    assert loaded == ["none"]
+
+
+def test_the_training_side_reads_traces_only_in_its_child_and_its_end_of_fit_summary():
+    for name, tree in sources():
+        if name.startswith(("trace/", "cli/")) or name == os.path.join("monitor", "finalize.py"):
+            continue
+        top = [m for m in imports(tree, top_level_only=True) if m.startswith(("lightning_profkit.trace", "lightning_profkit.cli"))]
+        assert not top, (name, top)
+
+
+# the trace words that must be written once, in trace/vocabulary.py: the step marker and the DataLoader
+# span names (anywhere in a string), and the event categories (as a whole string)
+MARKERS = ("ProfilerStep#", "enumerate(DataLoader)#", "enumerate(DataPipe)#", ".__next__")
+CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "cuda_runtime", "cuda_driver", "runtime",
+              "cpu_op", "operator", "user_annotation", "gpu_user_annotation", "python", "Trace")
+
+
+def test_trace_words_are_written_in_one_module():
+    for name, tree in sources():
+        if name == os.path.join("trace", "vocabulary.py"):
+            continue
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and id(n) not in docstrings and (n.value in CATEGORIES or any(w in n.value for w in MARKERS))]
+        assert not found, (name, found)
+
+
+def test_rows_and_columns_are_one_schema():
+    assert issubclass(Columns, Rows)
+    assert [f.name for f in fields(Columns)][:len(fields(Rows))] == [f.name for f in fields(Rows)]
+
+
+def test_every_folder_of_the_package_is_a_package():
+    """``pip install .`` finds packages by their ``__init__.py``: a folder without one would not be installed."""
+    for d, dirs, files in os.walk(PACKAGE):
+        dirs[:] = [x for x in dirs if x != "__pycache__"]
+        assert "__init__.py" in files, d
