@@ -67,9 +67,11 @@ def child(config: str, steps: int, poll_interval: float, switch: str) -> None:
     sys.path.insert(0, HERE)
     from overhead import make_fit
 
+    from lightning_profkit import callback
     from lightning_profkit.monitor.capture_request import RequestPoller
 
     RequestPoller.__init__.__defaults__ = (poll_interval,)
+    callback.OWNER_CHECK_S = poll_interval  # the ownership check (every 10 s of a real fit) comes with a look
     torch.set_num_threads(1)
     lib = ctypes.CDLL(switch)
     fit = make_fit(config, steps, tempfile.mkdtemp(prefix="profkit-cg-"))

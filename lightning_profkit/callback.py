@@ -189,7 +189,6 @@ class PerformanceMonitor(Callback):
         self._broken = False
         self._epoch = 0
         self._on_cuda = False
-        self._is_zero = True
         self._in_epoch = False
         self._batch_size: Optional[int] = None
         self._windows_at: float = float("inf")  # the next step at whose end the window runner has work
@@ -205,7 +204,7 @@ class PerformanceMonitor(Callback):
         self._broken = False
         self.trace_dir = self.options.dirpath or os.path.join(_run_dir(trainer), "profiler")
         check_writable(self.trace_dir)
-        self._trainer, self._is_zero = trainer, trainer.is_global_zero
+        self._trainer = trainer
         self._checks.start_fit()
         self._delivery = AlertDelivery(self.options.on_alert, self._report)
         self._delivery.to_user = trainer.is_global_zero

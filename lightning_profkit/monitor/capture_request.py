@@ -140,12 +140,12 @@ class LiveRun:
     has to), and the capture requests it takes there. :meth:`end` withdraws the marker, and the folder too
     when this created it and nothing was written into it."""
 
-    def __init__(self, trace_dir: str, interval: float = 1.0) -> None:
+    def __init__(self, trace_dir: str) -> None:
         self.created = not os.path.isdir(trace_dir)
         self.trace_dir = trace_dir
         self.marker = mark_running(trace_dir)
         take_request(trace_dir)  # a request left from an earlier run is stale
-        self.poller: Optional[RequestPoller] = RequestPoller(trace_dir, interval)
+        self.poller: Optional[RequestPoller] = RequestPoller(trace_dir)
 
     @property
     def next_poll(self) -> float:
