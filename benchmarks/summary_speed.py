@@ -9,7 +9,7 @@ other packages through a ``.pth`` line. HTA computes only its temporal breakdown
 computes that and torch-tb-profiler's step breakdown, host-step figures and top operators. profkit runs
 twice: as installed (a large trace is decoded on every core) and with ``--jobs 1`` (one process, like HTA).
 
-    python benchmarks/summary_speed.py [--repeats 3] [TRACE ...]     (default: ../shared/traces)
+    python benchmarks/summary_speed.py [--repeats 3] [TRACE ...]     (default: tests/data/traces)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SHARED = os.path.join(os.path.dirname(ROOT), "shared", "traces")
+TRACES = os.path.join(ROOT, "tests", "data", "traces")
 HTA = "import sys; from hta.trace_analysis import TraceAnalysis; TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)"
 
 
@@ -104,7 +104,7 @@ def main() -> None:
     parser.add_argument("traces", nargs="*")
     args = parser.parse_args()
     traces = args.traces or [
-        os.path.join(SHARED, p) for p in (
+        os.path.join(TRACES, p) for p in (
             "hta/trace_diff_control/control.json.gz",
             "kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
             "hta/df_index_resolver/df_index_resolver.json.gz",

@@ -1,4 +1,4 @@
-"""Shared test helpers: a tiny model, a Dataset that sleeps, trace readers and the shared GPU traces."""
+"""Shared test helpers: a tiny model, a Dataset that sleeps, trace readers and the real GPU traces in tests/data."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+GPU_TRACES = Path(__file__).resolve().parent / "data" / "traces"  # real GPU traces, with provenance in its README
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
@@ -121,15 +121,13 @@ def profiler_steps(trace: dict) -> list[int]:
 
 
 @pytest.fixture
-def shared_traces() -> Path:
-    if not SHARED_TRACES.is_dir():
-        pytest.skip(f"shared GPU traces not found at {SHARED_TRACES}")
-    return SHARED_TRACES
+def gpu_traces() -> Path:
+    return GPU_TRACES
 
 
 @pytest.fixture
-def reference(shared_traces: Path) -> dict:
-    return json.loads((shared_traces / "reference.json").read_text())
+def reference(gpu_traces: Path) -> dict:
+    return json.loads((gpu_traces / "reference.json").read_text())
 
 
 class TensorBoardServer:

@@ -86,15 +86,15 @@ def figures_of(path):
     return window_figures(columns(from_dicts(json.load(gzip.open(path))["traceEvents"])))
 
 
-def test_gpu_idle_advice_on_real_traces(shared_traces):
+def test_gpu_idle_advice_on_real_traces(gpu_traces):
     """resnet50 with 4 workers: little data wait but the GPU idles 28%; blocking copies are the reason."""
-    figures = figures_of(shared_traces / "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz")
+    figures = figures_of(gpu_traces / "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz")
     lines = gpu_idle_advice(figures)
     assert lines and lines[0].startswith("cudaMemcpyAsync") and "pin_memory=True" in lines[0]
     assert gpu_idle_notice(figures, "w", 0.2) is None  # idle 28%: not the GPU's problem to flag
     notice = gpu_idle_notice(dataclasses.replace(figures, gpu_idle_share=0.6), "runs/x/profiler/w", 0.2)
     assert notice and "idle 60%" in notice and "runs/x/profiler/w" in notice and lines[0] in notice
-    cpu_only = figures_of(shared_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    cpu_only = figures_of(gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
     assert gpu_idle_advice(cpu_only) == [] and gpu_idle_notice(cpu_only, "w", 0.2) is None
 
 

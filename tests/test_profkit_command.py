@@ -23,8 +23,8 @@ def profkit(*args):
     return subprocess.run([PROFKIT, *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
-def test_summary_json_equals_the_reference(shared_traces, reference):
-    done = profkit("summary", "--json", shared_traces / CONTROL)
+def test_summary_json_equals_the_reference(gpu_traces, reference):
+    done = profkit("summary", "--json", gpu_traces / CONTROL)
     assert done.returncode == 0, done.stderr
     (trace,) = json.loads(done.stdout)["traces"]
     want = reference[CONTROL]
@@ -34,8 +34,8 @@ def test_summary_json_equals_the_reference(shared_traces, reference):
     assert trace["rank"] == 3 and trace["operators"]["cpu_by_self"][0]["self_us"] > 0
 
 
-def test_summary_text_is_aligned_and_plain_off_a_tty(shared_traces):
-    done = profkit("summary", shared_traces / WORKERS_0)
+def test_summary_text_is_aligned_and_plain_off_a_tty(gpu_traces):
+    done = profkit("summary", gpu_traces / WORKERS_0)
     assert done.returncode == 0 and "\033[" not in done.stdout
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("trace "))
@@ -43,9 +43,9 @@ def test_summary_text_is_aligned_and_plain_off_a_tty(shared_traces):
     assert "DataLoader" in lines[header] and "Top CPU operators by self" in done.stdout
 
 
-def test_colour_only_on_a_terminal(shared_traces):
+def test_colour_only_on_a_terminal(gpu_traces):
     main, child = pty.openpty()
-    proc = subprocess.Popen([PROFKIT, "summary", str(shared_traces / WORKERS_4)], stdout=child, stderr=child)
+    proc = subprocess.Popen([PROFKIT, "summary", str(gpu_traces / WORKERS_4)], stdout=child, stderr=child)
     os.close(child)
     out = b""
     while True:
@@ -60,22 +60,22 @@ def test_colour_only_on_a_terminal(shared_traces):
     assert b"\033[1m" in out
 
 
-def test_cpu_only_and_stepless_traces_say_what_is_absent(shared_traces):
-    done = profkit("summary", shared_traces / "hta/cpu_only")
+def test_cpu_only_and_stepless_traces_say_what_is_absent(gpu_traces):
+    done = profkit("summary", gpu_traces / "hta/cpu_only")
     assert done.returncode == 0 and "no GPU activity: GPU figures absent" in done.stdout
-    done = profkit("summary", "--json", shared_traces / "hta/critical_path_alexnet")
+    done = profkit("summary", "--json", gpu_traces / "hta/critical_path_alexnet")
     (trace,) = json.loads(done.stdout)["traces"]
     assert trace["host"]["steps"] == 0 and any("no ProfilerStep" in n for n in trace["notes"])
     assert trace["temporal"] is not None
 
 
-def test_compare_before_and_after_a_dataloader_fix(shared_traces):
-    done = profkit("compare", "--json", shared_traces / WORKERS_0, shared_traces / WORKERS_4)
+def test_compare_before_and_after_a_dataloader_fix(gpu_traces):
+    done = profkit("compare", "--json", gpu_traces / WORKERS_0, gpu_traces / WORKERS_4)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)["figures"]
     share = rows["share/DataLoader"]
     assert share["a"] > 0.2 > share["b"] and share["diff"] == pytest.approx(share["b"] - share["a"])
-    text = profkit("compare", shared_traces / WORKERS_0, shared_traces / WORKERS_4).stdout
+    text = profkit("compare", gpu_traces / WORKERS_0, gpu_traces / WORKERS_4).stdout
     assert "B - A" in text and "step share DataLoader" in text
 
 
@@ -93,11 +93,11 @@ def test_summary_of_a_run_folder_lists_every_window(tmp_path):
     assert "epoch=0-step=2-3/" in text and "mean" in text
 
 
-def bad_inputs(tmp_path, shared_traces):
+def bad_inputs(tmp_path, gpu_traces):
     empty = tmp_path / "empty.json"
     empty.write_text("")
     truncated = tmp_path / "cut.json.gz"
-    truncated.write_bytes((shared_traces / CONTROL).read_bytes()[:5000])
+    truncated.write_bytes((gpu_traces / CONTROL).read_bytes()[:5000])
     not_json = tmp_path / "text.json"
     not_json.write_text("hello")
     not_trace = tmp_path / "other.json.gz"
@@ -116,9 +116,9 @@ def bad_inputs(tmp_path, shared_traces):
     }
 
 
-def test_bad_input_gets_one_line_and_a_non_zero_exit(tmp_path, shared_traces):
-    for case, (path, message) in bad_inputs(tmp_path, shared_traces).items():
-        for args in (("summary", path), ("compare", path, shared_traces / WORKERS_0)):
+def test_bad_input_gets_one_line_and_a_non_zero_exit(tmp_path, gpu_traces):
+    for case, (path, message) in bad_inputs(tmp_path, gpu_traces).items():
+        for args in (("summary", path), ("compare", path, gpu_traces / WORKERS_0)):
             done = profkit(*args)
             assert done.returncode == 1, case
             assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr, (case, done.stderr)
@@ -131,20 +131,20 @@ def test_missing_arguments_use_argparse_usage():
     assert shutil.which(PROFKIT)
 
 
-def test_windows_are_listed_in_step_order(tmp_path, shared_traces):
+def test_windows_are_listed_in_step_order(tmp_path, gpu_traces):
     for window in ("epoch=1-step=101-103", "epoch=1-step=75-77", "epoch=0-step=9-11"):
         (tmp_path / window).mkdir()
-        shutil.copy(shared_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", tmp_path / window)
+        shutil.copy(gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", tmp_path / window)
     done = profkit("summary", "--json", tmp_path)
     assert done.returncode == 0, done.stderr
     windows = [t["window"] for t in json.loads(done.stdout)["traces"]]
     assert windows == ["epoch=0-step=9-11", "epoch=1-step=75-77", "epoch=1-step=101-103"]
 
 
-def test_a_reader_that_stops_early_gets_no_traceback(shared_traces):
+def test_a_reader_that_stops_early_gets_no_traceback(gpu_traces):
     # `profkit summary ... | head -1`: the rest of the output has nowhere to go
     buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as users run it
-    proc = subprocess.Popen([PROFKIT, "summary", str(shared_traces / CONTROL)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([PROFKIT, "summary", str(gpu_traces / CONTROL)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=buffered)
     first = proc.stdout.readline()
     proc.stdout.close()

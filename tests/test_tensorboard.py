@@ -56,16 +56,16 @@ def test_plugin_overview_counts_dataloader_time(tmp_path):
     assert sum(tb_dataloader_per_step(raw, tmp_path)) == 0
 
 
-def test_rewrite_of_a_real_gpu_trace_matches_patched_plugin_and_keeps_hta(tmp_path, shared_traces, reference):
+def test_rewrite_of_a_real_gpu_trace_matches_patched_plugin_and_keeps_hta(tmp_path, gpu_traces, reference):
     raw = tmp_path / "control.raw.json"
-    with gzip.open(shared_traces / CONTROL, "rb") as f:
+    with gzip.open(gpu_traces / CONTROL, "rb") as f:
         raw.write_bytes(f.read())
     final = tmp_path / "run" / "worker0.1.pt.trace.json.gz"
     final.parent.mkdir()
     finalize_trace(str(raw), str(final), {"test": True})
     expected = [step["DataLoader"] for step in reference[CONTROL]["tb_patched"]["per_step"]]
     assert tb_dataloader_per_step(final, tmp_path) == expected
-    assert sum(tb_dataloader_per_step(shared_traces / CONTROL, tmp_path)) == 0  # the released plugin
+    assert sum(tb_dataloader_per_step(gpu_traces / CONTROL, tmp_path)) == 0  # the released plugin
 
     from hta.trace_analysis import TraceAnalysis
 
@@ -74,7 +74,7 @@ def test_rewrite_of_a_real_gpu_trace_matches_patched_plugin_and_keeps_hta(tmp_pa
 
     original = tmp_path / "original"
     original.mkdir()
-    shutil.copy(shared_traces / CONTROL, original / "worker0.1.pt.trace.json.gz")
+    shutil.copy(gpu_traces / CONTROL, original / "worker0.1.pt.trace.json.gz")
     before, after = temporal(original), temporal(final.parent)
     assert before == after
     ref = reference[CONTROL]["hta_temporal"]

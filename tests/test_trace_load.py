@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import SHARED_TRACES
+from conftest import GPU_TRACES
 from lightning_profkit.trace.events import decode_strict, from_dicts
 from lightning_profkit.trace.file import TraceError, read_json
 from lightning_profkit.trace.columns import join
@@ -17,8 +17,8 @@ from lightning_profkit.trace.load import MIN_PIECE, MIN_PIECES, _pieces, _worker
 from lightning_profkit.trace.rows import rows
 from lightning_profkit.trace.summary import summarize_columns
 
-TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
-SMALL = 16 * 1024  # bytes per piece: every shared trace but the tiniest is cut
+TRACES = sorted(json.loads((GPU_TRACES / "reference.json").read_text()))
+SMALL = 16 * 1024  # bytes per piece: every GPU trace but the tiniest is cut
 
 
 def load(path, **kw):
@@ -32,8 +32,8 @@ def figures(path, **kw):
 
 
 @pytest.mark.parametrize("name", TRACES)
-def test_pieces_give_the_figures_of_one_pass(shared_traces, name):
-    path = shared_traces / name
+def test_pieces_give_the_figures_of_one_pass(gpu_traces, name):
+    path = gpu_traces / name
     got, pieces = load(path, jobs=4, min_piece=SMALL)
     size = len(read_json(str(path)))
     assert pieces == (min(size // SMALL, 255) if size >= MIN_PIECES * SMALL else 1)
@@ -118,9 +118,9 @@ def test_unknown_phases_and_odd_fields_take_the_tolerant_path(tmp_path):
     assert json.loads(got[0])["host"]["peak_memory"]  # the [memory] event was read
 
 
-def test_decoding_workers_start_before_numpy_is_imported(shared_traces):
+def test_decoding_workers_start_before_numpy_is_imported(gpu_traces):
     # profkit forks its decoders, then imports numpy while they work: nothing on that path may import it.
-    path = shared_traces / "hta/trace_diff_control/control.json.gz"
+    path = gpu_traces / "hta/trace_diff_control/control.json.gz"
     script = (
         "import sys\n"
         "import lightning_profkit.cli\n"

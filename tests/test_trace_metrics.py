@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import SHARED_TRACES
+from conftest import GPU_TRACES
 from lightning_profkit.trace import intervals
 from lightning_profkit.trace.operator_times import operator_times
 from lightning_profkit.trace.step_breakdown import COLUMNS, step_breakdown
@@ -18,7 +18,7 @@ from lightning_profkit.trace.file import read_json
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.trace.host_steps import window_figures
 
-TRACES = sorted(json.loads((SHARED_TRACES / "reference.json").read_text())) if SHARED_TRACES.is_dir() else []
+TRACES = sorted(json.loads((GPU_TRACES / "reference.json").read_text()))
 # HostFigures field: the name of the same figure in reference.json's host_step
 FIELDS = {
     "steps": "n_host_steps", "step_time_us": "host_step_time_us", "data_wait_us": "dataloader_us_in_steps",
@@ -106,8 +106,8 @@ def test_interval_math():
 
 
 @pytest.mark.parametrize("name", TRACES)
-def test_host_step_figures_match_reference(name, shared_traces, reference):
-    with gzip.open(shared_traces / name, "rt") as f:
+def test_host_step_figures_match_reference(name, gpu_traces, reference):
+    with gzip.open(gpu_traces / name, "rt") as f:
         events = from_dicts(json.load(f)["traceEvents"])  # the writer's path: parsed dicts
     got, want = window_figures(columns(events)), reference[name]["host_step"]
     for field, theirs in FIELDS.items():
@@ -116,7 +116,7 @@ def test_host_step_figures_match_reference(name, shared_traces, reference):
         else:
             assert getattr(got, field) in (None, 0), field  # absent, not zero (steps: 0)
     if "blocking_sync_us_by_name" in want:  # the definition changed since reference.json (see host_steps)
-        total, by_name = expected_sync(json.load(gzip.open(shared_traces / name, "rt"))["traceEvents"])
+        total, by_name = expected_sync(json.load(gzip.open(gpu_traces / name, "rt"))["traceEvents"])
         assert got.blocking_sync_us == pytest.approx(total, rel=1e-6, abs=1e-6)
         assert got.blocking_sync_share == pytest.approx(total / want["host_step_time_us"], rel=1e-6, abs=1e-9)
         assert got.blocking_sync_us_by_call == pytest.approx(by_name, rel=1e-6, abs=1e-6)
@@ -127,10 +127,10 @@ def test_host_step_figures_match_reference(name, shared_traces, reference):
     assert HostFigures.from_json(json.loads(json.dumps(got.to_json()))) == got  # as the child sends it
 
 
-def test_nccl_watchdog_polling_is_not_blocking_time(shared_traces):
+def test_nccl_watchdog_polling_is_not_blocking_time(gpu_traces):
     """DDP's pattern: NCCL's watchdog thread calls cudaEventQuery without pause. Neither that call (it never
     blocks) nor calls on threads other than the training thread count as blocking time in the steps."""
-    events = load_events(shared_traces / "hta/trace_diff_control/control.json.gz")
+    events = load_events(gpu_traces / "hta/trace_diff_control/control.json.gz")
     before = window_figures(columns(from_dicts(events)))
     steps = [span(e) for e in host_steps(events)]
     lo, hi = min(a for a, _ in steps), max(b for _, b in steps)
@@ -145,10 +145,10 @@ def test_nccl_watchdog_polling_is_not_blocking_time(shared_traces):
     assert "cudaEventQuery" not in after.blocking_sync_us_by_call
 
 
-def test_gpu_idle_of_a_process_driving_two_gpus_is_averaged_over_them(shared_traces):
+def test_gpu_idle_of_a_process_driving_two_gpus_is_averaged_over_them(gpu_traces):
     """One process, two GPUs: the second (a copy of the first's activity, only in the first half of the steps)
     idles half the time; counting idle only when both idle would hide that."""
-    events = load_events(shared_traces / "hta/trace_diff_control/control.json.gz")
+    events = load_events(gpu_traces / "hta/trace_diff_control/control.json.gz")
     steps = [span(e) for e in host_steps(events)]
     lo, hi = min(a for a, _ in steps), max(b for _, b in steps)
     gpu = next(e["pid"] for e in complete(events) if e.get("cat") == "kernel")
@@ -162,9 +162,9 @@ def test_gpu_idle_of_a_process_driving_two_gpus_is_averaged_over_them(shared_tra
 
 
 @pytest.mark.parametrize("name", TRACES)
-def test_step_breakdown_matches_patched_plugin(name, shared_traces, reference):
+def test_step_breakdown_matches_patched_plugin(name, gpu_traces, reference):
     """torch-tb-profiler's Overview with kineto's later fixes (tb_patched), per step, within 1 µs."""
-    events = read_trace(str(shared_traces / name)).traceEvents  # the command's path: typed decoding
+    events = read_trace(str(gpu_traces / name)).traceEvents  # the command's path: typed decoding
     got, want = step_breakdown(columns(events)), reference[name]["tb_patched"]
     assert len(got["per_step"]) == want["n_steps"] == len(want["per_step"])
     for mine, theirs in zip(got["per_step"], want["per_step"]):
@@ -174,9 +174,9 @@ def test_step_breakdown_matches_patched_plugin(name, shared_traces, reference):
 
 
 @pytest.mark.parametrize("name", TRACES)
-def test_temporal_breakdown_matches_hta(name, shared_traces, reference):
+def test_temporal_breakdown_matches_hta(name, gpu_traces, reference):
     """HolisticTraceAnalysis's temporal breakdown (hta_temporal), within 1 µs; absent without GPU activity."""
-    events = read_trace(str(shared_traces / name)).traceEvents
+    events = read_trace(str(gpu_traces / name)).traceEvents
     got, want = temporal_breakdown(columns(events)), reference[name]["hta_temporal"]
     if want is None:
         assert got is None
