@@ -18,7 +18,7 @@ class DataWaitAlert:
     threshold: float
     epoch: int
     step: int  # global step at which the check fired
-    checked: str  # what was measured: "steps A-B" (a rolling check) or "epoch E"
+    checked: str  # what was measured: "steps A-B (epoch E)" or "(epochs E-F)" (a rolling check), or "epoch E"
     worst_rank: Optional[int] = None  # with several ranks
     advice: list[str] = field(default_factory=list)
     trace_dir: Optional[str] = None  # the window captured after the alert, when one was
@@ -26,9 +26,8 @@ class DataWaitAlert:
     @property
     def message(self) -> str:
         rank = f" on rank {self.worst_rank}, the worst of the ranks," if self.worst_rank is not None else ""
-        where = self.checked if self.checked.startswith("epoch") else f"{self.checked} (epoch {self.epoch})"
         lines = [
-            f"{self.ratio:.0%} of the training time of {where} was spent waiting for the DataLoader{rank} "
+            f"{self.ratio:.0%} of the training time of {self.checked} was spent waiting for the DataLoader{rank} "
             f"(alert threshold {self.threshold:.0%})."
         ]
         lines += [f"  - {line}" for line in self.advice]

@@ -6,13 +6,12 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import warnings
 from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError, DataWaitWarning
 from lightning_profkit.monitor import capture_request, fetch_timer
@@ -23,9 +22,10 @@ from lightning_profkit.monitor.epoch_figures import PREFIX, EpochSpans, epoch_fi
 from lightning_profkit.monitor.exchange import exchange, exchange_group
 from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
-from lightning_profkit.monitor.output import TraceOutput, check_writable, worker_name
+from lightning_profkit.monitor.output import TraceOutput, check_writable
 from lightning_profkit.monitor.selection import StepRanges
 from lightning_profkit.monitor.windows import WindowRunner, WindowSession, profiler_activities, session_opener
+from lightning_profkit.notices import warn
 
 __all__ = ["PerformanceMonitor", "DataWaitWarning"]
 
@@ -69,13 +69,13 @@ class PerformanceMonitor(Callback):
     equals ``trainer.global_step`` unless ``accumulate_grad_batches > 1``. The trace's ``ProfilerStep#N``
     markers carry that number. Outside windows no profiler session exists.
 
-    Each window goes to ``<run dir>/profiler/epoch=E-step=A-B/<host>_rank<R>.<ns>.pt.trace.json.gz``,
+    Each window goes to ``<run dir>/profiler/step=AAAAAA-BBBBBB-epoch=E/<host>_rank<R>.<ns>.pt.trace.json.gz``,
     where the run dir is the first TensorBoardLogger's ``log_dir`` (else ``trainer.log_dir``), so
     ``tensorboard --logdir <run dir>`` shows every window in the PyTorch Profiler tab.
 
     **Logged metrics** (through the trainer's loggers, once per epoch, x-axis ``global_step``), under
-    ``profkit/``: ``data_wait_ratio`` (time inside the DataLoader's ``next()`` over training time, which
-    leaves out validation), ``data_wait_s``, ``train_s``, ``step_time_ms_mean``/``_p90`` (a step's first
+    ``profkit/``: ``data_wait_ratio`` (time in Lightning's fetch of each batch, the DataLoader's
+    ``next()`` and Lightning's CombinedLoader around it, over training time, which leaves out validation), ``data_wait_s``, ``train_s``, ``step_time_ms_mean``/``_p90`` (a step's first
     fetch to the next step's, validation left out), ``dataloader_startup_s`` (epoch start to first fetch:
     worker start-up), ``samples_per_s``,
     ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only), ``gpu_idle_ratio`` (CUDA with the ``nvml`` extra:
@@ -111,7 +111,7 @@ class PerformanceMonitor(Callback):
         activities: ``"cpu"``, ``"cuda"`` (default: CPU, plus CUDA when the model is on a CUDA device).
         record_shapes, profile_memory, with_stack, with_flops, with_modules: passed to ``torch.profiler``;
             off by default because each adds cost to the profiled steps.
-        quiet: hide the ``USDT:`` lines torch prints whenever a session starts or stops.
+        quiet: hide the ``USDT:`` lines torch prints whenever a session starts or stops (the default).
         flush_timeout: seconds to wait at the end of ``fit`` for traces still being written.
         log_metrics: log the per-epoch and per-window metrics above.
         alert_threshold: data-wait ratio above which a check counts (default 0.2, TensorFlow's "highly
@@ -212,10 +212,9 @@ class PerformanceMonitor(Callback):
         self.on_train_batch_end = None  # type: ignore[assignment]  # not left set by an earlier fit
         self._group = exchange_group(trainer.world_size)
         if _runs_pytorch_profiler(trainer) and self.options.profiles_rank(trainer.global_rank):
-            rank_zero_warn(
-                "PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
-                "session at a time; PerformanceMonitor records no windows in this run."
-            )
+            if trainer.is_global_zero:
+                warn("PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
+                     "session at a time; PerformanceMonitor records no windows in this run.", UserWarning)
 
     @_guarded
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -274,7 +273,7 @@ class PerformanceMonitor(Callback):
         loop = trainer.fit_loop.epoch_loop
         # the epoch's counters are reset after this hook, unless resuming inside the epoch
         step, batch_idx = loop.total_batch_idx + 1, loop.batch_progress.current.ready if loop.restarting else 0
-        self._checks.epoch_start(now, self._timer.stats.train_s, step)
+        self._checks.epoch_start(now, self._timer.stats.train_s, step, self._epoch)
         if self._runner is not None:
             self._runner.epoch_start(step, batch_idx, _epoch_length(trainer))
         self._windows_at = self._next_window_step(step, batch_idx)
@@ -348,7 +347,8 @@ class PerformanceMonitor(Callback):
         assert self.trace_dir is not None
         o = self.options
         self._timer = fetch_timer.install(trainer)
-        self._output = TraceOutput(self.trace_dir, worker_name(trainer.global_rank), o.keep_last_windows, self._write_failed)
+        self._output = TraceOutput(self.trace_dir, trainer.global_rank, trainer.world_size, o.keep_last_windows,
+                                   self._write_failed)
         if o.profiles_rank(trainer.global_rank) and not _runs_pytorch_profiler(trainer):
             activities = profiler_activities(o.activities, self._on_cuda)
             opener = session_opener(activities, o.profiler_options(), self._trace_ready, o.quiet, self._report)
@@ -482,14 +482,14 @@ class PerformanceMonitor(Callback):
     def _rolling_check(self, trainer: Trainer, now: float, step: int) -> None:
         """This block's data wait on every rank (exchanged off the device), then the rule."""
         assert self._timer is not None
+        checked = self._checks.span(step)
         rows = exchange(self._group, self._checks.take_block(now, self._timer.stats.train_s, self._spans.validation, step))
         asked = int(max(row[2] for row in rows))
         if asked:
-            self._start_capture(trainer, asked, "requested from outside")
+            self._capture_requested(trainer, asked)
         worst = self._checks.worst(rows)
         if self._checks.rule is not None and worst is not None:
-            alert = self._judge(trainer, worst[0], worst[1] if len(rows) > 1 else None,
-                                f"steps {step - self.options.alert_window + 1}-{step}")
+            alert = self._judge(trainer, worst[0], worst[1] if len(rows) > 1 else None, checked)
             if alert is not None and self.options.alert_action == "raise":
                 raise DataWaitAlertError(alert)
 
@@ -504,7 +504,10 @@ class PerformanceMonitor(Callback):
         o = self.options
         if o.alert_action == "stop":
             trainer.should_stop = True
-        if o.alert_action == "warn" and o.capture_on_alert and self._start_capture(trainer, o.active, "after a data-wait alert"):
+        steps = self._start_capture(trainer, o.active) if o.alert_action == "warn" and o.capture_on_alert else None
+        if steps is not None:
+            rank_zero_info(f"lightning_profkit: data-wait alert at step {step}: recording steps {steps[0]}-{steps[1]} "
+                           "for it; the alert follows when their trace is written")
             self._delivery.hold(alert)  # delivered with its trace folder when the window ends
         else:
             self._delivery.send(alert)
@@ -525,7 +528,12 @@ class PerformanceMonitor(Callback):
             self._report(f"advice failed: {err!r}", key="advice")
             return []
 
-    def _start_capture(self, trainer: Trainer, steps: int, reason: str) -> Optional[tuple[int, int]]:
+    def _capture_requested(self, trainer: Trainer, steps: int) -> None:
+        window = self._start_capture(trainer, steps)
+        if window is not None:
+            rank_zero_info(f"lightning_profkit: recording steps {window[0]}-{window[1]} (requested from outside)")
+
+    def _start_capture(self, trainer: Trainer, steps: int) -> Optional[tuple[int, int]]:
         """Record ``steps`` steps from the next step on; None when this rank cannot (or the budget is spent)."""
         if self._runner is None or self._broken:
             return None
@@ -535,7 +543,6 @@ class PerformanceMonitor(Callback):
         step = trainer.fit_loop.epoch_loop.total_batch_idx
         first, last = self._runner.capture(step + 1, steps)
         self._windows_at = min(self._windows_at, step)  # the runner opens it at this step's end
-        rank_zero_info(f"lightning_profkit: recording steps {first}-{last} ({reason})")
         return first, last
 
     def _poll_requests(self, trainer: Trainer, now: float) -> None:
@@ -550,7 +557,7 @@ class PerformanceMonitor(Callback):
             if trainer.world_size > 1:
                 self._checks.requested = steps  # all ranks start it together at the next rolling check
             else:
-                self._start_capture(trainer, steps, "requested from outside")
+                self._capture_requested(trainer, steps)
 
     def _gpu_mark(self) -> Optional[float]:
         return self._sampler.mark() if self._sampler is not None else None
@@ -572,7 +579,7 @@ class PerformanceMonitor(Callback):
         key = key or message
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(f"PerformanceMonitor: {message}", RuntimeWarning, stacklevel=2)
+            warn(f"PerformanceMonitor: {message}", RuntimeWarning, stacklevel=2)
 
 
 _PARAMETERS = frozenset(inspect.signature(PerformanceMonitor.__init__).parameters) - {"self"}

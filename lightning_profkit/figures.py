@@ -44,7 +44,8 @@ class HostFigures:
         if self.steps and self.step_time_us is not None:
             out["host_step_ms"] = self.step_time_us / self.steps / 1000
             out["data_wait_share"] = self.data_wait_share or 0.0
-            out["blocking_sync_ms_per_step"] = (self.blocking_sync_us or 0.0) / self.steps / 1000
+        if self.steps and self.blocking_sync_us is not None:
+            out["blocking_sync_ms_per_step"] = self.blocking_sync_us / self.steps / 1000
             for call, us in self.blocking_sync_us_by_call.items():
                 out[f"sync_ms_per_step/{call}"] = us / self.steps / 1000
         if self.gpu_idle_share is not None:

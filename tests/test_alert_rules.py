@@ -12,7 +12,7 @@ from lightning_profkit.trace.columns import columns
 from lightning_profkit.trace.events import from_dicts
 from lightning_profkit.trace.host_steps import window_figures
 from lightning_profkit.alerts import DataWaitAlert
-from lightning_profkit.monitor.checks import AlertRule, CheckBlock
+from lightning_profkit.monitor.checks import AlertRule, CheckBlock, RollingChecks
 from lightning_profkit.monitor.options import Options
 
 
@@ -33,6 +33,27 @@ def test_one_alert_per_episode_and_cooldown_between_episodes():
     assert run(AlertRule(0.2, patience=1, cooldown=45), flicker) == [10, 90]  # the episode at 50 is too soon
     rule = AlertRule(0.2, patience=1, cooldown=0)
     assert run(rule, [0.9] * 50) == [10] and rule.in_episode and rule.alerts == 1
+
+
+def checks_over(epoch_lengths, window):
+    """What each rolling check of a fit with these epochs (steps) measures."""
+    checks, said, step = RollingChecks(0.2, 1, 0, window, 1), [], 0
+    checks.start_fit()
+    for epoch, length in enumerate(epoch_lengths):
+        checks.epoch_start(0.0, 0.0, step, epoch)
+        for step in range(step, step + length):
+            if checks.due(step):
+                said.append(checks.span(step))
+                checks.take_block(0.0, 0.0, [], step)
+        step += 1
+    return said
+
+
+def test_a_check_names_the_epochs_its_steps_span():
+    assert checks_over([64, 64], 100) == ["steps 0-99 (epochs 0-1)"]
+    assert checks_over([50, 50, 50], 25)[1:3] == ["steps 25-49 (epoch 0)", "steps 50-74 (epoch 1)"]
+    assert checks_over([10, 10, 10, 10], 35) == ["steps 0-34 (epochs 0-3)"]
+    assert checks_over([30, 30, 30], 40) == ["steps 0-39 (epochs 0-1)", "steps 40-79 (epochs 1-2)"]
 
 
 def test_rule_state_round_trips():

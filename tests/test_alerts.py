@@ -120,7 +120,7 @@ def test_stop_ends_training_at_the_next_step_with_metrics_and_traces(tmp_path):
     with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
         text = f.read()
     assert "profkit/data_wait_ratio" in text and "profkit/data_wait_alert" in text
-    assert [os.path.basename(os.path.dirname(p)) for p in trace_files(tmp_path)] == ["epoch=0-step=2-3"]
+    assert [os.path.basename(os.path.dirname(p)) for p in trace_files(tmp_path)] == ["step=000002-000003-epoch=0"]
     assert leftovers(tmp_path) == []
 
 

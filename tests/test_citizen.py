@@ -69,7 +69,7 @@ def test_pickle_and_deepcopy_at_every_point_of_a_fit(tmp_path):
     assert torch.load(saved, weights_only=False).callbacks
 
     # the fit itself was not disturbed: both windows recorded whole, nothing left behind
-    assert window_names(monitor) == ["epoch=0-step=15-16", "epoch=0-step=4-6"]
+    assert window_names(monitor) == ["step=000004-000006-epoch=0", "step=000015-000016-epoch=0"]
     assert sorted(profiler_steps(read_trace(p)) for p in monitor.traces) == [[4, 5, 6], [15, 16]]
     assert fetch_timing_removed(trainer) and leftovers(tmp_path) == []
     assert spy.copies[5][0] and not spy.copies[2][0]  # one copy was made with the profiler session running
@@ -89,7 +89,7 @@ def test_a_copy_made_during_the_fit_profiles_a_fit_of_its_own(tmp_path):
     make_trainer(tmp_path / "a", [monitor, spy]).fit(TinyModel(SleepDataset(20)))
     _, (clone, _) = spy.copies[4]
     make_trainer(tmp_path / "b", [clone]).fit(TinyModel(SleepDataset(20)))
-    assert window_names(monitor) == ["epoch=0-step=4-5"]
+    assert window_names(monitor) == ["step=000004-000005-epoch=0"]
     assert [p for p in clone.traces if str(tmp_path / "b") in p] and leftovers(tmp_path) == []
 
 
@@ -102,7 +102,7 @@ def test_user_callback_deep_copying_the_callbacks_in_on_fit_start(tmp_path):
     snapshot = Snapshot()
     trainer = make_trainer(tmp_path, [monitor, snapshot])
     trainer.fit(TinyModel(SleepDataset(20)))
-    assert trainer.state.finished and window_names(monitor) == ["epoch=0-step=3-4"]
+    assert trainer.state.finished and window_names(monitor) == ["step=000003-000004-epoch=0"]
     assert isinstance(snapshot.saved[0], PerformanceMonitor) and snapshot.saved[0].traces == []
 
 
@@ -142,7 +142,7 @@ def test_failed_lr_find_leaves_nothing_and_a_later_fit_profiles(tmp_path, monkey
     trainer.callbacks, trainer.fit_loop.epoch_loop.max_steps, trainer.limit_val_batches = callbacks, max_steps, 0
     model.failing = False
     trainer.fit(model)
-    assert window_names(monitor) == ["epoch=0-step=4-5"]
+    assert window_names(monitor) == ["step=000004-000005-epoch=0"]
     assert fetch_timing_removed(trainer) and leftovers(tmp_path) == []
     assert capture_request.running(str(tmp_path / "profiler")) is None
 
@@ -170,7 +170,7 @@ def test_loops_that_run_without_us_get_their_fetch_callbacks_back(tmp_path):
     # its steps take long enough for the ownership check (1 s here) to come due before the failure
     with mock.patch("lightning_profkit.callback.OWNER_CHECK_S", 1.0), pytest.raises(RuntimeError, match="diverged"):
         trainer.fit(Slow(SleepDataset(40)))
-    assert monitor not in trainer.callbacks and window_names(monitor) == ["epoch=0-step=2-3"]
+    assert monitor not in trainer.callbacks and window_names(monitor) == ["step=000002-000003-epoch=0"]
     assert fetch_timing_removed(trainer) and not torch.autograd.profiler._is_profiler_enabled
     assert capture_request.running(str(tmp_path / "profiler")) is None and leftovers(tmp_path) == []
 
@@ -245,4 +245,4 @@ def test_the_trace_folder_appears_with_its_first_window(tmp_path):
 
     make_trainer(tmp_path, [monitor, Look()]).fit(TinyModel(SleepDataset(20)))
     assert not any(seen[i] for i in range(10))  # written once the window has ended, after step 9
-    assert window_names(monitor) == ["epoch=0-step=8-9"]
+    assert window_names(monitor) == ["step=000008-000009-epoch=0"]

@@ -47,7 +47,7 @@ def profiler_off():
 def second_fit_works(tmp_path):
     monitor = PerformanceMonitor(steps="2-3", alert_threshold=None)
     make_trainer(tmp_path / "again", [monitor]).fit(TinyModel(SleepDataset(20)))
-    return [os.path.basename(os.path.dirname(p)) for p in monitor.traces] == ["epoch=0-step=2-3"]
+    return [os.path.basename(os.path.dirname(p)) for p in monitor.traces] == ["step=000002-000003-epoch=0"]
 
 
 @pytest.mark.parametrize("where", ["training_step", "dataset"])

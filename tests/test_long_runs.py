@@ -30,7 +30,10 @@ class Gauge(Callback):
 
 
 def test_200_windows_bounded_memory_handles_and_threads(tmp_path):
-    monitor = PerformanceMonitor(every_n_steps=2, warmup=0, active=1, alert_threshold=None, keep_last_windows=20)
+    # a window every 2 steps of about 5 ms outruns the writer (a child process of about 0.35 s a window
+    # here): the fit's end waits for the backlog, longer than the default flush_timeout on a slow machine
+    monitor = PerformanceMonitor(every_n_steps=2, warmup=0, active=1, alert_threshold=None, keep_last_windows=20,
+                                 flush_timeout=600)
     gauge = Gauge()
     make_trainer(tmp_path, [monitor, gauge], max_steps=400, max_epochs=-1).fit(TinyModel(SleepDataset(800)))
     assert len(monitor.traces) == 20  # the newest 20 of 199 windows are kept
@@ -50,12 +53,12 @@ def test_retention_deletes_only_our_files(tmp_path):
     keep = Retention(2)
     paths = []
     for i in range(4):
-        folder = tmp_path / f"epoch=0-step={i}"
+        folder = tmp_path / f"step={i:06d}-epoch=0"
         folder.mkdir()
         (folder / "other_rank1.pt.trace.json.gz").write_text("x") if i == 0 else None
         path = folder / "host_rank0.1.pt.trace.json.gz"
         path.write_text("x")
         paths.append(str(path))
         keep.add(str(path))
-    assert sorted(os.listdir(tmp_path)) == ["epoch=0-step=0", "epoch=0-step=2", "epoch=0-step=3"]
-    assert os.listdir(tmp_path / "epoch=0-step=0") == ["other_rank1.pt.trace.json.gz"]  # not ours: kept
+    assert sorted(os.listdir(tmp_path)) == ["step=000000-epoch=0", "step=000002-epoch=0", "step=000003-epoch=0"]
+    assert os.listdir(tmp_path / "step=000000-epoch=0") == ["other_rank1.pt.trace.json.gz"]  # not ours: kept

@@ -76,7 +76,7 @@ def test_compare_before_and_after_a_dataloader_fix(gpu_traces):
     share = rows["share/DataLoader"]
     assert share["a"] > 0.2 > share["b"] and share["diff"] == pytest.approx(share["b"] - share["a"])
     text = profkit("compare", gpu_traces / WORKERS_0, gpu_traces / WORKERS_4).stdout
-    assert "B - A" in text and "step share DataLoader" in text
+    assert "B - A" in text and "share/DataLoader" in text and "-32.5 pp" in text
 
 
 def test_summary_of_a_run_folder_lists_every_window(tmp_path):
@@ -85,12 +85,12 @@ def test_summary_of_a_run_folder_lists_every_window(tmp_path):
     done = profkit("summary", "--json", tmp_path)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
-    assert sorted(t["window"] for t in got["traces"]) == ["epoch=0-step=2-3", "epoch=0-step=8-9"]
-    assert all(t["step_breakdown"]["steps"] == t["window"].split("step=")[1].split("-") for t in got["traces"])
+    assert sorted(t["window"] for t in got["traces"]) == ["step=000002-000003-epoch=0", "step=000008-000009-epoch=0"]
+    assert all(t["step_breakdown"]["steps"] == [int(s) for s in t["window"].split("step=")[1].split("-")[:2]] for t in got["traces"])
     assert got["aggregate"]["traces"] == 2 and got["aggregate"]["figures"]["share/DataLoader"] > 0
     assert got["aggregate"]["figures"]["gpu_idle_share"] is None  # CPU run: absent
     text = profkit("summary", tmp_path).stdout
-    assert "epoch=0-step=2-3/" in text and "mean" in text
+    assert "step=000002-000003-epoch=0/" in text and "mean" in text
 
 
 def bad_inputs(tmp_path, gpu_traces):
@@ -132,13 +132,13 @@ def test_missing_arguments_use_argparse_usage():
 
 
 def test_windows_are_listed_in_step_order(tmp_path, gpu_traces):
-    for window in ("epoch=1-step=101-103", "epoch=1-step=75-77", "epoch=0-step=9-11"):
+    for window in ("step=000101-000103-epoch=1", "step=000075-000077-epoch=1", "step=000009-000011-epoch=0"):
         (tmp_path / window).mkdir()
         shutil.copy(gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", tmp_path / window)
     done = profkit("summary", "--json", tmp_path)
     assert done.returncode == 0, done.stderr
     windows = [t["window"] for t in json.loads(done.stdout)["traces"]]
-    assert windows == ["epoch=0-step=9-11", "epoch=1-step=75-77", "epoch=1-step=101-103"]
+    assert windows == ["step=000009-000011-epoch=0", "step=000075-000077-epoch=1", "step=000101-000103-epoch=1"]
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(gpu_traces):

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import logging
 import os
 import shutil
 
@@ -32,13 +33,13 @@ def tb_dataloader_per_step(path, cache_dir):
 def test_plugin_loader_finds_each_window_as_a_run(tmp_path):
     monitor = data_bound_run(tmp_path, steps="3-4,10-12")
     folders = sorted(os.listdir(monitor.trace_dir))
-    assert folders == ["epoch=0-step=10-12", "epoch=0-step=3-4"]
+    assert folders == ["step=000003-000004-epoch=0", "step=000010-000012-epoch=0"]
     for folder in folders:
         run = RunLoader(folder, os.path.join(monitor.trace_dir, folder), tb_io.Cache(str(tmp_path / "cache"))).load()
         (worker,) = run.get_workers("Overview")
         (profile,) = run.get_profiles(worker=worker)
         steps = [row[0] for row in profile.overview["steps"]["rows"]]
-        assert steps == (["3", "4"] if folder.endswith("3-4") else ["10", "11", "12"])
+        assert steps == (["3", "4"] if folder.startswith("step=000003-") else ["10", "11", "12"])
 
 
 def test_plugin_overview_counts_dataloader_time(tmp_path):
@@ -81,13 +82,34 @@ def test_rewrite_of_a_real_gpu_trace_matches_patched_plugin_and_keeps_hta(tmp_pa
     assert after[0]["idle_time(us)"] == ref["idle_us"] and after[0]["compute_time(us)"] == ref["compute_us"]
 
 
+def test_hta_reads_the_rank_of_a_single_process_trace(tmp_path, caplog):
+    monitor = data_bound_run(tmp_path, steps="3-4")
+    (path,) = monitor.traces
+    assert read_trace(path)["distributedInfo"] == {"rank": 0, "world_size": 1}  # kineto writes none here
+    from hta.trace_analysis import TraceAnalysis
+
+    def rank_warnings(folder):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="hta"):
+            assert list(TraceAnalysis(trace_dir=str(folder)).t.traces) == [0]
+        return [r.getMessage() for r in caplog.records if "distributedInfo" in r.getMessage()]  # kineto#974
+
+    assert rank_warnings(os.path.dirname(path)) == []
+    without = read_trace(path)
+    del without["distributedInfo"], without["profkit"]["rank"]  # as we wrote traces before
+    (tmp_path / "without").mkdir()
+    with gzip.open(tmp_path / "without" / os.path.basename(path), "wt") as f:
+        json.dump(without, f)
+    assert len(rank_warnings(tmp_path / "without")) == 1  # what HTA said of our traces before
+
+
 def test_tensorboard_server_lists_runs_and_serves_overview(tmp_path, tensorboard_server):
     monitor = data_bound_run(tmp_path, steps="3-5,12-14")
     server = tensorboard_server(os.path.dirname(monitor.trace_dir))
-    expected = {"profiler/epoch=0-step=3-5", "profiler/epoch=0-step=12-14"}
+    expected = {"profiler/step=000003-000005-epoch=0", "profiler/step=000012-000014-epoch=0"}
     runs = server.wait_for(lambda: expected <= set(server.get("runs")["runs"]) and server.get("runs"))
     assert expected <= set(runs["runs"])
-    run = "profiler/epoch=0-step=3-5"
+    run = "profiler/step=000003-000005-epoch=0"
     views = server.wait_for(lambda: server.get("views", run=run))
     assert "Overview" in views
     (worker,) = server.get("workers", run=run, view="Overview")

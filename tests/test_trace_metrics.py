@@ -115,7 +115,11 @@ def test_host_step_figures_match_reference(name, gpu_traces, reference):
             assert getattr(got, field) == pytest.approx(want[theirs], rel=1e-6, abs=1e-9), field
         else:
             assert getattr(got, field) in (None, 0), field  # absent, not zero (steps: 0)
-    if "blocking_sync_us_by_name" in want:  # the definition changed since reference.json (see host_steps)
+    calls = any(str(e.get("cat", "")).lower() in RUNTIME for e in json.load(gzip.open(gpu_traces / name, "rt"))["traceEvents"])
+    if "blocking_sync_us_by_name" in want and not calls:  # CPU only: the reference says 0, we say absent
+        assert want["blocking_sync_calls_us_in_steps"] == 0
+        assert got.blocking_sync_us is None and got.blocking_sync_us_by_call == {}
+    elif "blocking_sync_us_by_name" in want:  # the definition changed since reference.json (see host_steps)
         total, by_name = expected_sync(json.load(gzip.open(gpu_traces / name, "rt"))["traceEvents"])
         assert got.blocking_sync_us == pytest.approx(total, rel=1e-6, abs=1e-6)
         assert got.blocking_sync_share == pytest.approx(total / want["host_step_time_us"], rel=1e-6, abs=1e-9)

@@ -50,12 +50,12 @@ def no_trouble(root):
     "monitor_kwargs, trainer_kwargs, model, expected",
     [
         (dict(), dict(fast_dev_run=True), lambda: TinyModel(SleepDataset(40)), {}),
-        (dict(), dict(limit_train_batches=5), lambda: TinyModel(SleepDataset(40)), {"epoch=0-step=2-4": [2, 3, 4]}),
-        (dict(steps="8-12"), dict(max_steps=10), lambda: TinyModel(SleepDataset(40)), {"epoch=0-step=8-9": [8, 9]}),
-        (dict(), dict(), lambda: TinyModel(SleepIterable(40)), {"epoch=0-step=11-13": [11, 12, 13]}),
-        (dict(steps="3-4"), dict(), lambda: ManualModel(SleepDataset(40)), {"epoch=0-step=3-4": [3, 4]}),
+        (dict(), dict(limit_train_batches=5), lambda: TinyModel(SleepDataset(40)), {"step=000002-000004-epoch=0": [2, 3, 4]}),
+        (dict(steps="8-12"), dict(max_steps=10), lambda: TinyModel(SleepDataset(40)), {"step=000008-000009-epoch=0": [8, 9]}),
+        (dict(), dict(), lambda: TinyModel(SleepIterable(40)), {"step=000011-000013-epoch=0": [11, 12, 13]}),
+        (dict(steps="3-4"), dict(), lambda: ManualModel(SleepDataset(40)), {"step=000003-000004-epoch=0": [3, 4]}),
         (dict(steps="3-4"), dict(num_sanity_val_steps=2, limit_val_batches=2), lambda: ValModel(SleepDataset(40)),
-         {"epoch=0-step=3-4": [3, 4]}),
+         {"step=000003-000004-epoch=0": [3, 4]}),
     ],
     ids=["fast_dev_run", "limit_train_batches", "max_steps-inside-a-window", "iterable-without-len",
          "manual-optimization", "sanity-check"],
@@ -73,7 +73,7 @@ def test_several_fit_calls_on_one_trainer(tmp_path):
     trainer.fit(model)
     trainer.fit_loop.max_epochs = 2
     trainer.fit(model)
-    assert windows(tmp_path) == {"epoch=0-step=11-13": [11, 12, 13], "epoch=1-step=31-33": [31, 32, 33]}
+    assert windows(tmp_path) == {"step=000011-000013-epoch=0": [11, 12, 13], "step=000031-000033-epoch=1": [31, 32, 33]}
     assert type(trainer.profiler).__name__ == "PassThroughProfiler" and no_trouble(tmp_path)
 
 
@@ -110,7 +110,7 @@ def test_pytorch_lightning_namespace(tmp_path):
     trainer = pl.Trainer(max_epochs=1, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                          callbacks=[monitor], default_root_dir=str(tmp_path))
     trainer.fit(Model())
-    assert windows(tmp_path) == {"epoch=0-step=2-3": [2, 3]}
+    assert windows(tmp_path) == {"step=000002-000003-epoch=0": [2, 3]}
     assert monitor.trace_dir == os.path.join(logger.log_dir, "profiler")  # found the TensorBoard run folder
     assert type(trainer.profiler).__name__ == "PassThroughProfiler" and no_trouble(tmp_path)
 
@@ -132,6 +132,6 @@ def test_configured_from_yaml_through_lightning_cli(tmp_path):
     pytest.importorskip("jsonargparse")
     done = run_cli(tmp_path, {"steps": '"2-3"', "alert_threshold": "null", "alert_action": "stop", "record_shapes": "true"})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert windows(tmp_path) == {"epoch=0-step=2-3": [2, 3]}
+    assert windows(tmp_path) == {"step=000002-000003-epoch=0": [2, 3]}
     done = run_cli(tmp_path / "bad", {"alert_threshold": "2"})
     assert done.returncode != 0 and "alert_threshold" in done.stderr

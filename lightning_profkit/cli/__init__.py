@@ -79,11 +79,11 @@ def summaries(path: str, jobs: int) -> list[dict[str, Any]]:
 def summary(args: argparse.Namespace) -> int:
     traces = summaries(args.path, args.jobs)
     from lightning_profkit.cli.text import summary_text, use_color, write
-    from lightning_profkit.trace.summary import aggregate
+    from lightning_profkit.trace.summary import UNITS, aggregate
 
     agg = aggregate(traces)
     if args.json:
-        write(json.dumps({"traces": traces, "aggregate": agg}, indent=1))
+        write(json.dumps({"units": UNITS, "traces": traces, "aggregate": agg}, indent=1))
     else:
         write(summary_text(traces, agg, use_color(sys.stdout)))
     return 0
@@ -92,11 +92,11 @@ def summary(args: argparse.Namespace) -> int:
 def compare_paths(args: argparse.Namespace) -> int:
     a, b = summaries(args.a, args.jobs), summaries(args.b, args.jobs)
     from lightning_profkit.cli.text import compare_text, use_color, write
-    from lightning_profkit.trace.summary import aggregate, compare
+    from lightning_profkit.trace.summary import UNITS, aggregate, compare
 
     result = compare(aggregate(a), aggregate(b))
     if args.json:
-        write(json.dumps(result, indent=1))
+        write(json.dumps({"units": UNITS, **result}, indent=1))
     else:
         write(compare_text(result, use_color(sys.stdout)))
     return 0

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import Any, Optional, Sequence, TextIO
+from typing import Any, Callable, Optional, Sequence, TextIO
 
 from lightning_profkit.trace.step_breakdown import ROLES
-from lightning_profkit.trace.summary import key_figures
+from lightning_profkit.trace.summary import key_figures, unit
 
-_LABELS = {"CpuOp": "CPU Exec", "Communication": "Comm"}
 ABSENT = "-"
+HOST = ("data_wait_share", "gpu_idle_share", "blocking_sync_ms_per_step", "hta/idle", "hta/compute", "hta/non_compute")
 
 
 def use_color(stream: TextIO) -> bool:
@@ -55,17 +56,14 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
     ]
     if len(summaries) > 1:
         lines.append(("mean", "", agg["figures"]))
-    out = [_title("Step time breakdown (torch-tb-profiler Overview, with kineto's later fixes), share of step time", color)]
+    out = [_title("Step time breakdown (torch-tb-profiler's Overview, with kineto's later fixes; its \"CPU Exec\" is "
+                  "CpuOp): share/<column> of the step time, %", color)]
     rows = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in ROLES + ("Other",)]
             for label, n, fig in lines]
-    out.append(table(["trace", "steps", "step ms"] + [_LABELS.get(r, r) for r in ROLES + ("Other",)], rows, color))
-    rows = [
-        [label, _pct(fig["data_wait_share"]), _pct(fig["gpu_idle_share"]), _ms(fig["blocking_sync_ms_per_step"]),
-         _pct(fig["hta/idle"]), _pct(fig["hta/compute"]), _pct(fig["hta/non_compute"])]
-        for label, _, fig in lines
-    ]
-    out += ["", _title("Host steps and GPU (HTA temporal breakdown: first to last GPU activity)", color)]
-    out.append(table(["trace", "data wait", "GPU idle", "sync ms/step", "HTA idle", "compute", "non-compute"], rows, color))
+    out.append(table(["trace", "steps", "step_time_ms"] + list(ROLES + ("Other",)), rows, color))
+    rows = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
+    out += ["", _title("Host steps and GPU (hta/: HTA's temporal breakdown, first to last GPU activity), % or ms per step", color)]
+    out.append(table(["trace", *HOST], rows, color))
 
     figures = agg["figures"]
     sync = [(k.split("/", 1)[1], v) for k, v in figures.items() if k.startswith("sync_ms_per_step/") and v]
@@ -78,48 +76,69 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
         out.append(table(["device", "MB"], [[d, f"{v:.1f}"] for d, v in peaks], color))
 
     per = max(agg["traces"], 1)
+    # calls as counted, over all traces (a mean per trace would round 4 calls in 8 traces to 0)
+    counted = ["name", "calls", "ms"] if per == 1 else ["name", f"calls in {per} traces", "ms per trace"]
     for key, title, field in (
         ("cpu_by_self", "Top CPU operators by self (exclusive) time", "self_us"),
         ("cpu_by_total", "Top CPU operators by total (inclusive) time", "total_us"),
         ("device_by_total", "Top GPU kernels and copies by time", "total_us"),
     ):
-        rows = [[_short(r["name"]), f"{r['calls'] / per:.0f}", f"{r[field] / per / 1000:.2f}"] for r in agg["operators"][key]]
+        rows = [[_short(r["name"]), f"{r['calls']:.0f}", f"{r[field] / per / 1000:.2f}"] for r in agg["operators"][key]]
         if rows:
-            out += ["", _title(f"{title} (per trace)", color)]
-            out.append(table(["name", "calls", "ms"], rows, color))
-    notes = sorted({f"{_trace_label(s)}: {n}" for s in summaries for n in s.get("notes", [])})
+            out += ["", _title(title, color)]
+            out.append(table(counted, rows, color))
+    notes = list(dict.fromkeys(f"{_trace_label(s)}: {n}" for s in summaries for n in s.get("notes", [])))
     if notes:
         out += ["", "Notes:"] + [f"  {n}" for n in notes]
     return "\n".join(out)
 
 
 def short_summary(agg: dict[str, Any]) -> str:
-    """Two lines for the end of ``fit``: the step's make-up and the costliest operator."""
+    """One line for the end of ``fit``: the step's make-up, data wait, GPU idle and the costliest operator,
+    under the names of ``profkit summary``."""
     fig = agg["figures"]
     if fig.get("step_time_ms") is None:
         return "no step figures (the windows hold no ProfilerStep)"
-    shares = sorted(((fig[f"share/{r}"] or 0.0, _LABELS.get(r, r)) for r in ROLES + ("Other",)), reverse=True)
-    parts = ", ".join(f"{label} {100 * v:.0f}%" for v, label in shares if v >= 0.005)
-    line = (f"step {fig['step_time_ms']:.1f} ms = {parts}; data wait {_pct(fig['data_wait_share'])}, "
-            f"GPU idle {_pct(fig['gpu_idle_share'])}")
+    shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in ROLES + ("Other",)), reverse=True)
+    parts = ", ".join(f"{role} {100 * v:.0f}%" for v, role in shares if v >= 0.005)
+    line = f"step {fig['step_time_ms']:.1f} ms = {parts}; data_wait_share {_pct(fig['data_wait_share'])}"
+    if fig["gpu_idle_share"] is not None:
+        line += f", gpu_idle_share {_pct(fig['gpu_idle_share'])}"
     ops = agg["operators"]["cpu_by_self"]
     if ops:
-        line += f"; most CPU self time: {_short(ops[0]['name'], 40)} ({ops[0]['self_us'] / max(agg['traces'], 1) / 1000:.1f} ms per window)"
+        line += f"; most CPU self time: {_short(ops[0]['name'], 60)} ({ops[0]['self_us'] / max(agg['traces'], 1) / 1000:.1f} ms per window)"
     return line
+
+
+def fmt(key: str) -> Callable[[Optional[float]], str]:
+    """How a figure is printed, by its unit: fractions as %, times in ms, memory in MiB."""
+    kind = unit(key)
+    if kind == "fraction":
+        return _pct
+    if kind == "MiB":
+        return lambda v: ABSENT if v is None else f"{v:.1f}"
+    return _ms
+
+
+def _difference(key: str, diff: Optional[float]) -> str:
+    """B - A: percentage points for fractions, else in the figure's unit; signed."""
+    if diff is None:
+        return ABSENT
+    sign = "+" if diff > 0 else ""
+    if unit(key) == "fraction":
+        return f"{sign}{100 * diff:.1f} pp"
+    return sign + fmt(key)(diff)
 
 
 def compare_text(cmp: dict[str, Any], color: bool = False) -> str:
     rows = []
     for key, row in cmp["figures"].items():
-        fmt = _ms if key.endswith(("_ms", "ms_per_step")) or "/" in key and key.split("/")[0].endswith(("ms_per_step", "_mb")) else _pct
-        if key.startswith("peak_memory_mb/"):
-            fmt = lambda v: ABSENT if v is None else f"{v:.1f}"  # noqa: E731
-        diff = row["diff"]
-        text = ABSENT if diff is None else ("+" if diff > 0 else "") + fmt(diff)
-        if color and diff:
-            text = f"\033[{31 if diff > 0 else 32}m{text}\033[0m"
-        rows.append([_figure_label(key), fmt(row["a"]), fmt(row["b"]), text])
-    out = [_title(f"A: {cmp['traces']['a']} trace(s), B: {cmp['traces']['b']} trace(s); means over traces", color)]
+        text = _difference(key, row["diff"])
+        if color and row["diff"]:
+            text = f"\033[{31 if row['diff'] > 0 else 32}m{text}\033[0m"
+        rows.append([key, fmt(key)(row["a"]), fmt(key)(row["b"]), text])
+    out = [_title(f"A: {cmp['traces']['a']} trace(s), B: {cmp['traces']['b']} trace(s); means over traces "
+                  "(B - A of a % in percentage points, pp)", color)]
     out.append(table(["figure", "A", "B", "B - A"], rows, color))
     ops = [[_short(r["name"]), _ms(_div(r["a_self_us"])), _ms(_div(r["b_self_us"]))] for r in cmp["cpu_by_self_per_trace"]]
     if ops:
@@ -132,15 +151,41 @@ def _div(us: Optional[float]) -> Optional[float]:
     return None if us is None else us / 1000
 
 
-def _figure_label(key: str) -> str:
-    if key.startswith("share/"):
-        role = key.split("/", 1)[1]
-        return f"step share {_LABELS.get(role, role)}"
-    return key.replace("_", " ")
+# where a name may be cut: after a separator ("::" whole), never inside a word or a collapsed group
+_BREAK = re.compile(r"(?:(?<=[#./ (_])|(?<=::))(?![…:])")
 
 
 def _short(name: str, width: int = 70) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+    """``name`` in at most ``width`` characters, cut between words: C++ template arguments and a trailing
+    parameter list become ``<…>`` and ``(…)``, then the start gives way to the distinctive end."""
+    if len(name) <= width:
+        return name
+    name = _collapse(name, "<", ">")
+    if len(name) > width and name.endswith(")"):
+        name = _collapse(name, "(", ")", last_only=True)
+    if len(name) <= width:
+        return name
+    for cut in (m.start() for m in _BREAK.finditer(name)):
+        if len(name) - cut + 1 <= width:
+            return "…" + name[cut:]
+    return "…" + name[len(name) - width + 1:]  # one word longer than the width
+
+
+def _collapse(name: str, open_: str, close: str, last_only: bool = False) -> str:
+    """Outermost ``open_ … close`` groups shown as ``open_…close`` (only the one ending the name, if ``last_only``)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(name):
+        if ch == open_:
+            depth += 1
+            if depth == 1:
+                start = i
+        elif ch == close and depth:
+            depth -= 1
+            if depth == 0 and (not last_only or i == len(name) - 1):
+                out.append((start, i))
+    for start, end in reversed(out[-1:] if last_only else out):
+        name = name[: start + 1] + "…" + name[end:]
+    return name
 
 
 def write(text: str, stream: Optional[TextIO] = None) -> None:

@@ -82,6 +82,8 @@ class RollingChecks:
         self.captures_left = max_captures
         self.check_at: Optional[int] = None  # the step at whose end the next check runs
         self.carry = (0.0, 0.0)  # the block's figures at the last epoch end
+        self.block_first = 0  # the block's first step
+        self.epochs: list[tuple[int, int]] = []  # (first step, epoch) of the epochs since the block began
         self.requested = 0  # steps asked for from outside, for the next exchange
         self.episode_in_epoch = False
         self.fitting = False
@@ -91,6 +93,7 @@ class RollingChecks:
         self.rule = AlertRule(self.threshold, self.patience, self.cooldown) if self.threshold else None
         self.captures_left = self.max_captures
         self.check_at, self.carry, self.requested = None, (0.0, 0.0), 0
+        self.epochs = []
         self.fitting = True
         self._apply_resume()
 
@@ -114,10 +117,12 @@ class RollingChecks:
         if isinstance(state.get("captures_left"), int):
             self.captures_left = state["captures_left"]
 
-    def epoch_start(self, now: float, fetch_s: float, first_step: int) -> None:
+    def epoch_start(self, now: float, fetch_s: float, first_step: int, epoch: int) -> None:
         self.block.start(now, fetch_s, self.carry)  # a block runs on across epochs
         if self.check_at is None:
             self.check_at = first_step + self.window - 1
+            self.block_first = first_step
+        self.epochs.append((first_step, epoch))
         self.episode_in_epoch = False
 
     def epoch_end(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> None:
@@ -132,9 +137,20 @@ class RollingChecks:
         new block from ``now``."""
         fetch, train = self.block.so_far(now, fetch_s, validation_spans)
         self.block.start(now, fetch_s)
-        self.check_at = step + self.window
+        self.check_at, self.block_first = step + self.window, step + 1
+        self.epochs = self.epochs[-1:]  # the epoch the next block begins in (or one that starts after it)
         requested, self.requested = self.requested, 0
         return [fetch, train, float(requested)]
+
+    def span(self, step: int) -> str:
+        """What the check at ``step`` measures, before :meth:`take_block`: "steps 0-99 (epochs 0-1)"."""
+        first = self.block_first
+        # the epochs that hold a step of first..step: those starting by `step`, less those before the one
+        # holding `first`
+        starts = [(s, e) for s, e in self.epochs if s <= step]
+        inside = [e for i, (s, e) in enumerate(starts) if i + 1 == len(starts) or starts[i + 1][0] > first]
+        epochs = f"epoch {inside[0]}" if len(inside) == 1 else f"epochs {inside[0]}-{inside[-1]}" if inside else ""
+        return f"steps {first}-{step}" + (f" ({epochs})" if epochs else "")
 
     @staticmethod
     def worst(rows: Sequence[Sequence[float]]) -> Optional[tuple[float, int]]:

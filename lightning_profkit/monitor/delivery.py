@@ -5,10 +5,10 @@ can name its trace."""
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Callable, Optional
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
+from lightning_profkit.notices import warn
 
 
 class AlertDelivery:
@@ -23,7 +23,7 @@ class AlertDelivery:
     def send(self, alert: DataWaitAlert) -> None:
         if not self.to_user:
             return
-        warnings.warn(f"PerformanceMonitor: {alert.message}", DataWaitWarning, stacklevel=2)
+        warn(f"PerformanceMonitor: {alert.message}", DataWaitWarning, stacklevel=2)
         if self.on_alert is not None:
             try:
                 self.on_alert(alert)

@@ -12,9 +12,11 @@ validation, and for a training loop whose class overrides the pair, ours call th
 timing. The user's profiler sees every call it saw before, with the same names, and is not touched.
 
 A step's first training fetch is also where the step before it ended, so the timer keeps the step times
-too (one clock read serves both) and is the callback's alarm clock: it calls ``on_due()`` at the first
-fetch of a step the callback asked to hear about, or past a given time, so that the callback's per-batch
-hook need not run on the other steps.
+too (from the clock read as the fetch begins) and is the callback's alarm clock: it calls ``on_due()`` at
+the first fetch of a step the callback asked to hear about, or past a given time, so that the callback's
+per-batch hook need not run on the other steps. The wait is timed from a second clock read, after that
+bookkeeping: it is Lightning's fetch (the DataLoader's ``next()`` and Lightning's CombinedLoader around it)
+and nothing of ours.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ class FetchTimer:
         else:
             self._own_pair[0]()
         s = self.stats
-        s.t0 = t0 = perf_counter()
+        t0 = perf_counter()
         done = self._progress.completed  # the step being fetched for is step `done` (from 0)
         if done != s.steps_done:  # its first fetch: the step before it ends here
             if s.step_start is not None:
@@ -170,6 +172,7 @@ class FetchTimer:
             s.steps_done = done
         if done >= self._due or t0 >= self._due_at:
             self._on_due()
+        s.t0 = perf_counter()  # the wait starts here: the bookkeeping above, and on_due's work, are not in it
 
     def _train_after(self) -> None:
         s = self.stats

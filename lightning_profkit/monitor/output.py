@@ -26,9 +26,14 @@ def worker_name(rank: int, host: Optional[str] = None) -> str:
     return f"{host}_rank{rank}"
 
 
+STEP_DIGITS = 6  # window folders sort in step order in any listing up to step 999999
+
+
 def window_name(epoch: int, first: int, last: int) -> str:
-    steps = f"{first}" if first == last else f"{first}-{last}"
-    return f"epoch={epoch}-step={steps}"
+    """``step=000075-000077-epoch=1``: the steps first and zero-padded, so that TensorBoard, ``ls`` and HTA
+    list windows in step order (the global step grows across epochs; an epoch number would not sort)."""
+    steps = f"{first:0{STEP_DIGITS}d}" if first == last else f"{first:0{STEP_DIGITS}d}-{last:0{STEP_DIGITS}d}"
+    return f"step={steps}-epoch={epoch}"
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,10 @@ class TraceOutput:
     """One fit's traces on one rank. ``on_error(message)`` is called from the writer thread when a window
     cannot be written."""
 
-    def __init__(self, trace_dir: str, worker: str, keep_last: Optional[int], on_error: Callable[[str], None]) -> None:
-        self.trace_dir, self.worker = trace_dir, worker
+    def __init__(self, trace_dir: str, rank: int, world_size: int, keep_last: Optional[int],
+                 on_error: Callable[[str], None]) -> None:
+        self.trace_dir, self.worker = trace_dir, worker_name(rank)
+        self.rank, self.world_size = rank, world_size
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
         self._retention = Retention(keep_last) if keep_last else None
         self._on_error = on_error
@@ -77,7 +84,8 @@ class TraceOutput:
         """Queue a window's profiler results (steps ``first``-``last``; ``offset`` is the epoch's first
         step); returns the path its trace will have."""
         path = os.path.join(self.trace_dir, window_name(epoch, first, last), f"{self.worker}.{time.time_ns()}.pt.trace.json.gz")
-        meta = {"epoch": epoch, "steps": [first, last], "batch_idx": [first - offset, last - offset], "worker": self.worker}
+        meta = {"epoch": epoch, "steps": [first, last], "batch_idx": [first - offset, last - offset], "worker": self.worker,
+                "rank": self.rank, "world_size": self.world_size}
         if self._writer is None:
             self._writer = TraceWriter(on_error=self._on_error, on_written=self._written.append)
         self._writer.submit(WindowJob(results, path, meta))

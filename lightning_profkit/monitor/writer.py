@@ -2,22 +2,19 @@
 
 The training thread only queues the profiler's results. A writer thread saves them (torch's save
 holds the GIL for a few milliseconds; it is the only part that can touch training) and hands the
-rewrite, gzip and rename to a child process, which holds no lock of ours. Files appear under their
-final name only when complete.
+rewrite, gzip and rename to the fit's finalizing process (:mod:`~lightning_profkit.monitor.finalizer`),
+which holds no lock of ours. Files appear under their final name only when complete.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import queue
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
-
+from lightning_profkit.monitor.finalizer import Finalizer
 
 def temporary_name(final_path: str) -> str:
     """A sibling name that does not match torch-tb-profiler's ``*.pt.trace.json(.gz)`` pattern."""
@@ -55,6 +52,7 @@ class TraceWriter:
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._pending = 0  # windows submitted and not yet written or dropped
+        self._finalizer = Finalizer()  # its process starts with the first window, ends with the thread
 
     @property
     def pending(self) -> int:
@@ -93,6 +91,7 @@ class TraceWriter:
         while True:
             job = self._jobs.get()
             if job is None:
+                self._finalizer.close()
                 return
             if isinstance(job, threading.Event):
                 job.set()
@@ -112,28 +111,11 @@ class TraceWriter:
             os.makedirs(folder, exist_ok=True)
             job.results.save(raw)
             job.results = None
-            done = subprocess.run(
-                [sys.executable, "-m", "lightning_profkit.monitor.finalize", raw, job.path, json.dumps(job.meta)],
-                capture_output=True,
-                text=True,
-                env=_child_env(),
-            )
-            if done.returncode != 0:
-                raise OSError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "finalizer failed")
+            done = self._finalizer.finalize(raw, job.path, job.meta)
         except BaseException:
             for leftover in (raw, temporary_name(job.path)):
                 if os.path.exists(leftover):
                     os.remove(leftover)
             raise
-        if self._on_written is not None and done.stdout.strip():
-            self._on_written(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-def _child_env() -> dict[str, str]:
-    """The child imports this package from wherever the parent found it, and uses one thread."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    for threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[threads] = "1"  # one core for the rewrite; the others stay with training
-    return env
+        if self._on_written is not None:
+            self._on_written(done)

@@ -6,7 +6,7 @@ share is averaged over the GPUs in the trace (a trace of one process driving two
 one of them idles); blocking calls are counted on the threads that run the steps only (NCCL's watchdog
 thread polls ``cudaEventQuery`` all the time under DDP, and that call never blocks: it is not counted).
 Times are in µs, the trace unit. A figure that a trace cannot support is None (no steps: no step
-figures; no GPU events: no GPU idle).
+figures; no GPU events: no GPU idle; no CUDA calls: no blocking time).
 """
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ def window_figures(c: Columns) -> HostFigures:
     data_wait = in_steps(c.spans(dataloader))
     blocking = in_steps(c.spans(np.logical_or.reduce(list(sync.values()))))
     busy = gpu_busy_fraction(c, device, (float(c.ts[steps].min()), float(c.end[steps].max())))
+    calls = runtime.any()  # a trace without CUDA (or HIP) calls cannot tell blocking time: absent, not zero
     return HostFigures(
         steps=int(steps.sum()), step_time_us=step_time, data_wait_us=data_wait, data_wait_share=share(data_wait),
-        blocking_sync_us=blocking, blocking_sync_share=share(blocking),
-        blocking_sync_us_by_call={name: in_steps(c.spans(m)) for name, m in sync.items()},
+        blocking_sync_us=blocking if calls else None, blocking_sync_share=share(blocking) if calls else None,
+        blocking_sync_us_by_call={name: in_steps(c.spans(m)) for name, m in sync.items()} if calls else {},
         gpu_busy_share=busy, gpu_idle_share=None if busy is None else 1.0 - busy, peak_memory=peaks,
     )
 

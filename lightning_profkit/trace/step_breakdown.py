@@ -26,7 +26,7 @@ _BIG, _SMALL = float(sys.maxsize), float(-sys.maxsize - 1)
 
 
 def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
-    """``{"steps": [names], "per_step": [{column: µs}], "avg": {column: µs}, "dataloader_frac": float}``;
+    """``{"steps": [step numbers], "per_step": [{column: µs}], "avg": {column: µs}, "dataloader_frac": float}``;
     None for a trace without steps and without host operators."""
     op, annotation, python = c.cat_mask(*v.OPERATOR), c.cat_mask(*v.ANNOTATION), c.cat_mask(*v.PYTHON)
     kernel, memcpy, memset, runtime_calls = (c.cat_mask(*cats) for cats in (v.KERNEL, v.MEMCPY, v.MEMSET, v.RUNTIME))
@@ -46,7 +46,7 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
         cpu = op | python
         if not cpu.any():
             return None
-        steps, names = [(float(c.ts[cpu].min()), float(c.end[cpu].max()))], ["0"]
+        steps, names = [(float(c.ts[cpu].min()), float(c.end[cpu].max()))], [None]  # the whole trace
     device = np.flatnonzero(kernel | memcpy | memset)
     runtime = np.flatnonzero(runtime_calls)
     steps, names = _device_steps(c, steps, names, runtime, device)
@@ -54,8 +54,8 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
 
 
 def _device_steps(
-    c: Columns, steps: list[tuple[float, float]], names: list[str], runtime: np.ndarray, device: np.ndarray
-) -> tuple[list[tuple[float, float]], list[str]]:
+    c: Columns, steps: list[tuple[float, float]], names: list[Optional[int]], runtime: np.ndarray, device: np.ndarray
+) -> tuple[list[tuple[float, float]], list[Optional[int]]]:
     """Move steps to the device side, as torch-tb-profiler's ``StepParser`` does: a runtime call lying inside
     a host step links the step to the GPU work it launched (same correlation id)."""
     n = len(steps)
@@ -107,7 +107,7 @@ def _device_steps(
     return moved[:keep], names[:keep]
 
 
-def _aggregate(steps: list[tuple[float, float]], names: list[str], roles: dict[str, intervals.Union]) -> dict[str, Any]:
+def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]], roles: dict[str, intervals.Union]) -> dict[str, Any]:
     """Hand out step time by role priority (``OverallParser``), per step, on the segments between all
     span boundaries."""
     step_starts = np.array([s for s, _ in steps])

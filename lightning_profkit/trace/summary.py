@@ -9,6 +9,7 @@ averaged over traces and compared between runs. A figure a trace cannot support 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Iterable, Optional, Sequence
 
 from lightning_profkit.figures import HostFigures
@@ -22,6 +23,33 @@ from lightning_profkit.trace.load import LoadedTrace
 from lightning_profkit.trace.host_steps import window_figures
 
 TOP_N = 10
+_WORKER_RANK = re.compile(r"_rank(\d+)$")
+# What the numbers of a summary are in, by key (JSON paths with * for any name): the "units" of
+# `profkit summary --json` and `profkit compare --json`, and what the text tables format them by.
+UNITS = {
+    "*_us, step_breakdown.per_step.*, step_breakdown.avg.*": "microseconds",
+    "*_ms": "milliseconds",
+    "*_ms_per_step, sync_ms_per_step/*": "milliseconds per step",
+    "*_share, *_frac, share/*": "fraction of the steps' time, 0 to 1",
+    "hta/*, temporal.*_frac": "fraction of the time from the first to the last GPU activity (HTA's window), 0 to 1",
+    "*_bytes": "bytes",
+    "peak_memory_mb/*": "MiB (2**20 bytes)",
+    "calls": "count, all traces together",
+    "step_breakdown.steps": "the number of each step marker (null: the whole trace taken as one step)",
+    "host.steps, traces": "count",
+    "rank": "the trace's rank: its distributedInfo, else the _rank<N> of its worker name",
+}
+
+
+def unit(key: str) -> str:
+    """The kind of an aggregate figure: "fraction", "ms", "ms per step" or "MiB"."""
+    if key.startswith("peak_memory_mb/"):
+        return "MiB"
+    if key.endswith("ms_per_step") or key.startswith("sync_ms_per_step/"):
+        return "ms per step"
+    if key.endswith("_ms"):
+        return "ms"
+    return "fraction"  # *_share, share/*, hta/*
 
 
 def summarize_events(events: Sequence[AnyEvent]) -> dict[str, Any]:
@@ -57,15 +85,27 @@ def summarize_columns(c: Columns) -> dict[str, Any]:
 def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
     """The summary of a loaded trace, labelled with its window, worker and rank."""
     meta = trace.meta or {}
-    rank = (trace.distributed_info or {}).get("rank")
+    worker = meta.get("worker") or os.path.basename(path).split(".")[0]
     out = {
         "path": path,
         "window": os.path.basename(os.path.dirname(os.path.abspath(path))),
-        "worker": meta.get("worker") or os.path.basename(path).split(".")[0],
-        "rank": rank,
+        "worker": worker,
+        "rank": rank_of(trace.distributed_info, worker),
     }
     out.update(summarize_columns(join(trace.parts)))
     return out
+
+
+def rank_of(distributed_info: Optional[dict[str, Any]], worker: str) -> Optional[int]:
+    """A trace's rank: from its ``distributedInfo``, else from a worker name ending ``_rank<N>`` (as
+    PerformanceMonitor names its workers); None when neither says."""
+    rank = (distributed_info or {}).get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        return rank
+    if isinstance(rank, str) and rank.isdigit():
+        return int(rank)
+    match = _WORKER_RANK.search(worker)
+    return int(match.group(1)) if match else None
 
 
 def key_figures(summary: dict[str, Any]) -> dict[str, Optional[float]]:

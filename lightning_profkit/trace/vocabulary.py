@@ -3,6 +3,8 @@ categories (the 2021 format's and today's), DataLoader spans and the CUDA calls 
 
 from __future__ import annotations
 
+from typing import Optional
+
 STEP_PREFIX = "ProfilerStep#"  # torch.profiler's span of one step: ProfilerStep#<step>
 
 # event categories, lower-cased; each pair is (today's name, the 2021 format's) where they differ
@@ -40,9 +42,10 @@ def is_step(name: str) -> bool:
     return name.startswith(STEP_PREFIX)
 
 
-def step_number(name: str) -> str:
-    """The ``N`` of ``ProfilerStep#N``."""
-    return name[len(STEP_PREFIX):]
+def step_number(name: str) -> Optional[int]:
+    """The ``N`` of ``ProfilerStep#N`` (None if it is not a number)."""
+    number = name[len(STEP_PREFIX):]
+    return int(number) if number.isdigit() else None
 
 
 def is_dataloader_event(name: str) -> bool:

@@ -1,0 +1,67 @@
+"""One finalizing process per fit: the same process for every window, at idle priority, gone after ``fit``;
+killed mid-run, it costs no training step and the next windows are written by a new one."""
+
+import os
+import signal
+
+from lightning.pytorch import Callback
+
+from conftest import SleepDataset, TinyModel, leftovers, make_trainer, trace_files
+from lightning_profkit import PerformanceMonitor
+from lightning_profkit.monitor.finalizer import CHILD
+
+
+def finalizers():
+    """Our children that run the finalizing module, with their scheduling policy."""
+    found = {}
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and CHILD.encode() in cmdline:
+            found[int(pid)] = os.sched_getscheduler(int(pid))
+    return found
+
+
+class Watch(Callback):
+    """The finalizing processes seen at every step; ``kill_at``: kill the one there at that step."""
+
+    def __init__(self, kill_at=None):
+        self.seen, self.kill_at, self.killed, self.steps = {}, kill_at, None, 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.steps += 1
+        now = finalizers()
+        self.seen.update(now)
+        if self.kill_at is not None and trainer.fit_loop.epoch_loop.total_batch_idx == self.kill_at and now:
+            self.killed = next(iter(now))
+            os.kill(self.killed, signal.SIGKILL)
+
+
+def test_one_idle_finalizing_process_for_every_window_and_none_after(tmp_path):
+    watch = Watch()
+    monitor = PerformanceMonitor(every_n_steps=6, warmup=0, active=2, alert_threshold=None)
+    make_trainer(tmp_path, [monitor, watch]).fit(TinyModel(SleepDataset(80, delay=0.004)))  # 40 steps, windows at 6, 12, ..., 36
+    assert len(trace_files(tmp_path)) == 6 and leftovers(tmp_path) == []
+    assert len(watch.seen) == 1, watch.seen  # one process for all of them
+    assert set(watch.seen.values()) == {os.SCHED_IDLE}
+    assert finalizers() == {}  # ended with the fit
+    (pid,) = watch.seen
+    assert not os.path.exists(f"/proc/{pid}")  # and reaped
+
+
+def test_a_killed_finalizing_process_is_replaced_and_training_goes_on(tmp_path, recwarn):
+    watch = Watch(kill_at=20)
+    monitor = PerformanceMonitor(every_n_steps=6, warmup=0, active=2, alert_threshold=None)
+    make_trainer(tmp_path, [monitor, watch]).fit(TinyModel(SleepDataset(80, delay=0.004)))
+    assert watch.steps == 40 and watch.killed is not None
+    assert len(watch.seen) == 2 and finalizers() == {}  # the killed one and its replacement, both gone
+    written = {os.path.basename(os.path.dirname(p)) for p in trace_files(tmp_path)}
+    assert {"step=000024-000025-epoch=0", "step=000030-000031-epoch=0", "step=000036-000037-epoch=0"} <= written
+    assert leftovers(tmp_path) == []
+    lost = [str(w.message) for w in recwarn if "finalizing process ended" in str(w.message)]
+    assert len(lost) <= 1  # the window in hand, if the kill came while one was, is reported once

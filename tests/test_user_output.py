@@ -1,0 +1,173 @@
+"""What a user reads, from real runs: the demo's lines in the order things happen, the alert printed as a
+warning of its category, names cut between words, window folders in step order, and `profkit`'s JSON and
+tables (ranks, integer steps, units, one name per figure, absent figures, pp, call counts)."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from conftest import SleepDataset, TinyModel, make_trainer, trace_files
+from lightning_profkit import PerformanceMonitor
+from lightning_profkit.alerts import DataWaitWarning
+from lightning_profkit.cli.text import _short
+from lightning_profkit.notices import warn
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
+WINDOW = re.compile(r"^step=(\d{6})(?:-(\d{6}))?-epoch=(\d+)$")
+
+
+def profkit(*args):
+    done = subprocess.run([PROFKIT, *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo as the README runs it (2 epochs of 64 steps), stdout and stderr as one stream, in order."""
+    out = tmp_path_factory.mktemp("demo")
+    done = subprocess.run([sys.executable, "-u", os.path.join(ROOT, "examples", "data_bound.py"), "--out", str(out)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, cwd=out)
+    assert done.returncode == 0, done.stdout[-3000:]
+    return out, done.stdout
+
+
+def test_demo_prints_plan_and_paths_without_usdt_noise(demo):
+    out, text = demo
+    assert "USDT:" not in text
+    assert text.count("lightning_profkit: profiling batches 11-13 of every epoch") == 1
+    assert "tensorboard --logdir" in text
+    assert all(path in text for path in trace_files(out))
+
+
+def test_the_alert_reads_like_a_warning_in_the_order_things_happen(demo):
+    _, text = demo
+    lines = text.splitlines()
+    (alert,) = [i for i, line in enumerate(lines) if "PerformanceMonitor: " in line and "waiting for the DataLoader" in line]
+    assert lines[alert].startswith("DataWaitWarning: PerformanceMonitor: ")  # the category, no library path
+    assert "lightning_profkit" not in lines[alert] and ".py:" not in lines[alert]
+    # a check of 100 steps over epochs of 64 steps names both epochs
+    assert "of steps 0-99 (epochs 0-1) was spent waiting" in lines[alert]
+    # recorded first, and the line says the alert follows once its trace is written; the alert names it
+    (recording,) = [i for i, line in enumerate(lines) if "recording steps 101-103" in line]
+    assert recording < alert and "the alert follows when their trace is written" in lines[recording]
+    assert lines[alert + 2].strip().endswith("profiler/step=000101-000103-epoch=1")
+
+
+def test_the_alert_can_still_be_filtered_by_its_category(tmp_path):
+    code = ("import warnings\nfrom lightning_profkit.alerts import DataWaitWarning\nfrom lightning_profkit.notices import warn\n"
+            "warn('PerformanceMonitor: slow', DataWaitWarning)\n"
+            "warnings.filterwarnings('ignore', category=DataWaitWarning)\nwarn('PerformanceMonitor: hidden', DataWaitWarning)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stderr == "DataWaitWarning: PerformanceMonitor: slow\n"
+    before = warnings.formatwarning
+    with pytest.warns(DataWaitWarning, match="slow"):
+        warn("PerformanceMonitor: slow", DataWaitWarning)
+    assert warnings.formatwarning is before  # other warnings keep their format
+
+
+def test_window_folders_sort_in_step_order_everywhere(demo):
+    out, _ = demo
+    folder = os.path.dirname(os.path.dirname(trace_files(out)[0]))
+    names = sorted(os.listdir(folder))  # what `ls`, TensorBoard's run list and HTA see
+    steps = [int(WINDOW.match(n).group(1)) for n in names]
+    assert steps == sorted(steps) and steps == [11, 75, 101]
+    listed = [t["window"] for t in json.loads(profkit("summary", "--json", folder))["traces"]]
+    assert listed == names
+
+
+def test_the_end_of_fit_line_cuts_names_between_words(demo):
+    _, text = demo
+    (line,) = [line for line in text.splitlines() if "window(s) of rank 0" in line]
+    assert "CpuOp" in line and "CPU Exec" not in line  # the names of `profkit summary`
+    assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" in line
+
+
+@pytest.mark.parametrize("name, width, want", [
+    ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 40, "…_SingleProcessDataLoaderIter.__next__"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)", 70,
+     "void at::native::vectorized_elementwise_kernel<…>(…)"),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 25, "…Sum_f32_RING_LL(…)"),
+    ("aten::index", 70, "aten::index"),
+])
+def test_long_names_keep_their_distinctive_end(name, width, want):
+    assert _short(name, width) == want and len(want) <= width
+
+
+def test_summary_json_says_rank_steps_and_units(tmp_path):
+    monitor = PerformanceMonitor(steps="2-3", alert_threshold=None)
+    make_trainer(tmp_path, [monitor]).fit(TinyModel(SleepDataset(20, delay=0.001)))
+    got = json.loads(profkit("summary", "--json", tmp_path))
+    (trace,) = got["traces"]
+    assert trace["worker"].endswith("_rank0") and trace["rank"] == 0
+    assert trace["step_breakdown"]["steps"] == [2, 3]
+    assert {"*_us, step_breakdown.per_step.*, step_breakdown.avg.*", "*_share, *_frac, share/*", "*_ms"} <= set(got["units"])
+    # the rank comes from the worker name where a trace has no distributedInfo
+    from lightning_profkit.trace.summary import rank_of
+    assert rank_of(None, "node-3_rank12") == 12 and rank_of({"rank": 5}, "w") == 5 and rank_of(None, "worker0") is None
+
+
+def test_one_name_per_figure_and_absent_gpu_figures_on_a_cpu_trace(gpu_traces):
+    text = profkit("summary", gpu_traces / "hta/cpu_only")
+    data = json.loads(profkit("summary", "--json", gpu_traces / "hta/cpu_only"))
+    figures = data["aggregate"]["figures"]
+    assert figures["blocking_sync_ms_per_step"] is None and figures["gpu_idle_share"] is None
+    header = next(line for line in text.splitlines() if line.startswith("trace ") and "data_wait_share" in line)
+    row = text.splitlines()[text.splitlines().index(header) + 1]
+    cells = dict(zip(header.split(), row.split()))
+    assert cells["blocking_sync_ms_per_step"] == "-" and cells["gpu_idle_share"] == "-"
+    for key in figures:  # every figure of the JSON under the same name in the text
+        shown = key.split("/", 1)[1] if key.startswith("share/") else key
+        if not key.startswith(("sync_ms_per_step/", "host_step_ms", "peak_memory_mb/")):
+            assert shown in text, key
+    assert "CPU Exec" not in text.replace('"CPU Exec"', "")  # named once, as torch-tb-profiler's name for CpuOp
+
+
+def test_compare_prints_percentage_points(gpu_traces):
+    text = profkit("compare", gpu_traces / "kineto/resnet50_num_workers_0", gpu_traces / "kineto/resnet50_num_workers_4")
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith(("data_wait_share", "step_time_ms"))}
+    assert rows["data_wait_share"][1:] == ["39.6%", "1.0%", "-38.6", "pp"]
+    assert rows["step_time_ms"][-1] == "-36.52"  # not a percentage: its own unit
+
+
+def test_call_counts_are_never_rounded_away(tmp_path, gpu_traces):
+    # 2 traces: an operator that one of them calls once is shown with its 1 call, not a mean of 0.5 -> 0
+    for i, name in enumerate(["hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+                              "hta/rank_non_gpu/rank_non_gpu.json.gz"]):
+        (tmp_path / f"w{i}").mkdir()
+        shutil.copy(gpu_traces / name, tmp_path / f"w{i}" / f"t{i}.pt.trace.json.gz")
+    data = json.loads(profkit("summary", "--json", tmp_path))
+    calls = {}
+    for trace in data["traces"]:
+        for row in trace["operators"]["cpu_by_self"]:
+            calls[row["name"]] = calls.get(row["name"], 0) + row["calls"]
+    text = profkit("summary", tmp_path)
+    table = text[text.index("Top CPU operators by self"):].split("\n\n")[0].splitlines()
+    assert "calls in 2 traces" in table[1]
+    for line in table[2:]:
+        name, count = re.match(r"^(.*?)\s{2,}(\d+)\s+[\d.]+$", line).groups()
+        if name in calls:
+            assert int(count) == calls[name], name
+    assert any(c == 1 for c in calls.values())
+
+
+def test_the_readme_lists_every_logged_metric(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path, name="csv")
+    monitor = PerformanceMonitor(steps="4-6", alert_window=5)
+    make_trainer(tmp_path, [monitor], max_epochs=2, logger=[logger]).fit(TinyModel(SleepDataset(40, delay=0.002)))
+    header = open(os.path.join(logger.log_dir, "metrics.csv")).readline().strip().split(",")
+    logged = {k[len("profkit/"):] for k in header if k.startswith("profkit/")}
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    table = {name for row in readme.splitlines() if row.startswith("| `") for name in re.findall(r"`([^`]+)`", row.split("|")[1])}
+    assert {"data_wait_ratio", "window/host_step_ms", "window/data_wait_share"} <= logged
+    assert logged <= table, logged - table
