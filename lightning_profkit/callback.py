@@ -23,6 +23,7 @@ from lightning_profkit.monitor.exchange import exchange, exchange_group
 from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
 from lightning_profkit.monitor.output import TraceOutput, check_writable
+from lightning_profkit.monitor.own_cost import SLOW_AFTER, own_cost
 from lightning_profkit.monitor.selection import StepRanges
 from lightning_profkit.monitor.windows import WindowRunner, WindowSession, profiler_activities, session_opener
 from lightning_profkit.notices import warn
@@ -80,7 +81,8 @@ class PerformanceMonitor(Callback):
     worker start-up), ``samples_per_s``,
     ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only), ``gpu_idle_ratio`` (CUDA with the ``nvml`` extra:
     ``1 -`` mean NVML utilization over the epoch's training time, sampled about every 1/6 s to 1 s). Several ranks: means, plus
-    ``data_wait_ratio_max`` and ``data_wait_worst_rank``. Per profiled window (rank zero's traces):
+    ``data_wait_ratio_max`` and ``data_wait_worst_rank``; in epochs with a window, what profiling cost:
+    ``overhead/profiled_step_ratio`` and ``overhead/after_window_ratio`` (warned about when above 1.1 twice). Per profiled window (rank zero's traces):
     ``window/data_wait_share``, ``window/host_step_ms``, ``window/gpu_idle_share`` (GPU runs only),
     ``window/blocking_sync_ms_per_step``, ``window/sync_ms_per_step/<call>``, ``window/peak_memory_mb/<device>``.
     With alerts on: ``data_wait_alert`` (1 when the epoch was in a data-wait episode, else 0).
@@ -192,6 +194,9 @@ class PerformanceMonitor(Callback):
         self._in_epoch = False
         self._batch_size: Optional[int] = None
         self._windows_at: float = float("inf")  # the next step at whose end the window runner has work
+        self._epoch_first_step = 0
+        self._step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
+        self._slow_epochs = 0  # epochs running with unprofiled steps slower after a window
         self.__dict__.update(_RUNTIME)
 
     # ------------------------------------------------------------------ setup and the end of a fit
@@ -206,6 +211,7 @@ class PerformanceMonitor(Callback):
         check_writable(self.trace_dir)
         self._trainer = trainer
         self._checks.start_fit()
+        self._step_baseline, self._slow_epochs = None, 0
         self._delivery = AlertDelivery(self.options.on_alert, self._report)
         self._delivery.to_user = trainer.is_global_zero
         self._windows_at = float("inf")
@@ -274,6 +280,7 @@ class PerformanceMonitor(Callback):
         # the epoch's counters are reset after this hook, unless resuming inside the epoch
         step, batch_idx = loop.total_batch_idx + 1, loop.batch_progress.current.ready if loop.restarting else 0
         self._checks.epoch_start(now, self._timer.stats.train_s, step, self._epoch)
+        self._epoch_first_step = step
         if self._runner is not None:
             self._runner.epoch_start(step, batch_idx, _epoch_length(trainer))
         self._windows_at = self._next_window_step(step, batch_idx)
@@ -456,13 +463,18 @@ class PerformanceMonitor(Callback):
         """The epoch's figures from every rank, reduced, logged, and checked for an alert."""
         try:
             peak = torch.cuda.max_memory_allocated() if self._on_cuda else None
-            figures = epoch_figures(self._timer.stats, self._spans.start, end, self._spans.validation_s,  # type: ignore[union-attr]
-                                    self._batch_size, peak, self._gpu_idle())
-            vector = to_vector(figures)
+            stats = self._timer.stats  # type: ignore[union-attr]
+            figures = epoch_figures(stats, self._spans.start, end, self._spans.validation_s, self._batch_size, peak,
+                                    self._gpu_idle())
+            profiled = self._runner.profiled if self._runner is not None else []
+            cost, baseline = own_cost(stats.step_times, self._epoch_first_step, profiled, self._step_baseline)
+            self._step_baseline = self._step_baseline or baseline
+            vector = to_vector({**figures, **cost})
         except Exception as err:
             self._report(f"epoch metrics failed: {err!r}", key="metrics")
             vector = to_vector({})
         metrics = reduce_ranks(exchange(self._group, vector))  # over gloo: the device is not touched
+        self._watch_after_window(metrics.get(PREFIX + "overhead/after_window_ratio"), trainer.is_global_zero)
         alert = None
         if self._checks.rule is not None:
             ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
@@ -478,6 +490,21 @@ class PerformanceMonitor(Callback):
             self._take_windows(trainer)
         if alert is not None and self.options.alert_action == "raise":
             raise DataWaitAlertError(alert)
+
+    def _watch_after_window(self, ratio: Optional[float], to_user: bool) -> None:
+        """Warn once when unprofiled steps stay slower after the windows than before them."""
+        if ratio is None:
+            return
+        self._slow_epochs = self._slow_epochs + 1 if ratio > SLOW_AFTER else 0
+        if self._slow_epochs >= 2 and to_user:
+            self._report(
+                f"unprofiled steps after the profiler windows took {ratio:.2f}x the time of those before the "
+                f"first window, {self._slow_epochs} epochs running (profkit/overhead/after_window_ratio). On CUDA "
+                "this is usually CUPTI left attached after a window: kineto keeps it unless TEARDOWN_CUPTI=1 (torch "
+                "sets TEARDOWN_CUPTI=0 with CUDA graphs on CUDA older than 12.6); set TEARDOWN_CUPTI=1 in the "
+                "environment before the first window, or record fewer windows (`steps=`, `profile=False`)",
+                key="after_window",
+            )
 
     def _rolling_check(self, trainer: Trainer, now: float, step: int) -> None:
         """This block's data wait on every rank (exchanged off the device), then the rule."""

@@ -104,7 +104,7 @@ class Recorder:
     """A stand-in session: notes the steps it is driven through."""
 
     def __init__(self, log, step, warmup, length):
-        self.log, self.left = log, warmup + length
+        self.log, self.left, self.first_step = log, warmup + length, step
         log.append(("open", step, warmup))
 
     def step(self):
@@ -147,3 +147,14 @@ def test_calling_the_runner_only_where_it_has_work_changes_nothing(name):
     assert drive(sel, 90, 40, every_step=False) == every
     if name != "none":
         assert any(entry[0] == "open" for entry in every)  # the test sees windows open
+
+
+def test_the_runner_notes_the_steps_each_window_held():
+    sel = make_selection(10, 1, 3, None, None, None)
+    runner = WindowRunner(sel, lambda selection, step, batch_idx, warmup: Recorder([], step, warmup, 3))
+    runner.epoch_start(0, 0, 30)
+    for step in range(30):
+        runner.step_end(step, step, step == 29)
+    assert runner.profiled == [(10, 13)]  # the warm-up step and the 3 recorded
+    runner.epoch_start(30, 0, 30)
+    assert runner.profiled == []

@@ -21,6 +21,8 @@ EPOCH_KEYS = (
     "val_data_wait_ratio",
     "peak_memory_mb",
     "gpu_idle_ratio",
+    "overhead/profiled_step_ratio",
+    "overhead/after_window_ratio",
 )
 
 
@@ -44,7 +46,7 @@ def epoch_figures(
     """Figures of one epoch on one rank; a figure that cannot be known is left out.
 
     Training time is the epoch's wall time less the validation runs inside it; the data-wait ratio is the
-    time spent inside the DataLoader's ``next()`` over that training time.
+    time spent in Lightning's fetches (the DataLoader's ``next()`` and its CombinedLoader) over that training time.
     """
     train_s = max(epoch_end - epoch_start - validation_s, 0.0)
     out: dict[str, float] = {"train_s": train_s, "data_wait_s": fetch.train_s}
@@ -71,8 +73,9 @@ def to_vector(figures: dict[str, float]) -> list[float]:
     return [figures.get(k, math.nan) for k in EPOCH_KEYS]
 
 
-# reduced by the maximum over ranks, not the mean: the rank that runs out of memory is the one with the most
-MAX_KEYS = frozenset({"peak_memory_mb"})
+# reduced by the maximum over ranks, not the mean: the rank that runs out of memory is the one with the most;
+# the rank that profiling slows most
+MAX_KEYS = frozenset({"peak_memory_mb", "overhead/profiled_step_ratio", "overhead/after_window_ratio"})
 
 
 def reduce_ranks(rows: Sequence[Sequence[float]]) -> dict[str, float]:

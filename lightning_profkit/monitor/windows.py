@@ -85,7 +85,7 @@ class WindowSession:
         on_trace_ready: Callable[["WindowSession", Any], None],
         quiet: bool = True,
     ) -> None:
-        self.first_active = step + warmup
+        self.first_step, self.first_active = step, step + warmup
         self.offset = step - batch_idx  # global step of the epoch's batch 0
         self.last_recorded: Optional[int] = None
         self._quiet = quiet
@@ -152,9 +152,11 @@ class WindowRunner:
         self.selection = WithCaptures(selection)
         self._open = open_session
         self.session: Optional[WindowSession] = None
+        self.profiled: list[tuple[int, int]] = []  # this epoch's windows: first and last step with a session
 
     def epoch_start(self, next_step: int, next_batch_idx: int, num_batches: Optional[int]) -> None:
         self.stop()
+        self.profiled = []
         self.selection = self.selection.for_epoch(num_batches)
         self._maybe_open(next_step, next_batch_idx)
 
@@ -170,6 +172,7 @@ class WindowRunner:
         """``stopping()`` says whether training ends after this step (max_steps, should_stop); it is asked
         only when a session is open or would open, so that no step that never runs gets recorded."""
         if self.session is not None:
+            self._note_profiled(self.session.first_step, step)
             if last_in_epoch or stopping():
                 self.stop()
                 return
@@ -191,6 +194,13 @@ class WindowRunner:
         if first is None:  # none starts before step + 1 + horizon, so no session before step + horizon - warmup
             return step + horizon - warmup - 1
         return max(step, first - 1 - warmup)
+
+    def _note_profiled(self, first: int, step: int) -> None:
+        """The open session's window runs from ``first`` to at least ``step``."""
+        if self.profiled and self.profiled[-1][0] == first:
+            self.profiled[-1] = (first, step)
+        else:
+            self.profiled.append((first, step))
 
     def stop(self) -> None:
         session, self.session = self.session, None

@@ -1,0 +1,46 @@
+"""What profiling cost an epoch, from its step times and the steps its windows held. Pure.
+
+``profiled_step_ratio``: mean time of the steps a profiler session ran in (warm-up, recording, the save at
+the window's end) over the mean of the epoch's other steps. ``after_window_ratio``: median time of the
+unprofiled steps after the epoch's first window over the median of the unprofiled steps before the fit's
+first window (the baseline, kept from the first epoch that had such steps): a profiler that leaves
+something behind for the rest of the run (on CUDA: CUPTI kept attached, see ``TEARDOWN_CUPTI``) reads above
+1 in every epoch after it. Medians, so that a checkpoint or a slow logger call on one step does not move it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Optional, Sequence
+
+# after_window_ratio above this in two epochs running: warn. Not 1.05: the baseline holds few steps (5 with the
+# default window) and the steps of a busy machine move by up to 10% (seen on 2 cores); the CUPTI slowdown
+# it is for is 10-20% (pytorch/pytorch#144455)
+SLOW_AFTER = 1.1
+SKIP = 5  # an epoch's first steps (worker start-up, allocator growth) are no baseline
+
+
+def own_cost(step_times: Sequence[float], first_step: int, profiled: Sequence[tuple[int, int]],
+             baseline: Optional[float] = None) -> tuple[dict[str, float], Optional[float]]:
+    """``overhead/...`` figures of an epoch whose step ``first_step + i`` took ``step_times[i]`` seconds and
+    whose windows held the steps of ``profiled`` (inclusive ranges), against ``baseline`` (seconds; default:
+    this epoch's steps before its first window); and this epoch's own baseline. Absent without a window."""
+    if not profiled or not step_times:
+        return {}, None
+    inside = [False] * len(step_times)
+    for a, b in profiled:
+        for step in range(max(a, first_step), min(b, first_step + len(step_times) - 1) + 1):
+            inside[step - first_step] = True
+    on = [t for t, p in zip(step_times, inside) if p]
+    off = [t for t, p in zip(step_times, inside) if not p]
+    out: dict[str, float] = {}
+    if on and off:
+        out["overhead/profiled_step_ratio"] = (sum(on) / len(on)) / (sum(off) / len(off))
+    start, end = profiled[0][0] - first_step, profiled[0][1] - first_step
+    before = [t for i, t in enumerate(step_times[:max(start, 0)]) if i >= SKIP]
+    own = statistics.median(before) if before else None
+    after = [t for i, t in enumerate(step_times) if i > end and not inside[i]]
+    reference = baseline if baseline is not None else own
+    if after and reference:
+        out["overhead/after_window_ratio"] = statistics.median(after) / reference
+    return out, own
