@@ -82,7 +82,6 @@ class RollingChecks:
         self.captures_left = max_captures
         self.check_at: Optional[int] = None  # the step at whose end the next check runs
         self.carry = (0.0, 0.0)  # the block's figures at the last epoch end
-        self.block_first = 0  # the block's first step
         self.epochs: list[tuple[int, int]] = []  # (first step, epoch) of the epochs since the block began
         self.requested = 0  # steps asked for from outside, for the next exchange
         self.episode_in_epoch = False
@@ -121,7 +120,6 @@ class RollingChecks:
         self.block.start(now, fetch_s, self.carry)  # a block runs on across epochs
         if self.check_at is None:
             self.check_at = first_step + self.window - 1
-            self.block_first = first_step
         self.epochs.append((first_step, epoch))
         self.episode_in_epoch = False
 
@@ -137,14 +135,15 @@ class RollingChecks:
         new block from ``now``."""
         fetch, train = self.block.so_far(now, fetch_s, validation_spans)
         self.block.start(now, fetch_s)
-        self.check_at, self.block_first = step + self.window, step + 1
+        self.check_at = step + self.window
         self.epochs = self.epochs[-1:]  # the epoch the next block begins in (or one that starts after it)
         requested, self.requested = self.requested, 0
         return [fetch, train, float(requested)]
 
     def span(self, step: int) -> str:
         """What the check at ``step`` measures, before :meth:`take_block`: "steps 0-99 (epochs 0-1)"."""
-        first = self.block_first
+        assert self.check_at is not None
+        first = self.check_at - self.window + 1  # each block is `window` steps, ending at check_at
         # the epochs that hold a step of first..step: those starting by `step`, less those before the one
         # holding `first`
         starts = [(s, e) for s, e in self.epochs if s <= step]

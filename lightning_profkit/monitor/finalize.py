@@ -31,7 +31,7 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict
     relabel_dataloader_events(events)
     trace["profkit"] = meta
     # Kineto writes distributedInfo only under torch.distributed; HTA and others read the rank from it
-    if "distributedInfo" not in trace and "rank" in meta:
+    if "distributedInfo" not in trace:
         trace["distributedInfo"] = {"rank": meta["rank"], "world_size": meta["world_size"]}
     # json.dumps, not json.dump: only the one-shot call uses the C encoder (8x faster on a large trace).
     # Default separators: HTA finds the rank with the pattern '"rank":\s+(\d+)'.
@@ -52,17 +52,15 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict
     return {"path": final_path, "meta": meta, "figures": summary["host"], "summary": summary}
 
 
-def lower_priority() -> str:
-    """Run at idle priority: ``SCHED_IDLE`` where the OS has it (Linux), else the lowest nice. Says which."""
+def lower_priority() -> None:
+    """Run at idle priority: ``SCHED_IDLE`` where the OS has it (Linux), else the lowest nice."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
-        return "SCHED_IDLE"
     except (AttributeError, OSError):
         try:
             os.nice(19 - os.nice(0))
-            return "nice 19"
         except OSError:
-            return "unchanged"
+            pass
 
 
 def serve(jobs: TextIO, replies: TextIO) -> None:

@@ -24,10 +24,6 @@ class Finalizer:
     def __init__(self) -> None:
         self._proc: Optional[subprocess.Popen] = None
 
-    @property
-    def pid(self) -> Optional[int]:
-        return self._proc.pid if self._proc is not None else None
-
     def finalize(self, raw: str, final: str, meta: dict[str, Any]) -> dict[str, Any]:
         """Turn ``raw`` into ``final``; returns the window's figures. Raises ``OSError`` when it could not."""
         proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
