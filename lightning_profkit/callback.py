@@ -23,7 +23,7 @@ from lightning_profkit.monitor.exchange import exchange, exchange_group
 from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
 from lightning_profkit.monitor.output import TraceOutput, check_writable
-from lightning_profkit.monitor.own_cost import SLOW_AFTER, own_cost
+from lightning_profkit.monitor.own_cost import SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.selection import StepRanges
 from lightning_profkit.monitor.windows import WindowRunner, WindowSession, profiler_activities, session_opener
 from lightning_profkit.notices import warn
@@ -82,7 +82,7 @@ class PerformanceMonitor(Callback):
     ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only), ``gpu_idle_ratio`` (CUDA with the ``nvml`` extra:
     ``1 -`` mean NVML utilization over the epoch's training time, sampled about every 1/6 s to 1 s). Several ranks: means, plus
     ``data_wait_ratio_max`` and ``data_wait_worst_rank``; in epochs with a window, what profiling cost:
-    ``overhead/profiled_step_ratio`` and ``overhead/after_window_ratio`` (warned about when above 1.1 twice). Per profiled window (rank zero's traces):
+    ``overhead/profiled_step_ratio`` and ``overhead/after_window_ratio`` (warned about on CUDA when above 1.1 two epochs running). Per profiled window (rank zero's traces):
     ``window/data_wait_share``, ``window/host_step_ms``, ``window/gpu_idle_share`` (GPU runs only),
     ``window/blocking_sync_ms_per_step``, ``window/sync_ms_per_step/<call>``, ``window/peak_memory_mb/<device>``.
     With alerts on: ``data_wait_alert`` (1 when the epoch was in a data-wait episode, else 0).
@@ -492,15 +492,13 @@ class PerformanceMonitor(Callback):
             raise DataWaitAlertError(alert)
 
     def _watch_after_window(self, ratio: Optional[float], to_user: bool) -> None:
-        """Warn once when unprofiled steps stay slower after the windows than before them."""
-        if ratio is None:
-            return
-        self._slow_epochs = self._slow_epochs + 1 if ratio > SLOW_AFTER else 0
-        if self._slow_epochs >= 2 and to_user:
+        """Warn once, on CUDA, when unprofiled steps stay slower after the windows than before them."""
+        self._slow_epochs = slow_epochs(self._slow_epochs, ratio)
+        if self._slow_epochs >= SLOW_EPOCHS and self._on_cuda and to_user:
             self._report(
                 f"unprofiled steps after the profiler windows took {ratio:.2f}x the time of those before the "
-                f"first window, {self._slow_epochs} epochs running (profkit/overhead/after_window_ratio). On CUDA "
-                "this is usually CUPTI left attached after a window: kineto keeps it unless TEARDOWN_CUPTI=1 (torch "
+                f"first window, {self._slow_epochs} epochs running (profkit/overhead/after_window_ratio). This is "
+                "usually CUPTI left attached after a window: kineto keeps it unless TEARDOWN_CUPTI=1 (torch "
                 "sets TEARDOWN_CUPTI=0 with CUDA graphs on CUDA older than 12.6); set TEARDOWN_CUPTI=1 in the "
                 "environment before the first window, or record fewer windows (`steps=`, `profile=False`)",
                 key="after_window",

@@ -1,39 +1,41 @@
-"""What profiling cost a run, logged every epoch: against step times taken independently, and the warning
-when unprofiled steps stay slower after the windows (injected here) but not on a clean run."""
+"""What profiling cost a run, logged every epoch: against step times taken independently; a slowdown after the
+windows (injected here) shows in the figure; the warning about it is for CUDA, so a CPU run never gives it."""
 
+import statistics
 import time
 import warnings
 
 import pytest
-from lightning.pytorch import Callback
-
 from conftest import SleepDataset, TinyModel, make_trainer
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor.own_cost import own_cost
+from lightning_profkit.monitor.own_cost import SLOW_AFTER, own_cost, slow_epochs
 from test_metrics import Recorder
 
 
-class StepClock(Callback):
-    """Each step's start (``on_train_batch_start``), and, from step ``slow_from`` on, ``extra`` seconds more
-    per step: the independent timing, and the injected slowdown."""
+class ClockedData(SleepDataset):
+    """60 samples (30 steps of 2); the start of each step's fetch (its first sample, the sampler being
+    sequential), the clock ``step_times`` is kept by, taken independently; and from step ``slow_from`` on,
+    ``extra`` seconds more per step: the injected slowdown."""
 
     def __init__(self, slow_from=None, extra=0.0):
-        self.starts, self.slow_from, self.extra = {}, slow_from, extra
+        super().__init__(60, delay=0.002)
+        self.starts, self.slow_from, self.extra = [], slow_from, extra
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        step = trainer.fit_loop.epoch_loop.total_batch_idx
-        self.starts[step] = time.perf_counter()
-        if self.slow_from is not None and step >= self.slow_from:
-            time.sleep(self.extra)
+    def __getitem__(self, i):
+        if i % 2 == 0:
+            self.starts.append(time.perf_counter())
+            if self.slow_from is not None and len(self.starts) > self.slow_from:
+                time.sleep(self.extra)
+        return super().__getitem__(i)
 
 
-def fit(tmp_path, clock, epochs=3):
+def fit(tmp_path, data, epochs=3):
     recorder = Recorder()
     monitor = PerformanceMonitor(alert_threshold=None)  # default windows: steps 11-13 of every epoch
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        make_trainer(tmp_path, [monitor, clock], max_epochs=epochs, logger=[recorder], log_every_n_steps=1).fit(
-            TinyModel(SleepDataset(60, delay=0.002)))  # 30 steps an epoch
+        make_trainer(tmp_path, [monitor], max_epochs=epochs, logger=[recorder], log_every_n_steps=1).fit(
+            TinyModel(data))
     rows = [m for _, m in recorder.rows if "profkit/data_wait_ratio" in m]
     return rows, [str(w.message) for w in caught if "after_window_ratio" in str(w.message)]
 
@@ -48,22 +50,33 @@ def test_pure_figures():
     assert own_cost(times, 100, []) == ({}, None)
 
 
-def test_a_clean_run_reads_about_one_and_the_profiled_steps_match_an_independent_timing(tmp_path):
-    clock = StepClock()
-    rows, warned = fit(tmp_path, clock)
-    assert len(rows) == 3 and warned == []
+def test_two_slow_epochs_running_are_counted_and_one_fast_epoch_resets_them():
+    running = 0
+    for ratio, want in [(1.5, 1), (None, 1), (SLOW_AFTER, 0), (1.2, 1), (1.3, 2), (0.9, 0)]:
+        running = slow_epochs(running, ratio)
+        assert running == want, (ratio, running)
+
+
+def test_the_figures_match_an_independent_timing_and_a_cpu_run_is_not_warned(tmp_path):
+    data = ClockedData()
+    rows, warned = fit(tmp_path, data)
+    assert len(rows) == 3 and warned == [] and len(data.starts) == 90
+    step = {s: data.starts[s + 1] - data.starts[s] for s in range(89)}
+    baseline = statistics.median(step[s] for s in range(5, 10))  # epoch 0's steps before its window (10-13)
     for epoch, row in enumerate(rows):
-        assert 0.8 < row["profkit/overhead/after_window_ratio"] < 1.2, rows
         first = 30 * epoch
-        step = {s: clock.starts[s + 1] - clock.starts[s] for s in range(first, first + 29)}
         on = [step[s] for s in range(first + 10, first + 14)]  # the warm-up step and the 3 recorded
-        off = [t for s, t in step.items() if not first + 10 <= s <= first + 13]
+        off = [step[s] for s in range(first, first + 29) if not first + 10 <= s <= first + 13]
         truth = (sum(on) / len(on)) / (sum(off) / len(off))
-        assert row["profkit/overhead/profiled_step_ratio"] == pytest.approx(truth, rel=0.15), (rows, truth)
+        assert row["profkit/overhead/profiled_step_ratio"] == pytest.approx(truth, rel=0.1), (rows, truth)
+        after = statistics.median(step[s] for s in range(first + 14, first + 29)) / baseline
+        # a median of 5 baseline steps: under load a preemption falls in one step or its neighbour, as the
+        # two clocks (the fetch's start, the first sample's) are microseconds apart; 24% seen with 2 busy loops
+        assert row["profkit/overhead/after_window_ratio"] == pytest.approx(after, rel=0.3), (rows, after)
 
 
-def test_steps_slower_after_the_window_warn_once(tmp_path):
-    clock = StepClock(slow_from=20, extra=0.01)  # after epoch 0's window (steps 10-13), 10 ms more a step
-    rows, warned = fit(tmp_path, clock)
+def test_steps_slower_after_the_window_show_in_the_figure(tmp_path):
+    data = ClockedData(slow_from=20, extra=0.01)  # after epoch 0's window (steps 10-13), 10 ms more a step
+    rows, warned = fit(tmp_path, data)
     assert all(row["profkit/overhead/after_window_ratio"] > 1.5 for row in rows), rows
-    assert len(warned) == 1 and "TEARDOWN_CUPTI" in warned[0]
+    assert warned == []  # CPU: nothing outlives a profiler session, the slowdown is not ours to explain
