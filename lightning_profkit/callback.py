@@ -82,7 +82,9 @@ class PerformanceMonitor(Callback):
     ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only), ``gpu_idle_ratio`` (CUDA with the ``nvml`` extra:
     ``1 -`` mean NVML utilization over the epoch's training time, sampled about every 1/6 s to 1 s). Several ranks: means, plus
     ``data_wait_ratio_max`` and ``data_wait_worst_rank``; in epochs with a window, what profiling cost:
-    ``overhead/profiled_step_ratio`` and ``overhead/after_window_ratio`` (warned about on CUDA when above 1.1 two epochs running). Per profiled window (rank zero's traces):
+    ``overhead/profiled_step_ratio``, ``overhead/after_window_ratio`` (warned about on CUDA when above 1.1 two
+    epochs running) and ``overhead/window_ms``; from the first trace on, ``overhead/helper_cpu_s`` (CPU off the
+    training thread). Per profiled window (rank zero's traces):
     ``window/data_wait_share``, ``window/host_step_ms``, ``window/gpu_idle_share`` (GPU runs only),
     ``window/blocking_sync_ms_per_step``, ``window/sync_ms_per_step/<call>``, ``window/peak_memory_mb/<device>``.
     With alerts on: ``data_wait_alert`` (1 when the epoch was in a data-wait episode, else 0).
@@ -197,6 +199,7 @@ class PerformanceMonitor(Callback):
         self._epoch_first_step = 0
         self._step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
         self._slow_epochs = 0  # epochs running with unprofiled steps slower after a window
+        self._helper_cpu_s = 0.0  # the fit's trace writing off the training thread, as of the last epoch's end
         self.__dict__.update(_RUNTIME)
 
     # ------------------------------------------------------------------ setup and the end of a fit
@@ -211,7 +214,7 @@ class PerformanceMonitor(Callback):
         check_writable(self.trace_dir)
         self._trainer = trainer
         self._checks.start_fit()
-        self._step_baseline, self._slow_epochs = None, 0
+        self._step_baseline, self._slow_epochs, self._helper_cpu_s = None, 0, 0.0
         self._delivery = AlertDelivery(self.options.on_alert, self._report)
         self._delivery.to_user = trainer.is_global_zero
         self._windows_at = float("inf")
@@ -466,8 +469,11 @@ class PerformanceMonitor(Callback):
             stats = self._timer.stats  # type: ignore[union-attr]
             figures = epoch_figures(stats, self._spans.start, end, self._spans.validation_s, self._batch_size, peak,
                                     self._gpu_idle())
-            profiled = self._runner.profiled if self._runner is not None else []
-            cost, baseline = own_cost(stats.step_times, self._epoch_first_step, profiled, self._step_baseline)
+            runner, helper = self._runner, None
+            if self._output is not None and self._output.helper_cpu_s:  # from the fit's first trace on
+                helper, self._helper_cpu_s = self._output.helper_cpu_s - self._helper_cpu_s, self._output.helper_cpu_s
+            cost, baseline = own_cost(stats.step_times, self._epoch_first_step, runner.profiled if runner else [],
+                                      self._step_baseline, runner.spent if runner else [], helper)
             self._step_baseline = self._step_baseline or baseline
             vector = to_vector({**figures, **cost})
         except Exception as err:

@@ -23,6 +23,8 @@ EPOCH_KEYS = (
     "gpu_idle_ratio",
     "overhead/profiled_step_ratio",
     "overhead/after_window_ratio",
+    "overhead/window_ms",
+    "overhead/helper_cpu_s",
 )
 
 
@@ -74,8 +76,9 @@ def to_vector(figures: dict[str, float]) -> list[float]:
 
 
 # reduced by the maximum over ranks, not the mean: the rank that runs out of memory is the one with the most;
-# the rank that profiling slows most
-MAX_KEYS = frozenset({"peak_memory_mb", "overhead/profiled_step_ratio", "overhead/after_window_ratio"})
+# the rank that profiling slows most, or costs most
+MAX_KEYS = frozenset({"peak_memory_mb", "overhead/profiled_step_ratio", "overhead/after_window_ratio",
+                      "overhead/window_ms", "overhead/helper_cpu_s"})
 
 
 def reduce_ranks(rows: Sequence[Sequence[float]]) -> dict[str, float]:

@@ -15,6 +15,7 @@ import gzip
 import json
 import os
 import sys
+import time
 from typing import Any, TextIO
 
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
@@ -65,13 +66,14 @@ def lower_priority() -> None:
 
 def serve(jobs: TextIO, replies: TextIO) -> None:
     """One JSON job per line in (``raw``, ``final``, ``meta``), one reply per line out (``done``: the
-    window's figures, or ``error``), until the input ends."""
+    window's figures, or ``error``; ``cpu_s``: this process's CPU seconds so far), until the input ends."""
     for line in jobs:
         try:
             job = json.loads(line)
             reply: dict[str, Any] = {"done": finalize_trace(job["raw"], job["final"], job["meta"])}
         except Exception as err:  # reported to the parent, which warns once
             reply = {"error": f"{type(err).__name__}: {err}"}
+        reply["cpu_s"] = time.process_time()
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
 

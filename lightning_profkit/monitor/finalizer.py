@@ -23,6 +23,13 @@ class Finalizer:
 
     def __init__(self) -> None:
         self._proc: Optional[subprocess.Popen] = None
+        self._ended_cpu_s = 0.0  # CPU seconds of the processes that ended, as they last reported it
+        self._cpu_s = 0.0  # the current one's
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds the finalizing processes of this object have used, as of their last replies."""
+        return self._ended_cpu_s + self._cpu_s
 
     def finalize(self, raw: str, final: str, meta: dict[str, Any]) -> dict[str, Any]:
         """Turn ``raw`` into ``final``; returns the window's figures. Raises ``OSError`` when it could not."""
@@ -38,6 +45,7 @@ class Finalizer:
             self.close(timeout=0)
             raise OSError(f"the finalizing process ended (exit status {proc.poll()}); a new one takes the next window")
         reply = json.loads(line)
+        self._cpu_s = reply.get("cpu_s", self._cpu_s)
         if "error" in reply:
             raise OSError(reply["error"])
         return reply["done"]
@@ -54,6 +62,7 @@ class Finalizer:
     def close(self, timeout: float = 5.0) -> None:
         """End the process: it exits at the end of its input; killed if it has not within ``timeout``."""
         proc, self._proc = self._proc, None
+        self._ended_cpu_s, self._cpu_s = self._ended_cpu_s + self._cpu_s, 0.0
         if proc is None:
             return
         try:

@@ -92,6 +92,11 @@ class TraceOutput:
         return path
 
     @property
+    def helper_cpu_s(self) -> float:
+        """CPU seconds the fit's trace writing has used off the training thread so far."""
+        return self._writer.cpu_s if self._writer is not None else 0.0
+
+    @property
     def has_written(self) -> bool:
         return bool(self._written)
 

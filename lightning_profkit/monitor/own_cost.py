@@ -6,6 +6,10 @@ unprofiled steps after the epoch's first window over the median of the unprofile
 first window (the baseline, kept from the first epoch that had such steps): a profiler that leaves
 something behind for the rest of the run (on CUDA: CUPTI kept attached, see ``TEARDOWN_CUPTI``) reads above
 1 in every epoch after it. Medians, so that a checkpoint or a slow logger call on one step does not move it.
+``window_ms``: milliseconds of the training thread in each window's own calls (the profiler's start, its
+step boundaries, its stop and the hand-over of the results), the mean over the epoch's windows.
+``helper_cpu_s``: CPU seconds used in the epoch off the training thread, by the trace writer's thread and
+the finalizing process.
 """
 
 from __future__ import annotations
@@ -24,19 +28,26 @@ SKIP = 5  # an epoch's first steps (worker start-up, allocator growth) are no ba
 
 
 def own_cost(step_times: Sequence[float], first_step: int, profiled: Sequence[tuple[int, int]],
-             baseline: Optional[float] = None) -> tuple[dict[str, float], Optional[float]]:
+             baseline: Optional[float] = None, spent: Sequence[float] = (),
+             helper_cpu_s: Optional[float] = None) -> tuple[dict[str, float], Optional[float]]:
     """``overhead/...`` figures of an epoch whose step ``first_step + i`` took ``step_times[i]`` seconds and
-    whose windows held the steps of ``profiled`` (inclusive ranges), against ``baseline`` (seconds; default:
-    this epoch's steps before its first window); and this epoch's own baseline. Absent without a window."""
+    whose windows held the steps of ``profiled`` (inclusive ranges) and spent ``spent`` seconds each in their
+    own calls, against ``baseline`` (seconds; default: this epoch's steps before its first window); and this
+    epoch's own baseline. Absent without a window; ``helper_cpu_s`` (None: no trace written in the fit yet)
+    in every epoch from the fit's first window on."""
+    out: dict[str, float] = {}
+    if helper_cpu_s is not None:
+        out["overhead/helper_cpu_s"] = helper_cpu_s
+    if spent:
+        out["overhead/window_ms"] = 1000 * sum(spent) / len(spent)
     if not profiled or not step_times:
-        return {}, None
+        return out, None
     inside = [False] * len(step_times)
     for a, b in profiled:
         for step in range(max(a, first_step), min(b, first_step + len(step_times) - 1) + 1):
             inside[step - first_step] = True
     on = [t for t, p in zip(step_times, inside) if p]
     off = [t for t, p in zip(step_times, inside) if not p]
-    out: dict[str, float] = {}
     if on and off:
         out["overhead/profiled_step_ratio"] = (sum(on) / len(on)) / (sum(off) / len(off))
     start, end = profiled[0][0] - first_step, profiled[0][1] - first_step

@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 from contextlib import contextmanager
+from time import perf_counter
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -71,7 +72,8 @@ class WindowSession:
 
     Call :meth:`step` at every step boundary inside the window; it returns False once the window has
     been recorded and handed to ``on_trace_ready``. :meth:`finish` ends it early (epoch end, error) and
-    still hands over whatever was recorded.
+    still hands over whatever was recorded. ``spent_s``: seconds the calling thread spent in the session's
+    own calls (start, each step boundary, stop and the hand-over), not in the profiled steps.
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class WindowSession:
         on_trace_ready: Callable[["WindowSession", Any], None],
         quiet: bool = True,
     ) -> None:
+        start = perf_counter()
         self.first_step, self.first_active = step, step + warmup
         self.offset = step - batch_idx  # global step of the epoch's batch 0
         self.last_recorded: Optional[int] = None
@@ -100,6 +103,7 @@ class WindowSession:
         self.profiler.current_action = self.profiler._prev_schedule_action = schedule(step)
         with without_usdt_lines(quiet):
             self.profiler.start()
+        self.spent_s = perf_counter() - start
 
     def _ready(self, prof: torch.profiler.profile) -> None:
         self._on_trace_ready(self, prof)
@@ -110,23 +114,29 @@ class WindowSession:
 
     def step(self) -> bool:
         """Close the current step and open the next; False when the window is complete."""
-        self._note_recording()
-        with without_usdt_lines(self._quiet):
-            self.profiler.step()
-            if self.profiler.current_action != ProfilerAction.NONE:
-                return True
-            self.profiler.stop()
-        self._release()
-        return False
+        start = perf_counter()
+        try:
+            self._note_recording()
+            with without_usdt_lines(self._quiet):
+                self.profiler.step()
+                if self.profiler.current_action != ProfilerAction.NONE:
+                    return True
+                self.profiler.stop()
+            self._release()
+            return False
+        finally:
+            self.spent_s += perf_counter() - start
 
     def finish(self) -> None:
         """End the session now, keeping what was recorded so far."""
+        start = perf_counter()
         self._note_recording()
         try:
             with without_usdt_lines(self._quiet):
                 self.profiler.stop()
         finally:
             self._release()
+            self.spent_s += perf_counter() - start
 
     def _release(self) -> None:
         # the profile refers back to this session through on_trace_ready, and to itself through the bound
@@ -153,10 +163,11 @@ class WindowRunner:
         self._open = open_session
         self.session: Optional[WindowSession] = None
         self.profiled: list[tuple[int, int]] = []  # this epoch's windows: first and last step with a session
+        self.spent: list[float] = []  # this epoch's ended windows: seconds of each in its session's calls
 
     def epoch_start(self, next_step: int, next_batch_idx: int, num_batches: Optional[int]) -> None:
         self.stop()
-        self.profiled = []
+        self.profiled, self.spent = [], []
         self.selection = self.selection.for_epoch(num_batches)
         self._maybe_open(next_step, next_batch_idx)
 
@@ -177,6 +188,7 @@ class WindowRunner:
                 self.stop()
                 return
             if not self.session.step():
+                self.spent.append(self.session.spent_s)
                 self.session = None
         if self.session is None and not last_in_epoch:
             self._maybe_open(step + 1, batch_idx + 1, stopping)
@@ -205,7 +217,10 @@ class WindowRunner:
     def stop(self) -> None:
         session, self.session = self.session, None
         if session is not None:
-            session.finish()
+            try:
+                session.finish()
+            finally:
+                self.spent.append(session.spent_s)
 
     def _maybe_open(self, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
         warmup = self.selection.warmup_before(step, batch_idx)

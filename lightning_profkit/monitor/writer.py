@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
@@ -53,10 +54,17 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._pending = 0  # windows submitted and not yet written or dropped
         self._finalizer = Finalizer()  # its process starts with the first window, ends with the thread
+        self._thread_cpu_s = 0.0
 
     @property
     def pending(self) -> int:
         return self._pending
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds this writer's thread and finalizing process have used so far (the process's as of
+        its last reply)."""
+        return self._thread_cpu_s + self._finalizer.cpu_s
 
     def submit(self, job: WindowJob) -> None:
         with self._lock:
@@ -96,11 +104,13 @@ class TraceWriter:
             if isinstance(job, threading.Event):
                 job.set()
                 continue
+            start = time.thread_time()
             try:
                 self._write(job)
             except Exception as err:  # never let the thread die: report and go on
                 self._on_error(f"{type(err).__name__}: {err}")
             finally:
+                self._thread_cpu_s += time.thread_time() - start
                 with self._lock:
                     self._pending -= 1
 
