@@ -21,11 +21,12 @@ from lightning_profkit.monitor.delivery import AlertDelivery
 from lightning_profkit.monitor.epoch_figures import PREFIX, EpochSpans, epoch_figures, reduce_ranks, to_vector, window_metrics
 from lightning_profkit.monitor.exchange import exchange, exchange_group
 from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
-from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
+from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.output import TraceOutput, check_writable
 from lightning_profkit.monitor.own_cost import SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.selection import StepRanges
-from lightning_profkit.monitor.windows import WindowRunner, WindowSession, profiler_activities, session_opener
+from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, WindowRunner,
+                                               WindowSession, profiler_activities, session_opener)
 from lightning_profkit.notices import warn
 
 __all__ = ["PerformanceMonitor", "DataWaitWarning"]
@@ -128,6 +129,8 @@ class PerformanceMonitor(Callback):
         capture_on_alert: record a window (``warmup`` + ``active`` steps) right after an alert.
         max_captures: the most windows recorded per ``fit`` after alerts and on request.
         keep_last_windows: keep only the newest this many window folders (our own files; ``None``: keep all).
+        max_trace_mb: end a window early, keeping the steps recorded, once its trace would pass this many MB of
+            JSON (estimated from the process's memory growth while recording; ``None``: no limit).
 
     Example::
 
@@ -179,6 +182,7 @@ class PerformanceMonitor(Callback):
         capture_on_alert: bool = True,
         max_captures: int = 10,
         keep_last_windows: Optional[int] = None,
+        max_trace_mb: Optional[float] = DEFAULT_MAX_TRACE_MB,
     ) -> None:
         arguments = {name: value for name, value in locals().items() if name in _PARAMETERS}
         self.options = Options(**arguments)
@@ -200,6 +204,7 @@ class PerformanceMonitor(Callback):
         self._step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
         self._slow_epochs = 0  # epochs running with unprofiled steps slower after a window
         self._helper_cpu_s = 0.0  # the fit's trace writing off the training thread, as of the last epoch's end
+        self._json_per_byte = FIRST_JSON_PER_BYTE  # trace JSON per byte of memory growth while recording
         self.__dict__.update(_RUNTIME)
 
     # ------------------------------------------------------------------ setup and the end of a fit
@@ -215,6 +220,7 @@ class PerformanceMonitor(Callback):
         self._trainer = trainer
         self._checks.start_fit()
         self._step_baseline, self._slow_epochs, self._helper_cpu_s = None, 0, 0.0
+        self._json_per_byte = FIRST_JSON_PER_BYTE_WITH_STACK if self.options.with_stack else FIRST_JSON_PER_BYTE
         self._delivery = AlertDelivery(self.options.on_alert, self._report)
         self._delivery.to_user = trainer.is_global_zero
         self._windows_at = float("inf")
@@ -361,7 +367,9 @@ class PerformanceMonitor(Callback):
                                    self._write_failed)
         if o.profiles_rank(trainer.global_rank) and not _runs_pytorch_profiler(trainer):
             activities = profiler_activities(o.activities, self._on_cuda)
-            opener = session_opener(activities, o.profiler_options(), self._trace_ready, o.quiet, self._report)
+            limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
+            opener = session_opener(activities, o.profiler_options(), self._trace_ready, o.quiet, self._report, limit,
+                                    lambda: self._json_per_byte)
             self._runner = WindowRunner(self.selection, opener)
         if trainer.is_global_zero and o.max_captures:
             self._live = capture_request.LiveRun(self.trace_dir)
@@ -442,14 +450,34 @@ class PerformanceMonitor(Callback):
         if session.last_recorded is None or self._output is None:
             return
         first, last = session.first_active, session.last_recorded
-        path = self._output.submit(prof.profiler.kineto_results, self._epoch, first, last, session.offset)
+        notes: dict[str, Any] = {}
+        if session.estimate_bytes is not None:
+            notes.update(estimated_mb=round(session.estimate_bytes / 1e6, 3), memory_growth_bytes=session.growth_bytes)
+        if session.planned_last is not None:
+            notes["cut"] = {"reason": "max_trace_mb", "max_trace_mb": self.options.max_trace_mb,
+                            "planned_steps": [first, session.planned_last]}
+            self._report(self._cut_message(first, last, session), key="max_trace_mb")
+        path = self._output.submit(prof.profiler.kineto_results, self._epoch, first, last, session.offset, notes)
         if self._delivery is not None and self._delivery.held:
             self._delivery.window_written(path, first)
+
+    def _cut_message(self, first: int, last: int, session: WindowSession) -> str:
+        o = self.options
+        heavy = [name for name in ("with_stack", "record_shapes", "profile_memory", "with_modules") if getattr(o, name)]
+        fewer = f"record fewer steps (active={o.active}, `steps=`)"
+        advice = f"turn off {', '.join(f'{n}=True' for n in heavy)} or {fewer}" if heavy else fewer
+        return (f"the trace of steps {first}-{session.planned_last} would pass max_trace_mb={o.max_trace_mb:g}, so the "
+                f"window ended after step {last} with the steps recorded (about {session.estimate_bytes / 1e6:.0f} MB "
+                f"of JSON so far, estimated from the memory the profiler took). To record whole windows: {advice}, "
+                "or raise max_trace_mb")
 
     def _take_windows(self, trainer: Optional[Trainer]) -> None:
         """The windows written since the last look: their traces listed and, on rank zero, their figures logged."""
         assert self._output is not None
         done = self._output.take_written(self.traces)
+        for window in done:  # the size estimate's factor, from the fit's latest window (same model, same options)
+            if window.json_bytes and window.growth_bytes:
+                self._json_per_byte = min(max(window.json_bytes / window.growth_bytes, 0.25), 8.0)
         if trainer is None or not trainer.is_global_zero:
             return
         threshold = self.options.alert_threshold or DEFAULT_ALERT_THRESHOLD

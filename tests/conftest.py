@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import pytest
 import torch
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 GPU_TRACES = Path(__file__).resolve().parent / "data" / "traces"  # real GPU traces, with provenance in its README
@@ -69,6 +69,19 @@ class TinyModel(LightningModule):
 
     def train_dataloader(self):
         return DataLoader(self.dataset, batch_size=self.batch_size, num_workers=self.num_workers)
+
+
+class WaitForTraces(Callback):
+    """At the start of epoch ``epoch``, wait until the windows before it are written: the finalizing process
+    runs at idle priority, so on a busy machine it may not get a core before the fit ends."""
+
+    def __init__(self, monitor, epoch):
+        self.monitor, self.epoch = monitor, epoch
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        output = self.monitor._output
+        while trainer.current_epoch == self.epoch and output._writer.pending:
+            time.sleep(0.01)
 
 
 def make_trainer(root: Any, callbacks: list, **kwargs: Any) -> Trainer:

@@ -45,6 +45,8 @@ TABLE = [
     ("capture_on_alert", "yes", "`capture_on_alert` must be True or False"),
     ("max_captures", -1, "`max_captures` must be an integer >= 0"),
     ("keep_last_windows", 0, "`keep_last_windows` must be an integer >= 1 or None"),
+    ("max_trace_mb", 0, "`max_trace_mb` must be megabytes of trace JSON > 0 (or None for no limit)"),
+    ("max_trace_mb", "1GB", "`max_trace_mb` must be megabytes of trace JSON > 0 (or None for no limit)"),
 ]
 COMBINATIONS = [
     (dict(steps="1", every_n_steps=5), "Pass at most one of `steps`, `every_n_steps`, `step_filter`"),

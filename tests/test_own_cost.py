@@ -8,8 +8,7 @@ import warnings
 
 import pytest
 import torch
-from lightning.pytorch import Callback
-from conftest import SleepDataset, TinyModel, make_trainer
+from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.monitor.own_cost import SLOW_AFTER, own_cost, slow_epochs
 from test_metrics import Recorder
@@ -30,19 +29,6 @@ class ClockedData(SleepDataset):
             if self.slow_from is not None and len(self.starts) > self.slow_from:
                 time.sleep(self.extra)
         return super().__getitem__(i)
-
-
-class WaitForTraces(Callback):
-    """At the start of epoch ``epoch``, wait until the windows before it are written: the finalizing process
-    runs at idle priority, so on a busy machine it may not get a core before the fit ends."""
-
-    def __init__(self, monitor, epoch):
-        self.monitor, self.epoch = monitor, epoch
-
-    def on_train_epoch_start(self, trainer, pl_module):
-        output = self.monitor._output
-        while trainer.current_epoch == self.epoch and output._writer.pending:
-            time.sleep(0.01)
 
 
 def fit(tmp_path, data, epochs=3, wait_at=None, **options):

@@ -38,6 +38,10 @@ def _callable(name: str, value: Any) -> None:
     if value is not None and not callable(value):
         _fail(name, "callable", value)
 
+# a window's trace JSON, MB: TensorBoard's PyTorch Profiler tab shows an empty view above about 500 MB
+# (pytorch/kineto#805); Perfetto's UI runs out of browser memory at about 2 GB
+DEFAULT_MAX_TRACE_MB = 500.0
+
 
 @dataclass(frozen=True)
 class Options:
@@ -70,6 +74,7 @@ class Options:
     capture_on_alert: bool = True
     max_captures: int = 10
     keep_last_windows: Optional[int] = None
+    max_trace_mb: Optional[float] = DEFAULT_MAX_TRACE_MB
 
     def __post_init__(self) -> None:
         for name in ("profile", *PROFILER_OPTIONS, "quiet", "log_metrics", "capture_on_alert"):
@@ -118,6 +123,9 @@ class Options:
         _whole("max_captures", self.max_captures, 0)
         if self.keep_last_windows is not None:
             _whole("keep_last_windows", self.keep_last_windows, 1, "an integer >= 1 or None")
+        size = self.max_trace_mb
+        if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0):
+            _fail("max_trace_mb", "megabytes of trace JSON > 0 (or None for no limit)", size)
 
     def selection(self) -> Selection:
         """The steps these options select."""

@@ -44,6 +44,8 @@ class WrittenWindow:
     first: int  # steps recorded
     last: int
     figures: HostFigures
+    json_bytes: Optional[int] = None  # the trace's JSON, uncompressed
+    growth_bytes: Optional[int] = None  # what the size estimate was made from (see WindowSession)
 
 
 def check_writable(folder: str) -> None:
@@ -80,12 +82,13 @@ class TraceOutput:
         self._writer: Optional[TraceWriter] = None  # started with the first window
         self._written: deque[dict[str, Any]] = deque()  # appended by the writer thread, taken by the training thread
 
-    def submit(self, results: Any, epoch: int, first: int, last: int, offset: int) -> str:
+    def submit(self, results: Any, epoch: int, first: int, last: int, offset: int,
+               notes: Optional[dict[str, Any]] = None) -> str:
         """Queue a window's profiler results (steps ``first``-``last``; ``offset`` is the epoch's first
-        step); returns the path its trace will have."""
+        step; ``notes`` go into the trace's ``profkit`` key too); returns the path its trace will have."""
         path = os.path.join(self.trace_dir, window_name(epoch, first, last), f"{self.worker}.{time.time_ns()}.pt.trace.json.gz")
         meta = {"epoch": epoch, "steps": [first, last], "batch_idx": [first - offset, last - offset], "worker": self.worker,
-                "rank": self.rank, "world_size": self.world_size}
+                "rank": self.rank, "world_size": self.world_size, **(notes or {})}
         if self._writer is None:
             self._writer = TraceWriter(on_error=self._on_error, on_written=self._written.append)
         self._writer.submit(WindowJob(results, path, meta))
@@ -107,7 +110,8 @@ class TraceOutput:
         while self._written:
             window = self._written.popleft()
             first, last = window["meta"]["steps"]
-            done.append(WrittenWindow(window["path"], first, last, HostFigures.from_json(window["figures"])))
+            done.append(WrittenWindow(window["path"], first, last, HostFigures.from_json(window["figures"]),
+                                      window.get("json_bytes"), window["meta"].get("memory_growth_bytes")))
             traces.append(window["path"])
             if window.get("summary"):
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]

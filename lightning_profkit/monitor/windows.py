@@ -6,6 +6,7 @@ numbers a user sees in the logs. Outside a window no session exists and nothing 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import tempfile
@@ -19,6 +20,44 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 from lightning_profkit.monitor.selection import Selection, WithCaptures
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
+
+
+# trace JSON per byte of malloc growth, for a fit's first window (later ones use the latest written window's):
+# 0.7-1.0 measured on CPU (benchmarks/trace_size.py), but 1.2-2.3 with with_stack, whose Python events
+# the growth misses in part; an estimate too high ends a window early, one too low lets the trace pass
+FIRST_JSON_PER_BYTE = 1.0
+FIRST_JSON_PER_BYTE_WITH_STACK = 2.0
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mallinfo2() -> Optional[Callable[[], _MallInfo2]]:
+    try:
+        call = ctypes.CDLL(None).mallinfo2  # glibc 2.33 and later
+    except (AttributeError, OSError):
+        return None
+    call.restype = _MallInfo2
+    return call
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def heap_bytes() -> Optional[int]:
+    """Bytes of this process's memory in use by malloc (glibc's ``mallinfo2``: the heap's chunks in use plus
+    mmapped ones, which, unlike resident memory, grows whatever free space the heap had); elsewhere resident
+    memory (``/proc/self/statm``); None where neither can be read."""
+    if _MALLINFO2 is not None:
+        info = _MALLINFO2()
+        return info.uordblks + info.hblkhd
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 @contextmanager
@@ -74,6 +113,12 @@ class WindowSession:
     been recorded and handed to ``on_trace_ready``. :meth:`finish` ends it early (epoch end, error) and
     still hands over whatever was recorded. ``spent_s``: seconds the calling thread spent in the session's
     own calls (start, each step boundary, stop and the hand-over), not in the profiled steps.
+
+    ``estimate_bytes``: the trace's JSON size estimated while it records: ``json_per_byte`` times
+    ``growth_bytes``, the growth of the memory malloc has in use since recording began (:func:`heap_bytes`;
+    the profiler's buffers grow with its events). At a step boundary where the estimate has reached
+    ``max_bytes`` with steps still to record, the window ends there, keeping the steps recorded, and
+    ``planned_last`` is the step it would have recorded to.
     """
 
     def __init__(
@@ -86,14 +131,20 @@ class WindowSession:
         options: dict[str, Any],
         on_trace_ready: Callable[["WindowSession", Any], None],
         quiet: bool = True,
+        max_bytes: Optional[int] = None,
+        json_per_byte: float = 1.0,
     ) -> None:
         start = perf_counter()
         self.first_step, self.first_active = step, step + warmup
         self.offset = step - batch_idx  # global step of the epoch's batch 0
         self.last_recorded: Optional[int] = None
+        self.max_bytes, self.json_per_byte = max_bytes, json_per_byte
+        self.growth_bytes: Optional[int] = None
+        self.planned_last: Optional[int] = None
+        self._heap_at_start: Optional[int] = None  # when recording began
         self._quiet = quiet
         self._on_trace_ready = on_trace_ready
-        schedule = window_schedule(selection, self.first_active, step - batch_idx)
+        self._schedule = schedule = window_schedule(selection, self.first_active, step - batch_idx)
         self.profiler = torch.profiler.profile(
             activities=activities, schedule=schedule, on_trace_ready=self._ready, **options
         )
@@ -103,14 +154,38 @@ class WindowSession:
         self.profiler.current_action = self.profiler._prev_schedule_action = schedule(step)
         with without_usdt_lines(quiet):
             self.profiler.start()
+        self._note_start()
         self.spent_s = perf_counter() - start
 
     def _ready(self, prof: torch.profiler.profile) -> None:
         self._on_trace_ready(self, prof)
 
+    def _note_start(self) -> None:
+        if self._heap_at_start is None and self.profiler.current_action in _RECORDING:
+            self._heap_at_start = heap_bytes()
+
     def _note_recording(self) -> None:
+        """At the end of a step: note it if it was recorded, and the trace's size so far."""
         if self.profiler.current_action in _RECORDING:
             self.last_recorded = self.profiler.step_num
+            now = heap_bytes()
+            if now is not None and self._heap_at_start is not None:
+                self.growth_bytes = max(0, now - self._heap_at_start)
+
+    @property
+    def estimate_bytes(self) -> Optional[float]:
+        return None if self.growth_bytes is None else self.growth_bytes * self.json_per_byte
+
+    def _over_budget(self) -> bool:
+        """Steps are left to record, and the trace has reached ``max_bytes``."""
+        if (self.max_bytes is None or self.estimate_bytes is None or self.estimate_bytes < self.max_bytes
+                or self.profiler.current_action != ProfilerAction.RECORD):
+            return False
+        last = self.profiler.step_num
+        while self._schedule(last + 1) in _RECORDING:
+            last += 1
+        self.planned_last = last
+        return True
 
     def step(self) -> bool:
         """Close the current step and open the next; False when the window is complete."""
@@ -118,9 +193,11 @@ class WindowSession:
         try:
             self._note_recording()
             with without_usdt_lines(self._quiet):
-                self.profiler.step()
-                if self.profiler.current_action != ProfilerAction.NONE:
-                    return True
+                if not self._over_budget():
+                    self.profiler.step()
+                    if self.profiler.current_action != ProfilerAction.NONE:
+                        self._note_start()
+                        return True
                 self.profiler.stop()
             self._release()
             return False
@@ -164,6 +241,7 @@ class WindowRunner:
         self.session: Optional[WindowSession] = None
         self.profiled: list[tuple[int, int]] = []  # this epoch's windows: first and last step with a session
         self.spent: list[float] = []  # this epoch's ended windows: seconds of each in its session's calls
+        self._cut_through = -1  # the last step of a window ended early (max_trace_mb): none opens before it
 
     def epoch_start(self, next_step: int, next_batch_idx: int, num_batches: Optional[int]) -> None:
         self.stop()
@@ -189,6 +267,8 @@ class WindowRunner:
                 return
             if not self.session.step():
                 self.spent.append(self.session.spent_s)
+                if self.session.planned_last is not None:
+                    self._cut_through = self.session.planned_last
                 self.session = None
         if self.session is None and not last_in_epoch:
             self._maybe_open(step + 1, batch_idx + 1, stopping)
@@ -223,7 +303,7 @@ class WindowRunner:
                 self.spent.append(session.spent_s)
 
     def _maybe_open(self, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
-        warmup = self.selection.warmup_before(step, batch_idx)
+        warmup = self.selection.warmup_before(step, batch_idx) if step > self._cut_through else None
         if warmup is not None and not stopping():
             self.session = self._open(self.selection, step, batch_idx, warmup)
 
@@ -241,14 +321,17 @@ def session_opener(
     on_trace_ready: Callable[[WindowSession, Any], None],
     quiet: bool,
     report: Callable[[str], None],
+    max_bytes: Optional[int] = None,
+    json_per_byte: Callable[[], float] = lambda: 1.0,
 ) -> Callable[[Selection, int, int, int], Optional[WindowSession]]:
     """What :class:`WindowRunner` calls to open a session: none while another torch.profiler session runs
-    (torch allows one at a time; ``report`` is told)."""
+    (torch allows one at a time; ``report`` is told). ``json_per_byte()``: the size estimate's factor now."""
 
     def open_session(selection: Selection, step: int, batch_idx: int, warmup: int) -> Optional[WindowSession]:
         if torch.autograd.profiler._is_profiler_enabled:
             report("another torch.profiler session is running; this window is skipped")
             return None
-        return WindowSession(selection, step, batch_idx, warmup, activities, options, on_trace_ready, quiet)
+        return WindowSession(selection, step, batch_idx, warmup, activities, options, on_trace_ready, quiet, max_bytes,
+                             json_per_byte())
 
     return open_session
