@@ -16,6 +16,16 @@ Checks, on one GPU with a real Trainer, for a data-bound run (a DataLoader that 
    ``torch.cuda.set_sync_debug_mode("warn")``; every synchronising call is attributed by its Python stack,
    and none may come from lightning_profkit outside a window's start and stop (``monitor/windows.py``).
    A deliberate ``.item()`` first proves that the detection works. Other warnings are passed on.
+4. What profiling costs, on the compute-bound model: the default windows' wall time against no callback
+   (fits interleaved); the unprofiled steps after a window against those before the first one
+   (``profkit/overhead/after_window_ratio``) with ``TEARDOWN_CUPTI`` unset, ``0`` and ``1``, each in a fresh
+   process (kineto reads it there), and whether the warning about it was given; the training thread's
+   milliseconds per window and the CPU off it (``overhead/window_ms``, ``overhead/helper_cpu_s``).
+5. A window's trace opens in torch-tb-profiler's loader and, on CUDA, in HolisticTraceAnalysis, with GPU
+   kernels (each where it is installed; "not checked" otherwise, which fails nothing).
+
+The findings end as a markdown table, printed and written to ``--markdown`` (default: ``findings.md`` in the
+run's folder), for the README.
 
 Exit status: 0 all passed, 1 a check failed, 3 no CUDA device (``--allow-cpu`` runs the CPU path instead:
 GPU figures must then be absent, which is what the test suite does with this script).
@@ -29,6 +39,7 @@ import glob
 import gzip
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -49,6 +60,12 @@ ALLOWED_FILES = ("monitor/windows.py",)  # paths in the package, with /
 ALLOWED_FUNCTIONS: tuple[str, ...] = ()
 SKIP_FIRST, WARMUP, ACTIVE = 5, 1, 3
 failures: list[str] = []
+findings: list[tuple[str, str]] = []  # (what, measured): the markdown table
+
+
+def found(what: str, value: str) -> None:
+    print(f"# {what}: {value}", flush=True)
+    findings.append((what, value))
 
 
 def check(ok: bool, what: str, detail: str = "") -> None:
@@ -107,16 +124,18 @@ class SyncLog:
             self.ours.append("".join(traceback.format_list(stack[-8:])))
 
 
-def fit(root: str, cuda: bool, delay: float, depth: int, steps: int, sync_log: SyncLog | None) -> dict:
+def fit(root: str, cuda: bool, delay: float, depth: int, steps: int, sync_log: SyncLog | None, epochs: int = 2,
+        monitor: PerformanceMonitor | None = None) -> dict:
     logger = CSVLogger(root, name="run")
-    monitor = PerformanceMonitor(skip_first=SKIP_FIRST, warmup=WARMUP, active=ACTIVE)
+    if monitor is None:
+        monitor = PerformanceMonitor(skip_first=SKIP_FIRST, warmup=WARMUP, active=ACTIVE)
     trainer = Trainer(
-        accelerator="cuda" if cuda else "cpu", devices=1, max_epochs=2, logger=logger,
+        accelerator="cuda" if cuda else "cpu", devices=1, max_epochs=epochs, logger=logger,
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
         callbacks=[monitor], log_every_n_steps=10_000,
     )
     loader = DataLoader(Batches(steps, delay), batch_size=None, num_workers=0)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(record=sync_log is None) as caught:
         warnings.simplefilter("always")
         if sync_log is not None:
             warnings.showwarning = sync_log
@@ -136,7 +155,89 @@ def fit(root: str, cuda: bool, delay: float, depth: int, steps: int, sync_log: S
         traces[tuple(trace["profkit"]["steps"])] = trace.get("traceEvents", [])
     columns = set().union(*(r.keys() for r in rows)) if rows else set()
     return dict(epochs=epochs, windows=windows, traces=traces, columns={c for c in columns if rows and any(r[c] for r in rows)},
-                alerts=len(monitor.alerts))
+                alerts=len(monitor.alerts), folders=sorted(glob.glob(os.path.join(logger.log_dir, "profiler", "*", ""))),
+                warned=[str(w.message) for w in caught or []])
+
+
+def figures(rows: list[dict], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if r.get(key)]
+
+
+def teardown_run(root: str, cuda: bool, steps: int) -> None:
+    """In a process of its own (``TEARDOWN_CUPTI`` as the caller set it): 3 epochs of the compute-bound model
+    with the default windows; prints the after-window ratios, and whether we warned, as one JSON line."""
+    run = fit(root, cuda, delay=0.0, depth=48 if cuda else 1, steps=steps, sync_log=None, epochs=3,
+              monitor=PerformanceMonitor())
+    ratios = figures(run["epochs"], "profkit/overhead/after_window_ratio")
+    print("TEARDOWN " + json.dumps({"ratios": ratios, "warned": any("TEARDOWN_CUPTI" in w for w in run["warned"])}))
+
+
+def cost(root: str, cuda: bool, steps: int) -> None:
+    """Section 4: what profiling costs a GPU-bound fit."""
+    walls: dict[str, list[float]] = {"none": [], "default windows": []}
+    run: dict = {}
+    for repeat in range(2):  # interleaved
+        for label in walls:
+            start = time.perf_counter()
+            if label == "none":
+                plain = Trainer(accelerator="cuda" if cuda else "cpu", devices=1, max_epochs=2, logger=False,
+                                enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+                plain.fit(Model(48 if cuda else 1), DataLoader(Batches(steps, 0.0), batch_size=None))
+            else:
+                run = fit(os.path.join(root, f"cost{repeat}"), cuda, delay=0.0, depth=48 if cuda else 1, steps=steps,
+                          sync_log=None, monitor=PerformanceMonitor())
+            walls[label].append(time.perf_counter() - start)
+    ratio = min(walls["default windows"]) / min(walls["none"])
+    found("default windows, wall time of a 2-epoch fit / no callback (fastest of 2)",
+          f"{ratio:.3f} ({min(walls['default windows']):.1f} s / {min(walls['none']):.1f} s)")
+    window_ms, helper = figures(run["epochs"], "profkit/overhead/window_ms"), figures(run["epochs"], "profkit/overhead/helper_cpu_s")
+    profiled = figures(run["epochs"], "profkit/overhead/profiled_step_ratio")
+    check(bool(window_ms) and bool(profiled), "own-cost figures logged", f"window_ms {window_ms}, profiled {profiled}")
+    found("profiled steps / unprofiled steps (profiled_step_ratio, per epoch)", ", ".join(f"{v:.2f}" for v in profiled))
+    found("training-thread ms per window (window_ms, per epoch)", ", ".join(f"{v:.1f}" for v in window_ms))
+    found("CPU s off the training thread (helper_cpu_s, per epoch)", ", ".join(f"{v:.3f}" for v in helper) or "-")
+    for setting in (None, "0", "1"):
+        env = {k: v for k, v in os.environ.items() if k != "TEARDOWN_CUPTI"}
+        if setting is not None:
+            env["TEARDOWN_CUPTI"] = setting
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--teardown-run", os.path.join(root, f"td{setting}"),
+                               "--steps", str(steps)] + ([] if cuda else ["--allow-cpu"]),
+                              capture_output=True, text=True, env=env, timeout=300)
+        line = next((ln for ln in done.stdout.splitlines() if ln.startswith("TEARDOWN ")), None)
+        name = f"TEARDOWN_CUPTI={setting}" if setting is not None else "TEARDOWN_CUPTI unset"
+        check(line is not None, f"{name}: the fit ran", done.stderr[-2000:] if line is None else "")
+        if line is not None:
+            got = json.loads(line[len("TEARDOWN "):])
+            found(f"{name}: unprofiled steps after the windows / before (after_window_ratio, epochs 0-2)",
+                  ", ".join(f"{v:.3f}" for v in got["ratios"]) + ("; warned" if got["warned"] else "; no warning"))
+
+
+def viewers(run: dict, cuda: bool) -> None:
+    """Section 5: a window's trace in torch-tb-profiler's loader and HTA."""
+    folder = run["folders"][0]
+    try:
+        from torch_tb_profiler import io as tb_io
+        from torch_tb_profiler.profiler.loader import RunLoader
+    except ImportError as err:
+        found("torch-tb-profiler loader", f"not checked ({err})")
+    else:
+        loaded = RunLoader(os.path.basename(folder.rstrip(os.sep)), folder, tb_io.Cache(tempfile.mkdtemp())).load()
+        profiles = [p for w in loaded.get_workers("Overview") for p in loaded.get_profiles(worker=w)]
+        kernels = [bool(getattr(p, "has_kernel", False)) for p in profiles]
+        check(bool(profiles) and (all(kernels) if cuda else True), "torch-tb-profiler's loader opens a window's trace"
+              + (" with GPU kernels" if cuda else ""), f"{len(profiles)} profile(s), has_kernel {kernels}")
+        found("torch-tb-profiler loader", f"{len(profiles)} profile(s), GPU kernels {kernels}")
+    if not cuda:
+        return
+    try:
+        from hta.trace_analysis import TraceAnalysis
+    except ImportError as err:
+        found("HolisticTraceAnalysis", f"not checked ({err})")
+        return
+    breakdown = TraceAnalysis(trace_dir=folder).get_temporal_breakdown(visualize=False).to_dict("records")
+    compute = breakdown[0].get("compute_time(us)", 0) if breakdown else 0
+    check(compute > 0, "HolisticTraceAnalysis reads a window's trace with GPU kernels", f"compute {compute} µs")
+    found("HolisticTraceAnalysis temporal breakdown", f"compute {compute} µs, idle {breakdown[0].get('idle_time(us)')} µs")
 
 
 def scheduled(steps: int) -> list[tuple[int, int]]:
@@ -163,11 +264,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=150, help="batches per epoch (NVML needs a few seconds)")
     parser.add_argument("--allow-cpu", action="store_true", help="without CUDA, run the CPU path instead of failing")
+    parser.add_argument("--markdown", help="where to write the findings table (default: findings.md in the run folder)")
+    parser.add_argument("--teardown-run", metavar="FOLDER", help=argparse.SUPPRESS)  # section 4's child
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     if not cuda and not args.allow_cpu:
         print("NOT CHECKED: no CUDA device (torch.cuda.is_available() is False)")
         return 3
+    if args.teardown_run:
+        teardown_run(args.teardown_run, cuda, args.steps)
+        return 0
     root = tempfile.mkdtemp(prefix="profkit-check-")
     print(f"# torch {torch.__version__}, {'CUDA ' + torch.cuda.get_device_name() if cuda else 'CPU only'}; files in {root}")
 
@@ -215,6 +321,15 @@ def main() -> int:
               f"{len(sync_log.ours)} found" + ("\n" + sync_log.ours[0] if sync_log.ours else ""))
         print(f"# synchronising calls during both fits (informational): {sync_log.others} from Lightning "
               f"or the model, {sync_log.background} in lightning_profkit's background threads")
+    viewers(runs["compute-bound"], cuda)
+    cost(root, cuda, args.steps)
+    device = f"CUDA {torch.cuda.get_device_name()}" if cuda else "CPU only"
+    table = [f"`.ci/check_cuda.py`, {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, {device}, {args.steps} steps an epoch",
+             "", "| finding | measured |", "|---|---|"] + [f"| {what} | {value} |" for what, value in findings]
+    path = args.markdown or os.path.join(root, "findings.md")
+    with open(path, "w") as f:
+        f.write("\n".join(table) + "\n")
+    print("\n".join(table) + f"\n# table written to {path}")
     print("ALL PASSED" if not failures else f"{len(failures)} FAILED: {'; '.join(failures)}")
     return 1 if failures else 0
 

@@ -81,7 +81,8 @@ def test_labels_under_gradient_accumulation(tmp_path):
     (path,) = trace_files(tmp_path)
     meta = read_trace(path)["profkit"]
     # a step is a batch: batches 6-8 are optimizer step 2 (ProfilerStep numbers follow batches)
-    assert meta == {"epoch": 0, "steps": [6, 8], "batch_idx": [6, 8], "worker": meta["worker"], "rank": 0, "world_size": 1}
+    assert meta == {"epoch": 0, "steps": [6, 8], "batch_idx": [6, 8], "worker": meta["worker"], "rank": 0, "world_size": 1,
+                    "estimated_mb": meta["estimated_mb"], "memory_growth_bytes": meta["memory_growth_bytes"]}
     assert trainer.global_step == 20 // 3 + 1
 
 

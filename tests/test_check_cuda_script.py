@@ -25,6 +25,12 @@ def test_check_passes_here_cpu_path_without_a_gpu():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ALL PASSED" in done.stdout
     assert "USDT" not in done.stdout + done.stderr
+    table = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    for setting in ("unset", "=0", "=1"):  # the after-window ratio of each TEARDOWN_CUPTI setting, 3 epochs
+        (row,) = [line for line in table if line.startswith(f"| TEARDOWN_CUPTI{' ' if setting == 'unset' else ''}{setting}")]
+        assert len(row.split("|")[2].split(";")[0].split(",")) == 3, row
+    assert any(line.startswith("| default windows, wall time") for line in table)
+    assert any(line.startswith("| torch-tb-profiler loader | 1 profile(s)") for line in table)
 
 
 def test_dev_sh_check_cuda_needs_no_network_and_no_virtual_environment(tmp_path):

@@ -1,6 +1,7 @@
 """What profiling cost a run, logged every epoch: against step times taken independently; a slowdown after the
 windows (injected here) shows in the figure; the warning about it is for CUDA, so a CPU run never gives it."""
 
+import gc
 import resource
 import statistics
 import time
@@ -102,10 +103,14 @@ def test_window_ms_is_the_time_in_the_profilers_calls(tmp_path, monkeypatch):
             finally:
                 spent.append(time.perf_counter() - start)
         monkeypatch.setattr(torch.profiler.profile, name, timed)
-    rows, _ = fit(tmp_path, ClockedData(), epochs=2, quiet=False)
+    gc.disable()  # a collection inside our calls but outside torch's would count in ours only
+    try:
+        rows, _ = fit(tmp_path, ClockedData(), epochs=2, quiet=False)
+    finally:
+        gc.enable()
     truth = 1000 * sum(spent)  # ms, both windows (one an epoch)
     ours = sum(row["profkit/overhead/window_ms"] for row in rows)
-    assert truth < ours < truth * 1.1 + 0.5, (ours, truth)
+    assert truth < ours < truth * 1.1 + 2, (ours, truth)
 
 
 def test_helper_cpu_s_is_the_cpu_of_the_writer_and_the_finalizing_process(tmp_path):

@@ -103,7 +103,7 @@ def test_next_active_is_the_first_active_step_within_the_horizon(name):
 class Recorder:
     """A stand-in session: notes the steps it is driven through."""
 
-    spent_s = 0.0
+    spent_s, planned_last = 0.0, None
 
     def __init__(self, log, step, warmup, length):
         self.log, self.left, self.first_step = log, warmup + length, step
