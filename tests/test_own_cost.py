@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer
 from lightning_profkit import PerformanceMonitor
+from lightning_profkit.monitor import windows
 from lightning_profkit.monitor.own_cost import SLOW_AFTER, own_cost, slow_epochs
 from test_metrics import Recorder
 
@@ -90,19 +91,24 @@ def test_steps_slower_after_the_window_show_in_the_figure(tmp_path):
 
 
 def test_window_ms_is_the_time_in_the_profilers_calls(tmp_path, monkeypatch):
-    """Independently: torch.profiler.profile's construction, start, step and stop timed around the real calls
-    (``quiet=False``: without the redirection of stderr around them, which window_ms counts too)."""
+    """Independently: torch.profiler.profile's construction, start, step and stop, and our reads of the heap's
+    size (the trace size estimate; glibc's mallinfo2 walks the heap's free chunks, up to about 0.6 ms where
+    there are many, as in a long test run), timed around the real calls (``quiet=False``: without the
+    redirection of stderr around them, which window_ms counts too)."""
     spent = []
-    for name in ("__init__", "start", "step", "stop"):
-        real = getattr(torch.profiler.profile, name)
 
-        def timed(self, *args, _real=real, **kwargs):
+    def timing(real):
+        def timed(*args, **kwargs):
             start = time.perf_counter()
             try:
-                return _real(self, *args, **kwargs)
+                return real(*args, **kwargs)
             finally:
                 spent.append(time.perf_counter() - start)
-        monkeypatch.setattr(torch.profiler.profile, name, timed)
+        return timed
+
+    for name in ("__init__", "start", "step", "stop"):
+        monkeypatch.setattr(torch.profiler.profile, name, timing(getattr(torch.profiler.profile, name)))
+    monkeypatch.setattr(windows, "heap_bytes", timing(windows.heap_bytes))
     gc.disable()  # a collection inside our calls but outside torch's would count in ours only
     try:
         rows, _ = fit(tmp_path, ClockedData(), epochs=2, quiet=False)
