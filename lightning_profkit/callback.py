@@ -21,7 +21,7 @@ from lightning_profkit.monitor.delivery import AlertDelivery
 from lightning_profkit.monitor.epoch_figures import PREFIX, EpochSpans, epoch_figures, reduce_ranks, to_vector, window_metrics
 from lightning_profkit.monitor.exchange import exchange, exchange_group
 from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
-from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
+from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options, is_url
 from lightning_profkit.monitor.output import TraceOutput, check_writable
 from lightning_profkit.monitor.own_cost import SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.selection import StepRanges
@@ -215,7 +215,13 @@ class PerformanceMonitor(Callback):
         self._close(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
         self._broken = False
-        self.trace_dir = self.options.dirpath or os.path.join(_run_dir(trainer), "profiler")
+        run_dir = None if self.options.dirpath else _run_dir(trainer)
+        if run_dir is not None and is_url(run_dir):  # a URL dirpath fails at construction
+            raise ValueError(
+                f"PerformanceMonitor writes traces to a local folder, and this run logs to {run_dir!r} (the first "
+                "TensorBoardLogger's log_dir, else default_root_dir): pass `dirpath=` a local folder; traces are "
+                "not written to object storage yet")
+        self.trace_dir = self.options.dirpath or os.path.join(run_dir, "profiler")
         check_writable(self.trace_dir)
         self._trainer = trainer
         self._checks.start_fit()

@@ -1,5 +1,7 @@
 """Every argument of PerformanceMonitor, its invalid values, and the error each gets at construction."""
 
+import os
+
 import pytest
 
 from lightning_profkit import PerformanceMonitor
@@ -23,6 +25,7 @@ TABLE = [
     ("ranks", [-1], "`ranks` must be a non-empty list of ranks >= 0"),
     ("ranks", "0", "`ranks` must be a non-empty list"),
     ("dirpath", 5, "`dirpath` must be a folder path"),
+    ("dirpath", "s3://bucket/run", "`dirpath` must be a local folder path (traces are not written to object storage yet)"),
     ("activities", ["tpu"], "`activities` must be a list of 'cpu' and/or 'cuda'"),
     ("activities", "cpu", "`activities` must be a list"),
     ("record_shapes", "yes", "`record_shapes` must be True or False"),
@@ -72,3 +75,13 @@ def test_every_argument_is_in_the_table():
 
     tested = {a for a, _, _ in TABLE}
     assert set(inspect.signature(PerformanceMonitor).parameters) == tested
+
+
+def test_a_run_that_logs_to_object_storage_fails_at_setup_naming_the_url(tmp_path):
+    """Before, its traces went to a local folder literally named ``memory:`` (or ``s3:``), silently."""
+    from conftest import TinyModel, make_trainer
+
+    trainer = make_trainer(tmp_path, [PerformanceMonitor()], default_root_dir="memory://runs/exp")
+    with pytest.raises(ValueError, match=r"this run logs to 'memory://runs/exp' .*pass `dirpath=` a local folder"):
+        trainer.fit(TinyModel())
+    assert trainer.global_step == 0 and not os.path.exists("memory:")  # relative to where the fit ran
