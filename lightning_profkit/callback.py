@@ -23,7 +23,7 @@ from lightning_profkit.monitor.exchange import exchange, exchange_group
 from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options, is_url
 from lightning_profkit.monitor.output import TraceOutput, check_writable
-from lightning_profkit.monitor.own_cost import SLOW_EPOCHS, own_cost, slow_epochs
+from lightning_profkit.monitor.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.selection import StepRanges
 from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, WindowRunner,
                                                WindowSession, profiler_activities, session_opener)
@@ -83,8 +83,8 @@ class PerformanceMonitor(Callback):
     ``val_data_wait_ratio``, ``peak_memory_mb`` (CUDA only), ``gpu_idle_ratio`` (CUDA with the ``nvml`` extra:
     ``1 -`` mean NVML utilization over the epoch's training time, sampled about every 1/6 s to 1 s). Several ranks: means, plus
     ``data_wait_ratio_max`` and ``data_wait_worst_rank``; in epochs with a window, what profiling cost:
-    ``overhead/profiled_step_ratio``, ``overhead/after_window_ratio`` (warned about on CUDA when above 1.1 two
-    epochs running) and ``overhead/window_ms``; from the first trace on, ``overhead/helper_cpu_s`` (CPU off the
+    ``overhead/profiled_step_ratio``, ``overhead/after_window_ratio`` (warned about when above 1.1 on CUDA, 1.5 on
+    CPU, two epochs running) and ``overhead/window_ms``; from the first trace on, ``overhead/helper_cpu_s`` (CPU off the
     training thread). Per profiled window (rank zero's traces):
     ``window/data_wait_share``, ``window/host_step_ms``, ``window/gpu_idle_share`` (GPU runs only),
     ``window/blocking_sync_ms_per_step``, ``window/sync_ms_per_step/<call>``, ``window/peak_memory_mb/<device>``.
@@ -532,17 +532,23 @@ class PerformanceMonitor(Callback):
             raise DataWaitAlertError(alert)
 
     def _watch_after_window(self, ratio: Optional[float], to_user: bool) -> None:
-        """Warn once, on CUDA, when unprofiled steps stay slower after the windows than before them."""
-        self._slow_epochs = slow_epochs(self._slow_epochs, ratio)
-        if self._slow_epochs >= SLOW_EPOCHS and self._on_cuda and to_user:
-            self._report(
-                f"unprofiled steps after the profiler windows took {ratio:.2f}x the time of those before the "
-                f"first window, {self._slow_epochs} epochs running (profkit/overhead/after_window_ratio). This is "
-                "usually CUPTI left attached after a window: kineto keeps it unless TEARDOWN_CUPTI=1 (torch "
-                "sets TEARDOWN_CUPTI=0 with CUDA graphs on CUDA older than 12.6); set TEARDOWN_CUPTI=1 in the "
-                "environment before the first window, or record fewer windows (`steps=`, `profile=False`)",
-                key="after_window",
-            )
+        """Warn once when unprofiled steps stay slower after the windows than before them."""
+        self._slow_epochs = slow_epochs(self._slow_epochs, ratio, SLOW_AFTER["cuda" if self._on_cuda else "cpu"])
+        if self._slow_epochs < SLOW_EPOCHS or not to_user:
+            return
+        if self._on_cuda:
+            cause = ("This is usually CUPTI left attached after a window: kineto keeps it unless TEARDOWN_CUPTI=1 "
+                     "(torch sets TEARDOWN_CUPTI=0 with CUDA graphs on CUDA older than 12.6); set TEARDOWN_CUPTI=1 "
+                     "in the environment before the first window, or record fewer windows (`steps=`, `profile=False`)")
+        else:
+            cause = ("On CPU nothing of torch.profiler is known to outlive a window: a fit with `profile=False` "
+                     "tells whether the windows are the cause (its after_window_ratio is absent, its step_time_ms_mean "
+                     "comparable) or the machine is")
+        self._report(
+            f"unprofiled steps after the profiler windows took {ratio:.2f}x the time of those before the first "
+            f"window, {self._slow_epochs} epochs running (profkit/overhead/after_window_ratio). {cause}",
+            key="after_window",
+        )
 
     def _rolling_check(self, trainer: Trainer, now: float, step: int) -> None:
         """This block's data wait on every rank (exchanged off the device), then the rule."""

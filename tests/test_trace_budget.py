@@ -64,3 +64,9 @@ def test_the_estimate_is_near_the_size_of_the_json_and_nearer_from_the_second_wi
         with gzip.open(path, "rb") as f:
             ratios.append(len(f.read()) / 1e6 / trace["profkit"]["estimated_mb"])  # the final trace: a few bytes more
     assert 0.5 < ratios[0] < 2 and 0.9 < ratios[1] < 1.1, ratios
+
+
+def test_a_cut_window_that_would_run_to_the_epochs_end_leaves_the_next_epoch_its_windows(tmp_path):
+    traces, cuts = fit(tmp_path, max_trace_mb=0.5, step_filter=lambda step: step >= 5)
+    firsts = [read_trace(path)["profkit"]["steps"][0] for path in traces]
+    assert firsts == [5, 30] and len(cuts) == 1, (firsts, cuts)  # epoch 1's window starts at its first step

@@ -26,6 +26,7 @@ _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 # 0.7-1.0 measured on CPU (benchmarks/trace_size.py), but 1.2-2.3 with with_stack, whose Python events
 # the growth misses in part; an estimate too high ends a window early, one too low lets the trace pass
 FIRST_JSON_PER_BYTE = 1.0
+PLANNED_SCAN = 100_000  # steps looked ahead for the end of a window cut short
 FIRST_JSON_PER_BYTE_WITH_STACK = 2.0
 
 
@@ -182,7 +183,9 @@ class WindowSession:
                 or self.profiler.current_action != ProfilerAction.RECORD):
             return False
         last = self.profiler.step_num
-        while self._schedule(last + 1) in _RECORDING:
+        for _ in range(PLANNED_SCAN):  # a filter true at every step would never end the scan
+            if self._schedule(last + 1) not in _RECORDING:
+                break
             last += 1
         self.planned_last = last
         return True
@@ -245,7 +248,7 @@ class WindowRunner:
 
     def epoch_start(self, next_step: int, next_batch_idx: int, num_batches: Optional[int]) -> None:
         self.stop()
-        self.profiled, self.spent = [], []
+        self.profiled, self.spent, self._cut_through = [], [], -1  # windows never span epochs
         self.selection = self.selection.for_epoch(num_batches)
         self._maybe_open(next_step, next_batch_idx)
 
