@@ -26,7 +26,8 @@ from lightning_profkit.monitor.output import TraceOutput, check_writable
 from lightning_profkit.monitor.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.selection import StepRanges
 from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, WindowRunner,
-                                               WindowSession, profiler_activities, session_opener)
+                                               WindowSession, learned_json_per_byte, profiler_activities,
+                                               session_opener)
 from lightning_profkit.notices import warn
 
 __all__ = ["PerformanceMonitor", "DataWaitWarning"]
@@ -483,7 +484,7 @@ class PerformanceMonitor(Callback):
         done = self._output.take_written(self.traces)
         for window in done:  # the size estimate's factor, from the fit's latest window (same model, same options)
             if window.json_bytes and window.growth_bytes:
-                self._json_per_byte = min(max(window.json_bytes / window.growth_bytes, 0.25), 8.0)
+                self._json_per_byte = learned_json_per_byte(window.json_bytes, window.growth_bytes)
         if trainer is None or not trainer.is_global_zero:
             return
         threshold = self.options.alert_threshold or DEFAULT_ALERT_THRESHOLD

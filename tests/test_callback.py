@@ -5,8 +5,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 import warnings

@@ -38,16 +38,17 @@ def _callable(name: str, value: Any) -> None:
     if value is not None and not callable(value):
         _fail(name, "callable", value)
 
+
 # a window's trace JSON, MB: TensorBoard's PyTorch Profiler tab shows an empty view above about 500 MB
 # (pytorch/kineto#805); Perfetto's UI runs out of browser memory at about 2 GB
 DEFAULT_MAX_TRACE_MB = 500.0
-
 
 
 def is_url(path: str) -> bool:
     """``s3://…``, ``gs://…``, ``memory://…``: a path with a protocol other than ``file://``."""
     protocol, sep, _ = path.partition("://")
     return bool(sep) and protocol.isidentifier() and protocol != "file"
+
 
 @dataclass(frozen=True)
 class Options:

@@ -26,8 +26,14 @@ _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 # 0.7-1.0 measured on CPU (benchmarks/trace_size.py), but 1.2-2.3 with with_stack, whose Python events
 # the growth misses in part; an estimate too high ends a window early, one too low lets the trace pass
 FIRST_JSON_PER_BYTE = 1.0
-PLANNED_SCAN = 100_000  # steps looked ahead for the end of a window cut short
 FIRST_JSON_PER_BYTE_WITH_STACK = 2.0
+PLANNED_SCAN = 100_000  # steps looked ahead for the end of a window cut short
+
+
+def learned_json_per_byte(json_bytes: int, growth_bytes: int) -> float:
+    """The factor a written window had (its JSON per byte of growth), within 0.25-8 so that one odd window
+    (growth hidden by memory freed meanwhile) cannot stop the estimate from cutting, or make it cut at once."""
+    return min(max(json_bytes / growth_bytes, 0.25), 8.0)
 
 
 class _MallInfo2(ctypes.Structure):
