@@ -21,8 +21,10 @@ from lightning_profkit.monitor.delivery import AlertDelivery
 from lightning_profkit.monitor.epoch_figures import PREFIX, EpochSpans, epoch_figures, reduce_ranks, to_vector, window_metrics
 from lightning_profkit.monitor.exchange import exchange, exchange_group
 from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
-from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options, is_url
+from lightning_profkit.monitor.finalizer import child_env
+from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.output import TraceOutput, check_writable
+from lightning_profkit.store import is_url, join, probe, staging_dir
 from lightning_profkit.monitor.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.selection import StepRanges
 from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, WindowRunner,
@@ -216,14 +218,13 @@ class PerformanceMonitor(Callback):
         self._close(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
         self._broken = False
-        run_dir = None if self.options.dirpath else _run_dir(trainer)
-        if run_dir is not None and is_url(run_dir):  # a URL dirpath fails at construction
-            raise ValueError(
-                f"PerformanceMonitor writes traces to a local folder, and this run logs to {run_dir!r} (the first "
-                "TensorBoardLogger's log_dir, else default_root_dir): pass `dirpath=` a local folder; traces are "
-                "not written to object storage yet")
-        self.trace_dir = self.options.dirpath or os.path.join(run_dir, "profiler")
-        check_writable(self.trace_dir)
+        trace_dir = self.options.dirpath or _join(_run_dir(trainer), "profiler")
+        if is_url(trace_dir):  # written locally in full, then uploaded by the finalizing process
+            probe(trace_dir, env=child_env())
+            check_writable(staging_dir(trace_dir))
+        else:
+            check_writable(trace_dir)
+        self.trace_dir = trace_dir
         self._trainer = trainer
         self._checks.start_fit()
         self._step_baseline, self._slow_epochs, self._helper_cpu_s = None, 0, 0.0
@@ -378,8 +379,8 @@ class PerformanceMonitor(Callback):
             opener = session_opener(activities, o.profiler_options(), self._trace_ready, o.quiet, self._report, limit,
                                     lambda: self._json_per_byte)
             self._runner = WindowRunner(self.selection, opener)
-        if trainer.is_global_zero and o.max_captures:
-            self._live = capture_request.LiveRun(self.trace_dir)
+        if trainer.is_global_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
+            self._live = capture_request.LiveRun(self._output.local_dir)
 
     def _close(self, trainer: Optional[Trainer] = None, wait: bool = True) -> None:
         """End the fit's machinery: the profiler session, the fetch timer, the sampler, the writer (waiting up
@@ -399,9 +400,12 @@ class PerformanceMonitor(Callback):
             self._sampler = None
         if self._output is not None:
             timeout = self.options.flush_timeout if wait else 0.0
-            left = self._output.close(timeout)
+            left, unsent = self._output.close(timeout)
             if left and wait:
                 self._report(f"{left} profiler trace(s) were still being written after {timeout:.0f}s")
+            if unsent:
+                self._report(f"{len(unsent)} profiler trace(s) could not be uploaded to {self.trace_dir}; they are kept "
+                             f"on this machine: {', '.join(unsent)}", key="unsent")
             self._take_windows(trainer)
         if self._live is not None:
             self._live.end()
@@ -643,8 +647,8 @@ class PerformanceMonitor(Callback):
             self._report(f"NVML sampling stopped: {self._sampler.error!r}", key="nvml")
         return ratio
 
-    def _write_failed(self, message: str) -> None:
-        self._report(f"a profiler trace could not be written (training continues): {message}", key="write")
+    def _write_failed(self, message: str, key: str) -> None:
+        self._report(f"a profiler trace could not be written (training continues): {message}", key=key)
 
     def _report(self, message: str, key: Optional[str] = None) -> None:
         """Warn about each kind of problem once per callback (``key``, default the message itself)."""
@@ -664,6 +668,10 @@ def _run_dir(trainer: Trainer) -> str:
     if tb is not None:
         return trainer.strategy.broadcast(tb.log_dir)
     return trainer.log_dir or trainer.default_root_dir
+
+
+def _join(folder: str, name: str) -> str:
+    return join(folder, name) if is_url(folder) else os.path.join(folder, name)
 
 
 def _runs_pytorch_profiler(trainer: Trainer) -> bool:

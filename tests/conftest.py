@@ -173,8 +173,8 @@ class TensorBoardServer:
     def log(self) -> str:
         return Path(self.log_path).read_text(errors="replace")[-4000:]
 
-    def get(self, path, **params):
-        url = f"{self.base}/data/plugin/pytorch_profiler/{path}"
+    def get(self, path, plugin="pytorch_profiler", **params):
+        url = f"{self.base}/data/plugin/{plugin}/{path}"
         if params:
             url += "?" + urllib.parse.urlencode(params)
         with urllib.request.urlopen(url, timeout=30) as r:
@@ -217,3 +217,78 @@ def tensorboard_server(tmp_path):
     for server in servers:
         server.stop()
         assert server.proc.poll() is not None
+
+
+class S3Server:
+    """moto's standalone S3-protocol server (the one s3fs's own tests use) on 127.0.0.1, started on a free port
+    and stopped by its pid. :meth:`env` is what points s3fs and boto3 (``AWS_ENDPOINT_URL``) and TensorBoard and
+    torch-tb-profiler (``S3_ENDPOINT``) at it."""
+
+    def __init__(self, log_path, bucket="runs", timeout=60):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.endpoint, self.bucket, self.log_path = f"http://127.0.0.1:{self.port}", bucket, log_path
+        with open(log_path, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=5).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise AssertionError(f"moto server did not start: {Path(log_path).read_text()[-2000:]}")
+                time.sleep(0.1)
+        self.fs = self.filesystem()
+
+    def env(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "S3_USE_HTTPS": "0",
+                "S3_VERIFY_SSL": "0"}
+
+    def filesystem(self):
+        import s3fs
+
+        return s3fs.S3FileSystem(client_kwargs={"endpoint_url": self.endpoint}, skip_instance_cache=True,
+                                 use_listings_cache=False)
+
+    def keys(self, prefix="") -> list[str]:
+        """Every object under ``s3://<bucket>/<prefix>``, as paths below the bucket."""
+        root = f"{self.bucket}/{prefix}".rstrip("/")
+        return sorted(p[len(self.bucket) + 1:] for p in self.filesystem().find(root))
+
+    def read(self, key: str) -> bytes:
+        return self.filesystem().cat_file(f"{self.bucket}/{key}")
+
+    def stop(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def s3_server(tmp_path, monkeypatch):
+    """A running S3 server with bucket ``runs``; the environment points every client at it for the test."""
+    import s3fs
+
+    server = S3Server(tmp_path / "moto.log")
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    # clients made for an earlier server of this test process: fsspec's (Lightning's hparams) and TensorBoard's writer's
+    s3fs.S3FileSystem.clear_instance_cache()
+    gfile = pytest.importorskip("tensorboard.compat.tensorflow_stub.io.gfile")
+    gfile.register_filesystem("s3", gfile.S3FileSystem())
+    server.fs.mkdir(server.bucket)
+    yield server
+    server.stop()

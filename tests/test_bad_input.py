@@ -25,7 +25,6 @@ TABLE = [
     ("ranks", [-1], "`ranks` must be a non-empty list of ranks >= 0"),
     ("ranks", "0", "`ranks` must be a non-empty list"),
     ("dirpath", 5, "`dirpath` must be a folder path"),
-    ("dirpath", "s3://bucket/run", "`dirpath` must be a local folder path (traces are not written to object storage yet)"),
     ("activities", ["tpu"], "`activities` must be a list of 'cpu' and/or 'cuda'"),
     ("activities", "cpu", "`activities` must be a list"),
     ("record_shapes", "yes", "`record_shapes` must be True or False"),
@@ -77,11 +76,16 @@ def test_every_argument_is_in_the_table():
     assert set(inspect.signature(PerformanceMonitor).parameters) == tested
 
 
-def test_a_run_that_logs_to_object_storage_fails_at_setup_naming_the_url(tmp_path):
+@pytest.mark.parametrize("root, says", [
+    ("memory://runs/exp", r"memory://runs/exp/profiler: memory:// lives inside one process"),
+    ("gs://bucket/exp", r"gs://bucket/exp/profiler: gs:// needs gcsfs: pip install gcsfs"),
+    ("nosuch://bucket/exp", r"nosuch://bucket/exp/profiler: .*nosuch"),
+])
+def test_a_store_that_cannot_take_traces_fails_at_setup_naming_the_url(tmp_path, root, says):
     """Before, its traces went to a local folder literally named ``memory:`` (or ``s3:``), silently."""
     from conftest import TinyModel, make_trainer
 
-    trainer = make_trainer(tmp_path, [PerformanceMonitor()], default_root_dir="memory://runs/exp")
-    with pytest.raises(ValueError, match=r"this run logs to 'memory://runs/exp' .*pass `dirpath=` a local folder"):
+    trainer = make_trainer(tmp_path, [PerformanceMonitor()], default_root_dir=root)
+    with pytest.raises(OSError, match=says):
         trainer.fit(TinyModel())
-    assert trainer.global_step == 0 and not os.path.exists("memory:")  # relative to where the fit ran
+    assert trainer.global_step == 0 and not os.path.exists(root.split("/")[0])  # relative to where the fit ran

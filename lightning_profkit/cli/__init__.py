@@ -3,6 +3,9 @@
     profkit summary PATH [--json] [--jobs N]    where the time went: a trace, a window folder or a run folder
     profkit compare A B [--json] [--jobs N]     the same figures for two paths side by side (before / after)
     profkit capture RUN_DIR [--steps N]         ask a running PerformanceMonitor to record a window now
+
+PATH, A and B may be URLs of object storage (``s3://…``, ``gs://…``): their traces are copied to a temporary
+folder first.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from typing import Any, Optional, Sequence
 
 # Neither msgspec nor numpy here: `profkit summary` starts reading the trace before it imports msgspec, and
 # starts its decoding workers before it imports numpy.
 from lightning_profkit.machine import usable_cpus
-from lightning_profkit.trace.file import TraceError, find_traces, read_json
+from lightning_profkit.store import StoreError, download, is_url, staging_dir
+from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces, read_json
 from lightning_profkit.trace.threads import soon
 
 JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
@@ -28,6 +33,10 @@ class CommandError(Exception):
 
 def trace_dir_of(path: str) -> str:
     """The folder a run's PerformanceMonitor writes to: ``PATH/profiler`` for a run folder, else PATH."""
+    if is_url(path):
+        raise CommandError(f"{path}: a run on object storage takes capture requests on the machine of its rank zero: "
+                           f"run `profkit capture {staging_dir(path)}` there (the folder its traces are written to "
+                           "before their upload)")
     if not os.path.isdir(path):
         raise CommandError(f"{path}: no such folder")
     nested = os.path.join(path, "profiler")
@@ -51,7 +60,21 @@ def capture(args: argparse.Namespace) -> int:
 
 
 def summaries(path: str, jobs: int) -> list[dict[str, Any]]:
-    """The summary of every trace under ``path`` (a file, a window folder or a run folder).
+    """The summary of every trace under ``path`` (a file, a window folder or a run folder; a URL of object
+    storage is copied to a temporary folder first, and the summaries name the objects)."""
+    if not is_url(path):
+        return local_summaries(path, jobs)
+    with tempfile.TemporaryDirectory(prefix="profkit-") as local:
+        if not download(path, TRACE_SUFFIXES + JSON_SUFFIXES, local):
+            raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
+        found = local_summaries(local, jobs)
+    for s in found:
+        s["path"] = path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + s["path"][len(local):].replace(os.sep, "/")
+    return found
+
+
+def local_summaries(path: str, jobs: int) -> list[dict[str, Any]]:
+    """The summary of every trace under the local ``path``.
 
     Start-up work overlaps: the first file is read and inflated on a thread while msgspec is imported
     (inflating releases the GIL), its decoding workers are forked before numpy is imported, and each
@@ -127,7 +150,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--jobs must be at least 1")
     try:
         return args.run(args)
-    except (CommandError, TraceError) as err:
+    except (CommandError, TraceError, StoreError) as err:
         print(f"profkit: {err}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `profkit summary ... | head`

@@ -5,7 +5,9 @@ takes one job per line: for each, it reads the raw JSON that torch saved,
 applies the TensorBoard fix, adds our labels under the ``"profkit"`` key (and ``distributedInfo`` with the
 rank and world size where torch wrote none), writes gzip under a
 temporary name that no viewer picks up, renames it to ``FINAL`` and removes ``RAW``. It prints the
-window's figures and summary (:mod:`~lightning_profkit.trace.summary`) as one JSON line on stdout.
+window's figures and summary (:mod:`~lightning_profkit.trace.summary`) as one JSON line on stdout. For a run
+that writes to object storage it then uploads the trace (:mod:`~lightning_profkit.store`), retries the uploads
+that failed before and deletes what retention gave up; the local copy goes once its upload is done.
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ import json
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Optional, TextIO
 
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.events import from_dicts
 from lightning_profkit.monitor.writer import temporary_name
+from lightning_profkit.store import StoreError, remove, upload
 from lightning_profkit.trace.summary import rank_of, summarize_events
 
 
-def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """Rewrite ``raw_path`` into ``final_path`` (gzip JSON), atomically; return the window's figures."""
+def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Optional[str] = None) -> dict[str, Any]:
+    """Rewrite ``raw_path`` into ``final_path`` (gzip JSON), atomically; return the window's figures, for the
+    trace at ``url`` where it goes to object storage."""
     with open(raw_path, encoding="utf-8") as f:
         trace = json.load(f)
     events = trace.get("traceEvents") or []
@@ -49,9 +53,33 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any]) -> dict
         raise
     os.remove(raw_path)
     summary = summarize_events(from_dicts(events))
-    summary.update(path=final_path, window=os.path.basename(os.path.dirname(final_path)), worker=meta.get("worker"),
+    shown = url or final_path
+    summary.update(path=shown, window=os.path.basename(os.path.dirname(final_path)), worker=meta.get("worker"),
                    rank=rank_of(trace.get("distributedInfo"), meta.get("worker") or ""))
-    return {"path": final_path, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": len(text)}
+    return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": len(text)}
+
+
+def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]:
+    """Upload each ``[local, url]`` (the local copy deleted once it is up) and delete each URL; returns what
+    failed: ``unsent`` (``[local, url, why]``) and ``failed`` (why a deletion failed)."""
+    unsent, failed = [], []
+    for local, url in uploads:
+        try:
+            upload(local, url)
+        except StoreError as err:
+            unsent.append([local, url, str(err)])
+            continue
+        os.remove(local)
+        try:
+            os.rmdir(os.path.dirname(local))  # the window's staging folder, once empty
+        except OSError:
+            pass
+    for url in removals:
+        try:
+            remove(url)
+        except StoreError as err:
+            failed.append(str(err))
+    return {"unsent": unsent, "failed": failed}
 
 
 def lower_priority() -> None:
@@ -66,12 +94,18 @@ def lower_priority() -> None:
 
 
 def serve(jobs: TextIO, replies: TextIO) -> None:
-    """One JSON job per line in (``raw``, ``final``, ``meta``), one reply per line out (``done``: the
-    window's figures, or ``error``; ``cpu_s``: this process's CPU seconds so far), until the input ends."""
+    """One JSON job per line in, one reply per line out, until the input ends. A job has a window to finalize
+    (``raw``, ``final``, ``meta``, ``url``) and/or store work (``uploads``, ``removals``, see :func:`store_work`);
+    its reply has ``done`` (the window's figures) or ``error``, what the store work left, and ``cpu_s``
+    (this process's CPU seconds so far)."""
     for line in jobs:
+        reply: dict[str, Any] = {}
         try:
             job = json.loads(line)
-            reply: dict[str, Any] = {"done": finalize_trace(job["raw"], job["final"], job["meta"])}
+            if "raw" in job:
+                reply["done"] = finalize_trace(job["raw"], job["final"], job["meta"], job.get("url"))
+            if job.get("uploads") or job.get("removals"):
+                reply.update(store_work(job.get("uploads", []), job.get("removals", [])))
         except Exception as err:  # reported to the parent, which warns once
             reply = {"error": f"{type(err).__name__}: {err}"}
         reply["cpu_s"] = time.process_time()

@@ -31,12 +31,13 @@ class Finalizer:
         """CPU seconds the finalizing processes of this object have used, as of their last replies."""
         return self._ended_cpu_s + self._cpu_s
 
-    def finalize(self, raw: str, final: str, meta: dict[str, Any]) -> dict[str, Any]:
-        """Turn ``raw`` into ``final``; returns the window's figures. Raises ``OSError`` when it could not."""
+    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Do ``job`` (see :func:`~lightning_profkit.monitor.finalize.serve`); returns the reply. Raises
+        ``OSError`` when it could not."""
         proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write(json.dumps({"raw": raw, "final": final, "meta": meta}) + "\n")
+            proc.stdin.write(json.dumps(job) + "\n")
             proc.stdin.flush()
             line = proc.stdout.readline()
         except (BrokenPipeError, OSError):
@@ -48,14 +49,14 @@ class Finalizer:
         self._cpu_s = reply.get("cpu_s", self._cpu_s)
         if "error" in reply:
             raise OSError(reply["error"])
-        return reply["done"]
+        return reply
 
     def _start(self) -> subprocess.Popen:
         self.close(timeout=0)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", CHILD],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1, env=_child_env(), close_fds=True,
+            text=True, bufsize=1, env=child_env(), close_fds=True,
         )
         return self._proc
 
@@ -79,7 +80,7 @@ class Finalizer:
             proc.stdout.close()
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """The child imports this package from wherever the parent found it, and uses one thread."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

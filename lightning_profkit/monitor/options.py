@@ -44,12 +44,6 @@ def _callable(name: str, value: Any) -> None:
 DEFAULT_MAX_TRACE_MB = 500.0
 
 
-def is_url(path: str) -> bool:
-    """``s3://…``, ``gs://…``, ``memory://…``: a path with a protocol other than ``file://``."""
-    protocol, sep, _ = path.partition("://")
-    return bool(sep) and protocol.isidentifier() and protocol != "file"
-
-
 @dataclass(frozen=True)
 class Options:
     """Every argument of :class:`~lightning_profkit.PerformanceMonitor` (see its docstring), checked."""
@@ -111,8 +105,6 @@ class Options:
             if not isinstance(self.dirpath, (str, os.PathLike)):
                 _fail("dirpath", "a folder path", self.dirpath)
             object.__setattr__(self, "dirpath", os.fspath(self.dirpath))
-            if is_url(self.dirpath):
-                _fail("dirpath", "a local folder path (traces are not written to object storage yet)", self.dirpath)
         if self.activities is not None:
             acts = self.activities
             if isinstance(acts, str) or not acts or any(str(a).lower() not in ACTIVITIES for a in acts):

@@ -1,7 +1,9 @@
 """Where a fit's traces go and what becomes of them: ``<trace dir>/<window>/<worker>.<ns>.pt.trace.json.gz``,
 written off the training thread (:mod:`~lightning_profkit.monitor.writer`), the newest windows kept
 (:mod:`~lightning_profkit.monitor.retention`), and the written windows handed back to the training thread,
-which alone updates what the callback shows (its list of traces, the summaries of the end of ``fit``)."""
+which alone updates what the callback shows (its list of traces, the summaries of the end of ``fit``). A trace
+folder on object storage (a URL) is mirrored by a local staging folder: windows are written there in full and
+uploaded by the finalizing process."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any, Callable, Optional
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.monitor.retention import Retention
 from lightning_profkit.monitor.writer import TraceWriter, WindowJob
+from lightning_profkit.store import is_url, join, staging_dir
 
 SUMMARIZED = 50  # windows in the end-of-fit summary (the newest)
 
@@ -69,30 +72,47 @@ def check_writable(folder: str) -> None:
 
 
 class TraceOutput:
-    """One fit's traces on one rank. ``on_error(message)`` is called from the writer thread when a window
-    cannot be written."""
+    """One fit's traces on one rank. ``on_error(message, key)`` is called from the writer thread when a window
+    cannot be written or uploaded."""
 
     def __init__(self, trace_dir: str, rank: int, world_size: int, keep_last: Optional[int],
-                 on_error: Callable[[str], None]) -> None:
+                 on_error: Callable[[str, str], None]) -> None:
         self.trace_dir, self.worker = trace_dir, worker_name(rank)
+        self.remote = is_url(trace_dir)
+        self.local_dir = staging_dir(trace_dir) if self.remote else trace_dir  # where files are written first
         self.rank, self.world_size = rank, world_size
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
-        self._retention = Retention(keep_last) if keep_last else None
+        self._retention = Retention(keep_last, self._delete_remote if self.remote else None) if keep_last else None
         self._on_error = on_error
         self._writer: Optional[TraceWriter] = None  # started with the first window
-        self._written: deque[dict[str, Any]] = deque()  # appended by the writer thread, taken by the training thread
+        # appended by the writer thread, taken by the training thread: windows written, and traces retention deleted
+        self._written: deque[dict[str, Any]] = deque()
+        self._removed: deque[str] = deque()
 
     def submit(self, results: Any, epoch: int, first: int, last: int, offset: int,
                notes: Optional[dict[str, Any]] = None) -> str:
         """Queue a window's profiler results (steps ``first``-``last``; ``offset`` is the epoch's first
         step; ``notes`` go into the trace's ``profkit`` key too); returns the path its trace will have."""
-        path = os.path.join(self.trace_dir, window_name(epoch, first, last), f"{self.worker}.{time.time_ns()}.pt.trace.json.gz")
+        folder, name = window_name(epoch, first, last), f"{self.worker}.{time.time_ns()}.pt.trace.json.gz"
+        path = os.path.join(self.local_dir, folder, name)
+        url = join(self.trace_dir, folder, name) if self.remote else None
         meta = {"epoch": epoch, "steps": [first, last], "batch_idx": [first - offset, last - offset], "worker": self.worker,
                 "rank": self.rank, "world_size": self.world_size, **(notes or {})}
         if self._writer is None:
-            self._writer = TraceWriter(on_error=self._on_error, on_written=self._written.append)
-        self._writer.submit(WindowJob(results, path, meta))
-        return path
+            self._writer = TraceWriter(on_error=self._on_error, on_written=self._on_written)
+        self._writer.submit(WindowJob(results, path, meta, url))
+        return url or path
+
+    def _on_written(self, window: dict[str, Any]) -> None:
+        """On the writer thread: a window is in place; older ones may go."""
+        self._written.append(window)
+        if self._retention is not None:
+            self._removed.extend(self._retention.add(window["path"]))
+
+    def _delete_remote(self, folder: str, urls: list[str]) -> list[str]:
+        assert self._writer is not None  # on its thread
+        self._writer.remove(urls)
+        return urls
 
     @property
     def helper_cpu_s(self) -> float:
@@ -115,12 +135,19 @@ class TraceOutput:
             traces.append(window["path"])
             if window.get("summary"):
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
-            removed = set(self._retention.add(window["path"])) if self._retention is not None else set()
-            if removed:
-                traces[:] = [p for p in traces if p not in removed]
+        removed = set()
+        while self._removed:
+            removed.add(self._removed.popleft())
+        if removed:
+            traces[:] = [p for p in traces if p not in removed]
         return done
 
-    def close(self, timeout: float) -> int:
-        """Wait up to ``timeout`` seconds for the windows still being written; returns how many still are."""
-        writer, self._writer = self._writer, None
-        return writer.close(timeout) if writer is not None else 0
+    def close(self, timeout: float) -> tuple[int, list[str]]:
+        """Wait up to ``timeout`` seconds for the windows still being written; returns how many still are, and
+        the local copies of the traces that could not be uploaded."""
+        writer = self._writer
+        if writer is None:
+            return 0, []
+        left = writer.close(timeout)
+        self._writer = None  # after the last windows, whose retention may delete through it
+        return left, [local for local, _ in writer.unsent]

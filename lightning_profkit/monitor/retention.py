@@ -7,28 +7,37 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from typing import Callable, Optional
+
+
+def delete_local(folder: str, files: list[str]) -> list[str]:
+    """Delete ``files`` and then ``folder`` if that left it empty; returns the files deleted."""
+    removed = []
+    for f in files:
+        try:
+            os.remove(f)
+            removed.append(f)
+        except FileNotFoundError:
+            pass
+    try:
+        os.rmdir(folder)  # only when empty: other ranks' files stay
+    except OSError:
+        pass
+    return removed
 
 
 class Retention:
-    def __init__(self, keep_last: int) -> None:
+    """``delete(folder, files)`` removes a window's files (default: :func:`delete_local`) and returns those removed."""
+
+    def __init__(self, keep_last: int, delete: Optional[Callable[[str, list[str]], list[str]]] = None) -> None:
         self.keep_last = keep_last
+        self._delete = delete or delete_local
         self._windows: OrderedDict[str, list[str]] = OrderedDict()  # folder -> our files, oldest first
 
     def add(self, path: str) -> list[str]:
         """Record a written trace; delete what falls out of the newest ``keep_last`` windows; return those paths."""
-        folder = os.path.dirname(path)
-        self._windows.setdefault(folder, []).append(path)
+        self._windows.setdefault(os.path.dirname(path), []).append(path)
         removed = []
         while len(self._windows) > self.keep_last:
-            old_folder, files = self._windows.popitem(last=False)
-            for f in files:
-                try:
-                    os.remove(f)
-                    removed.append(f)
-                except FileNotFoundError:
-                    pass
-            try:
-                os.rmdir(old_folder)  # only when empty: other ranks' files stay
-            except OSError:
-                pass
+            removed += self._delete(*self._windows.popitem(last=False))
         return removed

@@ -3,7 +3,9 @@
 The training thread only queues the profiler's results. A writer thread saves them (torch's save
 holds the GIL for a few milliseconds; it is the only part that can touch training) and hands the
 rewrite, gzip and rename to the fit's finalizing process (:mod:`~lightning_profkit.monitor.finalizer`),
-which holds no lock of ours. Files appear under their final name only when complete.
+which holds no lock of ours. Files appear under their final name only when complete. A window bound for object
+storage is written in full to a local staging folder and uploaded by the same process; an upload that fails is
+kept there and retried with every later job and once more at the end.
 """
 
 from __future__ import annotations
@@ -28,22 +30,24 @@ class WindowJob:
     """One finished window: the profiler results and where its trace goes."""
 
     results: Any  # torch's _ProfilerResult (kineto results), saved once
-    path: str  # final trace path
+    path: str  # final trace path (local; the staging copy when ``url`` is set)
     meta: dict[str, Any] = field(default_factory=dict)
+    url: Optional[str] = None  # where the trace goes on object storage
 
 
 class TraceWriter:
     """Background writer. ``submit`` never blocks; ``flush`` waits, with a bound, for pending windows.
 
-    ``on_error(message)`` is called from the writer thread when a window cannot be written; the
-    window's partial files are removed. ``on_written(figures)`` gets what the finalizer printed.
+    ``on_error(message, key)`` is called from the writer thread when a window cannot be written (``key``
+    "write"; the window's partial files are removed) or uploaded ("upload": it stays in its staging folder).
+    ``on_written(figures)`` gets what the finalizer printed.
     Waits are on events and locks (the interpreter's own clock), so a patched ``time.monotonic`` or
     ``time.sleep`` does not cut them short or stretch them.
     """
 
     def __init__(
         self,
-        on_error: Callable[[str], None],
+        on_error: Callable[[str, str], None],
         on_written: Optional[Callable[[dict[str, Any]], None]] = None,
     ) -> None:
         self._on_error = on_error
@@ -55,6 +59,7 @@ class TraceWriter:
         self._pending = 0  # windows submitted and not yet written or dropped
         self._finalizer = Finalizer()  # its process starts with the first window, ends with the thread
         self._thread_cpu_s = 0.0
+        self.unsent: list[list[str]] = []  # [local, url]: uploads that failed, retried with every later job
 
     @property
     def pending(self) -> int:
@@ -99,18 +104,25 @@ class TraceWriter:
         while True:
             job = self._jobs.get()
             if job is None:
+                if self.unsent:
+                    self._guarded(self._store_work, [], counted=False)  # a last try for the uploads that failed
                 self._finalizer.close()
                 return
             if isinstance(job, threading.Event):
                 job.set()
                 continue
-            start = time.thread_time()
-            try:
-                self._write(job)
-            except Exception as err:  # never let the thread die: report and go on
-                self._on_error(f"{type(err).__name__}: {err}")
-            finally:
-                self._thread_cpu_s += time.thread_time() - start
+            self._guarded(self._write, job)
+
+    def _guarded(self, work: Callable[[Any], None], job: Any, counted: bool = True) -> None:
+        """Do a job (``counted`` in :attr:`pending`); an error is reported, never raised."""
+        start = time.thread_time()
+        try:
+            work(job)
+        except Exception as err:  # never let the thread die: report and go on
+            self._on_error(f"{type(err).__name__}: {err}", "write")
+        finally:
+            self._thread_cpu_s += time.thread_time() - start
+            if counted:
                 with self._lock:
                     self._pending -= 1
 
@@ -121,11 +133,31 @@ class TraceWriter:
             os.makedirs(folder, exist_ok=True)
             job.results.save(raw)
             job.results = None
-            done = self._finalizer.finalize(raw, job.path, job.meta)
+            reply = self._finalizer.run({"raw": raw, "final": job.path, "meta": job.meta, "url": job.url,
+                                         "uploads": self.unsent + ([[job.path, job.url]] if job.url else [])})
         except BaseException:
             for leftover in (raw, temporary_name(job.path)):
                 if os.path.exists(leftover):
                     os.remove(leftover)
             raise
+        self._stored(reply)
         if self._on_written is not None:
-            self._on_written(done)
+            self._on_written(reply["done"])
+
+    def remove(self, urls: list[str]) -> None:
+        """On this writer's thread (from ``on_written``): delete objects from the store, now."""
+        self._store_work(urls)
+
+    def _store_work(self, removals: list[str]) -> None:
+        self._stored(self._finalizer.run({"uploads": self.unsent, "removals": removals}))
+
+    def _stored(self, reply: dict[str, Any]) -> None:
+        """Take in what the store work of a job left undone."""
+        unsent = reply.get("unsent", [])
+        for local, url, why in unsent:
+            if [local, url] not in self.unsent:
+                self._on_error(f"could not upload a trace to {url} ({why}); it is kept at {local}, and later windows "
+                               "and the end of the fit try again", "upload")
+        self.unsent = [[local, url] for local, url, _ in unsent]
+        for why in reply.get("failed", []):
+            self._on_error(f"could not delete an old trace ({why})", "retention")

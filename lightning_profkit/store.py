@@ -1,0 +1,148 @@
+"""Object storage through fsspec (``s3://``, ``gs://``, ``az://``, ``memory://``: any protocol fsspec knows), for
+the traces of a run that logs there and for ``profkit`` reading them back.
+
+fsspec and the protocol's package (``s3fs``, ``gcsfs``, ``adlfs``) are optional: a missing one is a
+:class:`StoreError` with the ``pip install`` line to run. The training process itself never talks to a store
+(fsspec's I/O thread would outlive the fit): :func:`probe` runs this module in a child process, and uploads run in
+the finalizing process. An object store makes an object visible only once its upload is complete, so a trace is
+put under its final key in one call and no reader ever sees part of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+from typing import Any, Optional
+
+PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
+PROBE_TIMEOUT_S = 60.0
+
+
+class StoreError(OSError):
+    """A store that cannot be reached or written, or whose package is missing: one line naming the URL."""
+
+
+def is_url(path: str) -> bool:
+    """``s3://…``, ``gs://…``, ``memory://…``: a path with a protocol other than ``file://``."""
+    protocol, sep, _ = path.partition("://")
+    return bool(sep) and protocol.isidentifier() and protocol != "file"
+
+
+def join(url: str, *parts: str) -> str:
+    return "/".join([url.rstrip("/"), *parts])
+
+
+LOCAL_TO_A_PROCESS = ("memory",)  # a store that lives in one process cannot take traces from another
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """fsspec's file system for ``url`` and the path in it."""
+    protocol = url.partition("://")[0]
+    if protocol in LOCAL_TO_A_PROCESS:
+        raise StoreError(f"{url}: {protocol}:// lives inside one process and cannot hold traces, which are written by "
+                         "a helper process: use a local folder or an object store (s3://, gs://, az://)")
+    package = PACKAGES.get(protocol)
+    needs = f"pip install {package}" if package else "pip install fsspec"  # each of these packages brings fsspec
+    try:
+        import fsspec
+    except ImportError:
+        raise StoreError(f"{url}: {protocol}:// needs {package or 'fsspec'}: {needs}") from None
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as err:
+        raise StoreError(f"{url}: {protocol}:// needs {package or err.name or 'a package fsspec names'}: {needs}") from None
+    except ValueError as err:
+        raise StoreError(f"{url}: {err}") from None
+
+
+def _failed(url: str, err: BaseException) -> StoreError:
+    if isinstance(err, StoreError):
+        return err
+    return StoreError(f"{url}: {type(err).__name__}: {err}")
+
+
+def upload(local: str, url: str) -> None:
+    """Put the complete file ``local`` at ``url`` (visible only once whole)."""
+    try:
+        fs, path = filesystem(url)
+        fs.put_file(local, path)
+    except Exception as err:
+        raise _failed(url, err) from None
+
+
+def remove(url: str) -> None:
+    """Delete the object at ``url`` (gone already is fine)."""
+    try:
+        fs, path = filesystem(url)
+        if fs.exists(path):
+            fs.rm_file(path)
+    except Exception as err:
+        raise _failed(url, err) from None
+
+
+def write_probe(url: str) -> None:
+    """Write a small object under ``url`` and delete it again, or raise :class:`StoreError` saying why."""
+    try:
+        fs, folder = filesystem(url)
+        key = join(folder, f".profkit-probe-{socket.gethostname()}-{os.getpid()}")
+        fs.pipe_file(key, b"profkit")
+        fs.rm_file(key)
+    except Exception as err:
+        raise _failed(url, err) from None
+
+
+def probe(url: str, env: Optional[dict[str, str]] = None) -> None:
+    """:func:`write_probe` in a child process (nothing of fsspec's stays in ours); raises :class:`StoreError`."""
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, "probe", url], capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        raise StoreError(f"{url}: no answer from the store within {PROBE_TIMEOUT_S:.0f}s") from None
+    if done.returncode:
+        lines = (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}").splitlines()
+        raise StoreError(lines[-1])
+
+
+def staging_dir(url: str) -> str:
+    """The local folder where traces bound for ``url`` are written in full before their upload (and kept
+    when an upload fails)."""
+    return os.path.join(tempfile.gettempdir(), "lightning_profkit", re.sub(r"[^A-Za-z0-9._-]+", "_", url).strip("_"))
+
+
+def download(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:
+    """Copy the files under ``url`` (or the file ``url``) whose names end with one of ``suffixes`` into the
+    local folder ``into``, keeping their paths below ``url``; returns the local paths."""
+    try:
+        fs, root = filesystem(url)
+        if fs.isfile(root):
+            found = [root]
+            root = root.rsplit("/", 2)[0] if root.count("/") >= 2 else ""
+        else:
+            found = [p for p in fs.find(root) if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith(".")]
+        local = [os.path.join(into, *p[len(root):].strip("/").split("/")) for p in found]
+        for remote, path in zip(found, local):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fs.get_file(remote, path)
+    except Exception as err:
+        raise _failed(url, err) from None
+    return local
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "probe":
+        try:
+            write_probe(argv[1])
+        except StoreError as err:
+            print(err)
+            return 1
+        return 0
+    print("usage: python -m lightning_profkit.store probe URL", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

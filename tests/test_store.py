@@ -1,0 +1,133 @@
+"""Traces on object storage: a real fit logging to a real S3-protocol server (moto's, on 127.0.0.1), read back by
+``profkit`` and TensorBoard; the store failing before and during training."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import pytest
+from lightning.pytorch import Callback
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer
+from lightning_profkit import PerformanceMonitor
+from lightning_profkit.store import staging_dir
+
+pytest.importorskip("s3fs")
+
+
+def fit(root, monitor, logger, epochs=2, callbacks=(), steps=20):
+    trainer = make_trainer(root, [monitor, *callbacks], logger=logger, max_epochs=epochs, log_every_n_steps=5)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        trainer.fit(TinyModel(SleepDataset(2 * steps)))
+    # the messages about traces (not, say, a busy machine's after-window slowdown)
+    return trainer, [str(w.message) for w in seen if "PerformanceMonitor" in str(w.message) and "trace" in str(w.message)]
+
+
+def profkit(*args):
+    exe = os.path.join(os.path.dirname(sys.executable), "profkit")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_a_fit_logging_to_s3_puts_every_trace_there_whole(tmp_path, s3_server):
+    monitor = PerformanceMonitor(alert_threshold=None)
+    logger = TensorBoardLogger("s3://runs/exp", name="m")
+    trainer, warned = fit(tmp_path, monitor, logger)
+    assert not warned
+    assert monitor.trace_dir == "s3://runs/exp/m/version_0/profiler"
+    keys = s3_server.keys("exp/m/version_0/profiler")
+    traces = [k for k in keys if k.endswith(".pt.trace.json.gz")]
+    assert [k.split("/")[-2] for k in traces] == ["step=000011-000013-epoch=0", "step=000031-000033-epoch=1"]
+    assert traces == keys  # no temporary keys, no probe, no marker
+    assert sorted(monitor.traces) == [f"s3://runs/{k}" for k in traces]
+    for key in traces:
+        trace = json.loads(gzip.decompress(s3_server.read(key)))
+        assert trace["profkit"]["worker"].endswith("_rank0") and trace["traceEvents"]
+    assert not os.path.exists(staging_dir(monitor.trace_dir)) or not any(
+        files for _, _, files in os.walk(staging_dir(monitor.trace_dir)))  # the local copies are gone
+    done = profkit("summary", "--json", monitor.trace_dir)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert [t["window"] for t in summary["traces"]] == ["step=000011-000013-epoch=0", "step=000031-000033-epoch=1"]
+    assert all(t["host"]["data_wait_share"] is not None for t in summary["traces"])
+
+
+class StopStore(Callback):
+    """Stops the S3 server when epoch ``epoch`` starts (after :class:`WaitForTraces` saw the earlier windows up)."""
+
+    def __init__(self, server, epoch):
+        self.server, self.epoch = server, epoch
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        if trainer.current_epoch == self.epoch:
+            self.server.stop()
+
+
+def test_the_store_going_down_mid_run_costs_no_step_and_no_trace(tmp_path, s3_server, monkeypatch):
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")  # botocore retries a refused connection for about 15 s by default
+    staged = staging_dir("s3://runs/down/profiler")
+    shutil.rmtree(staged, ignore_errors=True)  # what an earlier run of this test kept
+    monitor = PerformanceMonitor(alert_threshold=None, dirpath="s3://runs/down/profiler")
+    trainer, warned = fit(tmp_path, monitor, False, epochs=3,
+                          callbacks=[WaitForTraces(monitor, 1), StopStore(s3_server, 1)])
+    assert trainer.global_step == 60  # every step trained
+    kept = sorted(os.path.join(d, f) for d, _, files in os.walk(staged) for f in files)
+    assert [p.split(os.sep)[-2] for p in kept] == ["step=000031-000033-epoch=1", "step=000051-000053-epoch=2"]
+    for path in kept:  # whole traces, ready to upload by hand
+        assert json.loads(gzip.decompress(open(path, "rb").read()))["traceEvents"]
+    upload = [w for w in warned if "could not upload a trace to s3://runs/down/profiler/step=000031" in w]
+    assert len(upload) == 1 and kept[0] in upload[0], warned  # once, naming the local copy
+    end = [w for w in warned if "2 profiler trace(s) could not be uploaded" in w]
+    assert len(end) == 1 and all(p in end[0] for p in kept), warned
+    assert len(warned) == 2, warned
+    shutil.rmtree(staged)
+
+
+def test_a_store_that_cannot_be_written_fails_at_setup(tmp_path, s3_server):
+    monitor = PerformanceMonitor(dirpath="s3://no-such-bucket/run/profiler")
+    trainer = make_trainer(tmp_path, [monitor])
+    with pytest.raises(OSError, match=r"^s3://no-such-bucket/run/profiler: .*(NoSuchBucket|does not exist)"):
+        trainer.fit(TinyModel())
+    assert trainer.global_step == 0
+
+
+def test_tensorboard_reads_the_run_from_the_store(tmp_path, s3_server, tensorboard_server):
+    monitor = PerformanceMonitor(alert_threshold=None, steps="3-5")
+    fit(tmp_path, monitor, TensorBoardLogger("s3://runs/tb", name="m"), epochs=1)
+    server = tensorboard_server("s3://runs/tb/m")
+    run = "version_0/profiler/step=000003-000005-epoch=0"
+    server.wait_for(lambda: run in server.get("runs")["runs"])
+    (worker,) = server.wait_for(lambda: server.get("workers", run=run, view="Overview"))
+    (span,) = server.get("spans", run=run, worker=worker)
+    overview = server.get("overview", run=run, worker=worker, span=span)
+    assert [r[0] for r in overview["steps"]["rows"]] == ["3", "4", "5"]
+    tags = server.wait_for(lambda: server.get("tags", plugin="scalars").get("version_0"))
+    assert {"profkit/data_wait_ratio", "profkit/window/data_wait_share"} <= set(tags)
+
+
+def test_retention_deletes_old_windows_from_the_store(tmp_path, s3_server):
+    monitor = PerformanceMonitor(alert_threshold=None, dirpath="s3://runs/keep/profiler", keep_last_windows=1)
+    _, warned = fit(tmp_path, monitor, False, epochs=3, callbacks=[WaitForTraces(monitor, 1), WaitForTraces(monitor, 2)])
+    assert not warned
+    keys = s3_server.keys("keep/profiler")
+    assert [k.split("/")[-2] for k in keys] == ["step=000051-000053-epoch=2"], keys
+    assert monitor.traces == [f"s3://runs/{k}" for k in keys]
+
+
+def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_server):
+    monitor = PerformanceMonitor(alert_threshold=None, dirpath="s3://runs/one/profiler", steps="3-4")
+    fit(tmp_path, monitor, False, epochs=1)
+    (url,) = monitor.traces
+    done = profkit("summary", "--json", url)
+    assert done.returncode == 0, done.stderr
+    (trace,) = json.loads(done.stdout)["traces"]
+    assert trace["path"] == url and trace["window"] == "step=000003-000004-epoch=0" and trace["rank"] == 0
+    missing = profkit("summary", "s3://runs/nothing-here")
+    assert missing.returncode == 1 and missing.stderr == "profkit: s3://runs/nothing-here: no trace files (*.pt.trace.json[.gz]) there\n"
+    capture = profkit("capture", "s3://runs/one/profiler")
+    assert capture.returncode == 1 and staging_dir("s3://runs/one/profiler") in capture.stderr
