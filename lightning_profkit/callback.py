@@ -258,13 +258,23 @@ class PerformanceMonitor(Callback):
         if self._delivery is not None:
             self._delivery.window_written()
         summaries = self._output.summaries if self._output is not None else []
+        slowest = self._slowest_rank(summaries) if self._group is not None and self.options.profile else None
         if summaries and trainer.is_global_zero:
             from lightning_profkit.cli.text import short_summary  # the analysis side, only here
             from lightning_profkit.trace.summary import aggregate
 
             rank_zero_info(f"lightning_profkit: last {len(summaries)} window(s) of rank 0: "
-                           f"{short_summary(aggregate(summaries))}. More: profkit summary {self.trace_dir}")
+                           f"{short_summary(aggregate(summaries))}{slowest or ''}. More: profkit summary {self.trace_dir}")
         self._output = None
+
+    def _slowest_rank(self, summaries: list[dict[str, Any]]) -> Optional[str]:
+        """On every rank (an exchange): the verdict over the ranks' newest windows, for rank zero's line."""
+        from lightning_profkit.trace.ranks import RankFigures, rank_figures, verdict
+
+        mine = rank_figures(summaries)
+        rows = exchange(self._group, mine[0].as_values() if mine else [float("nan")] * len(RankFigures.__dataclass_fields__))
+        found = verdict([RankFigures.from_values(row) for row in rows if row[0] == row[0]])
+        return f"; across ranks, {found.line}" if found is not None else None
 
     @_guarded
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:

@@ -35,12 +35,14 @@ class RankDataset(SleepDataset):
 
 
 if __name__ == "__main__":
+    # ROOT STRATEGY [RANKS [DIRPATH]]; strategy "nodes": this process is one node of two (one device each), the
+    # node rank and the master's address in the environment as a cluster launcher sets them
     root, strategy = sys.argv[1], sys.argv[2]
-    ranks = [int(r) for r in sys.argv[3].split(",")] if len(sys.argv) > 3 else None
+    ranks = [int(r) for r in sys.argv[3].split(",")] if len(sys.argv) > 3 and sys.argv[3] else None
+    dirpath = sys.argv[4] if len(sys.argv) > 4 else None
     torch.set_num_threads(1)
-    monitor = PerformanceMonitor(steps="3-5", alert_window=5, alert_patience=1, on_alert=AlertLog(root), ranks=ranks)
-    trainer = make_trainer(
-        root, [monitor], max_epochs=2, accelerator="cpu", devices=2, strategy=strategy,
-        logger=CSVLogger(root, name="csv"),
-    )
+    monitor = PerformanceMonitor(steps="3-5", alert_window=5, alert_patience=1, on_alert=AlertLog(root), ranks=ranks,
+                                 dirpath=dirpath)
+    layout = dict(num_nodes=2, devices=1, strategy="ddp") if strategy == "nodes" else dict(devices=2, strategy=strategy)
+    trainer = make_trainer(root, [monitor], max_epochs=2, accelerator="cpu", logger=CSVLogger(root, name="csv"), **layout)
     trainer.fit(TinyModel(RankDataset(40)))

@@ -43,6 +43,15 @@ def test_ddp_two_ranks(tmp_path, strategy):
     assert alert["worst_rank"] == 1 and alert["step"] == 4 and alert["trace_dir"].endswith("step=000006-000008-epoch=0")
     assert output.count("was spent waiting for the DataLoader on rank 1") == 1
     assert output.count("window(s) of rank 0") == 1  # one end-of-fit summary, from rank zero
+    # ... which names the slow rank and its reason, as `profkit summary` does from the traces
+    assert output.count("across ranks, rank 1 is the slowest") == 1 and "it waits on data" in output, output[-3000:]
+    exe = os.path.join(os.path.dirname(sys.executable), "profkit")
+    done = subprocess.run([exe, "summary", "--json", os.path.dirname(paths[0].rsplit(os.sep, 1)[0])],
+                          capture_output=True, text=True, timeout=120)
+    ranks = json.loads(done.stdout)["ranks"]
+    assert [r["rank"] for r in ranks["per_rank"]] == [0, 1] and [r["traces"] for r in ranks["per_rank"]] == [2, 2]
+    found = ranks["verdict"]
+    assert (found["slowest"], found["reason"], [w["rank"] for w in found["waiting"]]) == (1, "data", [0]), found
 
 
 def test_ddp_only_rank_one_profiles(tmp_path):
@@ -71,3 +80,47 @@ def test_ddp_only_rank_one_profiles(tmp_path):
         mean, worst = float(row["profkit/data_wait_ratio"]), float(row["profkit/data_wait_ratio_max"])
         assert 0 < mean < worst <= 1
         assert float(row["profkit/data_wait_worst_rank"]) == 1.0  # rank 1 has the slow data
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_nodes(root, dirpath=None):
+    """Two "nodes" on this machine: one process each, started as a cluster launcher starts them."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    port, procs = free_port(), []
+    for node in (0, 1):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK=str(node), LOCAL_RANK="0",
+                   WORLD_SIZE="2")
+        args = [sys.executable, os.path.join(here, "ddp_script.py"), str(root), "nodes", ""] + ([dirpath] if dirpath else [])
+        procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    return outputs
+
+
+def windows_and_workers(paths):
+    by_folder = {}
+    for p in paths:
+        by_folder.setdefault(p.replace("\\", "/").split("/")[-2], []).append(p.replace("\\", "/").split("/")[-1].split(".")[0])
+    return {folder: sorted(w.rsplit("_", 1)[1] for w in workers) for folder, workers in by_folder.items()}
+
+
+WINDOWS = {"step=000003-000005-epoch=0": ["rank0", "rank1"], "step=000006-000008-epoch=0": ["rank0", "rank1"]}
+
+
+def test_two_nodes_write_into_the_same_window_folders(tmp_path):
+    outputs = run_nodes(tmp_path)
+    assert windows_and_workers(trace_files(tmp_path)) == WINDOWS
+    assert sum(o.count("lightning_profkit: profiling steps 3-5") for o in outputs) == 1  # global rank zero only
+
+
+def test_two_nodes_write_into_the_same_window_folders_on_s3(tmp_path, s3_server):
+    run_nodes(tmp_path, "s3://runs/nodes/profiler")
+    assert windows_and_workers(s3_server.keys("nodes/profiler")) == WINDOWS
+    assert trace_files(tmp_path) == []

@@ -102,13 +102,14 @@ def local_summaries(path: str, jobs: int) -> list[dict[str, Any]]:
 def summary(args: argparse.Namespace) -> int:
     traces = summaries(args.path, args.jobs)
     from lightning_profkit.cli.text import summary_text, use_color, write
+    from lightning_profkit.trace.ranks import ranks_section
     from lightning_profkit.trace.summary import UNITS, aggregate
 
-    agg = aggregate(traces)
+    agg, ranks = aggregate(traces), ranks_section(traces)
     if args.json:
-        write(json.dumps({"units": UNITS, "traces": traces, "aggregate": agg}, indent=1))
+        write(json.dumps({"units": UNITS, "traces": traces, "aggregate": agg, "ranks": ranks}, indent=1))
     else:
-        write(summary_text(traces, agg, use_color(sys.stdout)))
+        write(summary_text(traces, agg, use_color(sys.stdout), ranks))
     return 0
 
 

@@ -48,7 +48,19 @@ def _trace_label(s: dict[str, Any]) -> str:
     return f"{s['window']}/{s['worker']}" if s.get("window") else s["worker"]
 
 
-def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool = False) -> str:
+RANK_COLUMNS = ("traces", "step_time_ms", "own_ms_per_step", "data_ms_per_step", "host_ms_per_step",
+                "compute_ms_per_step", "communication_ms_per_step", "gpu_idle_share", "blocking_sync_ms_per_step")
+
+
+def ranks_text(ranks: dict[str, Any], color: bool = False) -> list[str]:
+    """The per-rank table and the verdict line."""
+    rows = [[str(r["rank"])] + [str(r["traces"])] + [fmt(k)(r[k]) for k in RANK_COLUMNS[1:]] for r in ranks["per_rank"]]
+    return ["", _title("Ranks: own = step less communication (where a rank waits for the others), ms per step", color),
+            table(["rank", *RANK_COLUMNS], rows, color), "", f"Verdict: {ranks['verdict']['line']}"]
+
+
+def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool = False,
+                 ranks: Optional[dict[str, Any]] = None) -> str:
     # (label, steps, key figures) per trace, and a mean row when there are several
     lines = [
         (_trace_label(s), str(len(s["step_breakdown"]["steps"]) if s.get("step_breakdown") else 0), key_figures(s))
@@ -64,6 +76,8 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
     rows = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
     out += ["", _title("Host steps and GPU (hta/: HTA's temporal breakdown, first to last GPU activity), % or ms per step", color)]
     out.append(table(["trace", *HOST], rows, color))
+    if ranks is not None:
+        out += ranks_text(ranks, color)
 
     figures = agg["figures"]
     sync = [(k.split("/", 1)[1], v) for k, v in figures.items() if k.startswith("sync_ms_per_step/") and v]

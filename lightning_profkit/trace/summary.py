@@ -38,6 +38,8 @@ UNITS = {
     "step_breakdown.steps": "the number of each step marker (null: the whole trace taken as one step)",
     "host.steps, traces": "count",
     "rank": "the trace's rank: its distributedInfo, else the _rank<N> of its worker name",
+    "ranks.per_rank.*_ms_per_step": "milliseconds per step, mean over the rank's traces",
+    "ranks.verdict.*_spread": "ratio, slowest / fastest rank",
 }
 
 

@@ -1,0 +1,135 @@
+"""Which rank holds the others back, and why: a verdict over the traces of several ranks.
+
+In synchronous data-parallel training every rank's step takes about as long as the slowest rank's, because the
+others wait for it in the gradients' collectives. So ranks are told apart by their **own work**: the step time
+less the time in communication (torch-tb-profiler's Communication: NCCL kernels on GPU, gloo's collectives on the
+host), which is where a rank waits for its peers. The rank with the most own work per step is the slowest; its
+reason is the part of the step (data, host, compute) by which it exceeds the other ranks' median most; the ranks
+that wait for it are those spending more time in communication than it does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from statistics import median
+from typing import Any, Optional, Sequence
+
+from lightning_profkit.trace.summary import key_figures
+
+# the parts of a step (torch-tb-profiler's categories) that are a rank's own work, and what each is called
+PARTS = {"data": ("DataLoader",), "host": ("CpuOp", "Runtime", "Other"), "compute": ("Kernel", "Memcpy", "Memset")}
+REASONS = {"data": "waits on data (the DataLoader)", "host": "spends more time on the host (CPU operators, launches)",
+           "compute": "computes more (GPU kernels and copies)"}
+BALANCED_SHARE = 0.05  # own work within this share of the step time of each other: no straggler
+
+
+@dataclass(frozen=True)
+class RankFigures:
+    """A rank's means over its traces, per step in milliseconds (None: no GPU in its traces)."""
+
+    rank: int
+    traces: int
+    step_time_ms: float
+    own_ms_per_step: float  # the step less communication
+    data_ms_per_step: float
+    host_ms_per_step: float
+    compute_ms_per_step: float
+    communication_ms_per_step: float
+    gpu_idle_share: Optional[float] = None
+    blocking_sync_ms_per_step: Optional[float] = None
+
+    def part(self, name: str) -> float:
+        return getattr(self, f"{name}_ms_per_step")
+
+    def as_values(self) -> list[float]:
+        """As numbers, for an exchange between ranks (None as NaN); :meth:`from_values` undoes it."""
+        return [float("nan") if v is None else float(v) for v in asdict(self).values()]
+
+    @classmethod
+    def from_values(cls, values: Sequence[float]) -> "RankFigures":
+        data = {k: (None if v != v else v) for k, v in zip(cls.__dataclass_fields__, values)}
+        return cls(**{**data, "rank": int(data["rank"]), "traces": int(data["traces"])})
+
+
+def rank_figures(summaries: Sequence[dict[str, Any]]) -> list[RankFigures]:
+    """Each rank's figures from trace summaries (:func:`~lightning_profkit.trace.summary.summarize_trace`); traces
+    without a rank or a step breakdown are left out."""
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for s in summaries:
+        if s.get("rank") is not None and s.get("step_breakdown"):
+            by_rank.setdefault(s["rank"], []).append(s)
+    return [_figures(rank, traces) for rank, traces in sorted(by_rank.items())]
+
+
+def _figures(rank: int, traces: list[dict[str, Any]]) -> RankFigures:
+    def mean_ms(*roles: str) -> float:
+        return sum(sum(t["step_breakdown"]["avg"][r] for r in roles) for t in traces) / len(traces) / 1000
+
+    def mean_of(key: str) -> Optional[float]:
+        values = [v for t in traces if (v := _host(t, key)) is not None]
+        return sum(values) / len(values) if values else None
+
+    step, communication = mean_ms("Total"), mean_ms("Communication")
+    return RankFigures(rank, len(traces), step, step - communication, *(mean_ms(*roles) for roles in PARTS.values()),
+                       communication, mean_of("gpu_idle_share"), mean_of("blocking_sync_ms_per_step"))
+
+
+def _host(summary: dict[str, Any], key: str) -> Optional[float]:
+    return key_figures(summary).get(key)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    slowest: int
+    fastest: int
+    step_time_spread: float  # slowest / fastest step time
+    own_time_spread: float  # most / least own work per step
+    reason: Optional[str]  # a key of PARTS; None: the ranks are balanced
+    excess_ms_per_step: float  # the slowest rank's lead in that part over the other ranks' median
+    waiting: dict[int, float]  # rank: its communication per step beyond the slowest rank's, ms
+    line: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "waiting": [{"rank": r, "extra_communication_ms_per_step": ms} for r, ms in self.waiting.items()]}
+
+
+def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:
+    """The slowest rank and why, over two or more ranks; None for fewer."""
+    if len(ranks) < 2:
+        return None
+    slow = max(ranks, key=lambda r: r.own_ms_per_step)
+    fast = min(ranks, key=lambda r: r.own_ms_per_step)
+    others = [r for r in ranks if r is not slow]
+    step_spread = max(r.step_time_ms for r in ranks) / max(min(r.step_time_ms for r in ranks), 1e-9)
+    own_spread = slow.own_ms_per_step / max(fast.own_ms_per_step, 1e-9)
+    excess = {name: slow.part(name) - median(r.part(name) for r in others) for name in PARTS}
+    reason = max(excess, key=lambda name: excess[name])
+    lead = slow.own_ms_per_step - fast.own_ms_per_step
+    if lead < BALANCED_SHARE * slow.step_time_ms or excess[reason] <= 0:
+        line = (f"no straggler: the ranks' own work per step is within {100 * BALANCED_SHARE:.0f}% of the step time "
+                f"({fast.own_ms_per_step:.2f}-{slow.own_ms_per_step:.2f} ms; rank {slow.rank} has the most)")
+        return Verdict(slow.rank, fast.rank, step_spread, own_spread, None, 0.0, {}, line)
+    waiting = {r.rank: r.communication_ms_per_step - slow.communication_ms_per_step for r in others
+               if r.communication_ms_per_step - slow.communication_ms_per_step > BALANCED_SHARE * slow.step_time_ms}
+    line = (f"rank {slow.rank} is the slowest: {slow.own_ms_per_step:.2f} ms of its own work per step against "
+            f"{fast.own_ms_per_step:.2f} ms on rank {fast.rank} ({own_spread:.2f}x); it {REASONS[reason]}, "
+            f"{excess[reason]:+.2f} ms per step over the other ranks' median")
+    if waiting:
+        names = ", ".join(f"{r} (+{ms:.2f} ms)" for r, ms in sorted(waiting.items(), key=lambda kv: -kv[1]))
+        line += f"; waiting for it in communication each step: rank{'s' if len(waiting) > 1 else ''} {names}"
+    return Verdict(slow.rank, fast.rank, step_spread, own_spread, reason, excess[reason], waiting, line)
+
+
+def ranks_section(summaries: Sequence[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """``profkit summary``'s ``ranks``: per-rank figures and the verdict, when some window holds several ranks."""
+    windows: dict[str, set] = {}
+    for s in summaries:
+        if s.get("rank") is not None:
+            windows.setdefault(s.get("window") or "", set()).add(s["rank"])
+    if not any(len(r) > 1 for r in windows.values()):
+        return None
+    figures = rank_figures(summaries)
+    found = verdict(figures)
+    if found is None:
+        return None
+    return {"per_rank": [asdict(f) for f in figures], "verdict": found.to_json()}

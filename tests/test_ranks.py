@@ -1,0 +1,83 @@
+"""The cross-rank verdict: per-rank figures from real multi-rank GPU traces, and the verdict's rules."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from lightning_profkit.trace.ranks import RankFigures, verdict
+
+
+def summary_json(path):
+    exe = os.path.join(os.path.dirname(sys.executable), "profkit")
+    done = subprocess.run([exe, "summary", "--json", str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("layout", ["as shipped", "a window folder per rank pair"])
+def test_per_rank_figures_of_real_gpu_traces(tmp_path, gpu_traces, layout):
+    folder = gpu_traces / "hta" / "trace_filter"
+    if layout != "as shipped":  # a run's layout: profiler/<window>/<worker>.pt.trace.json.gz
+        for window in ("step=000001-000002-epoch=0", "step=000011-000012-epoch=0"):
+            os.makedirs(tmp_path / "profiler" / window)
+            for rank in (0, 1):
+                shutil.copy(folder / f"sampled_rank-{rank}.json.gz",
+                            tmp_path / "profiler" / window / f"host_rank{rank}.1.pt.trace.json.gz")
+        folder = tmp_path / "profiler"
+    out = summary_json(folder)
+    ranks = out["ranks"]
+    traces = {t["rank"]: t for t in out["traces"]}
+    assert [r["rank"] for r in ranks["per_rank"]] == [0, 1]
+    for row in ranks["per_rank"]:
+        avg = traces[row["rank"]]["step_breakdown"]["avg"]  # microseconds
+        assert row["traces"] == (1 if layout == "as shipped" else 2)
+        assert row["step_time_ms"] == pytest.approx(avg["Total"] / 1000)
+        assert row["own_ms_per_step"] == pytest.approx((avg["Total"] - avg["Communication"]) / 1000)
+        assert row["data_ms_per_step"] == pytest.approx(avg["DataLoader"] / 1000)
+        assert row["compute_ms_per_step"] == pytest.approx((avg["Kernel"] + avg["Memcpy"] + avg["Memset"]) / 1000)
+        assert row["gpu_idle_share"] == pytest.approx(traces[row["rank"]]["host"]["gpu_idle_share"])
+    found = ranks["verdict"]
+    # the two ranks of this DLRM window take 615 and 619 ms a step with almost no communication: balanced
+    assert found["reason"] is None and found["line"].startswith("no straggler") and found["slowest"] == 1
+    assert found["step_time_spread"] == pytest.approx(619.27 / 615.12, abs=1e-3)
+
+
+def test_one_rank_has_no_ranks_section(gpu_traces):
+    assert summary_json(gpu_traces / "hta" / "trace_filter" / "sampled_rank-0.json.gz")["ranks"] is None
+
+
+def rank(n, data=1.0, host=2.0, compute=5.0, communication=1.0, gpu_idle=None):
+    own = data + host + compute
+    return RankFigures(n, 1, own + communication, own, data, host, compute, communication, gpu_idle, None)
+
+
+@pytest.mark.parametrize("slow, reason", [
+    (dict(data=6.0, communication=0.5), "data"),
+    (dict(host=7.0, communication=0.5), "host"),
+    (dict(compute=10.0, communication=0.5), "compute"),
+])
+def test_the_verdict_names_the_rank_and_its_reason(slow, reason):
+    ranks = [rank(0, communication=6.0), rank(1, **slow), rank(2, communication=6.0), rank(3, communication=0.8)]
+    found = verdict(ranks)
+    assert (found.slowest, found.reason) == (1, reason)
+    assert found.excess_ms_per_step == pytest.approx(ranks[1].part(reason) - ranks[0].part(reason))
+    assert set(found.waiting) == {0, 2} and found.waiting[0] == pytest.approx(5.5)  # rank 3 does not wait
+    assert found.line.startswith("rank 1 is the slowest") and "ranks 0 (+5.50 ms), 2 (+5.50 ms)" in found.line
+
+
+def test_balanced_ranks_and_a_single_rank():
+    assert verdict([rank(0)]) is None
+    found = verdict([rank(0), rank(1, compute=5.2)])
+    assert found.reason is None and found.waiting == {} and found.line.startswith("no straggler")
+
+
+def test_rank_figures_travel_as_numbers():
+    figures = rank(3, gpu_idle=0.25)
+    values = figures.as_values()
+    assert all(isinstance(v, float) for v in values) and math.isnan(values[-1])
+    assert RankFigures.from_values(values) == figures
