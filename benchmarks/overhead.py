@@ -277,7 +277,7 @@ def window_cost(handler: str, root: str, follow: int = 300) -> float:
 
     for _ in range(20):
         step()
-    writer = TraceWriter(on_error=print)
+    writer = TraceWriter(on_error=lambda message, key: print(message))
     out = os.path.join(root, handler, str(time.time_ns()))
     if handler == "torch":
         on_ready = torch.profiler.tensorboard_trace_handler(out, use_gzip=True)

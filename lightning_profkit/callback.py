@@ -382,7 +382,7 @@ class PerformanceMonitor(Callback):
         o = self.options
         self._timer = fetch_timer.install(trainer)
         self._output = TraceOutput(self.trace_dir, trainer.global_rank, trainer.world_size, o.keep_last_windows,
-                                   self._write_failed)
+                                   self._report)
         if o.profiles_rank(trainer.global_rank) and not _runs_pytorch_profiler(trainer):
             activities = profiler_activities(o.activities, self._on_cuda)
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
@@ -656,9 +656,6 @@ class PerformanceMonitor(Callback):
         if self._sampler.error is not None:
             self._report(f"NVML sampling stopped: {self._sampler.error!r}", key="nvml")
         return ratio
-
-    def _write_failed(self, message: str, key: str) -> None:
-        self._report(f"a profiler trace could not be written (training continues): {message}", key=key)
 
     def _report(self, message: str, key: Optional[str] = None) -> None:
         """Warn about each kind of problem once per callback (``key``, default the message itself)."""

@@ -10,6 +10,7 @@ put under its final key in one call and no reader ever sees part of it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -19,7 +20,7 @@ import tempfile
 from typing import Any, Optional
 
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
-PROBE_TIMEOUT_S = 60.0
+CHILD_TIMEOUT_S = 600.0  # a probe, or a download of a run's traces
 
 
 class StoreError(OSError):
@@ -95,16 +96,28 @@ def write_probe(url: str) -> None:
         raise _failed(url, err) from None
 
 
-def probe(url: str, env: Optional[dict[str, str]] = None) -> None:
-    """:func:`write_probe` in a child process (nothing of fsspec's stays in ours); raises :class:`StoreError`."""
+def _in_child(args: list[str], url: str, env: Optional[dict[str, str]] = None) -> str:
+    """Run this module's command ``args`` in a child process; its output, or :class:`StoreError` saying why not."""
     try:
-        done = subprocess.run([sys.executable, "-m", __name__, "probe", url], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S, env=env)
+        done = subprocess.run([sys.executable, "-m", __name__, *args], capture_output=True, text=True,
+                              timeout=CHILD_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
-        raise StoreError(f"{url}: no answer from the store within {PROBE_TIMEOUT_S:.0f}s") from None
+        raise StoreError(f"{url}: no answer from the store within {CHILD_TIMEOUT_S:.0f}s") from None
     if done.returncode:
         lines = (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}").splitlines()
         raise StoreError(lines[-1])
+    return done.stdout
+
+
+def probe(url: str, env: Optional[dict[str, str]] = None) -> None:
+    """:func:`write_probe` in a child process (nothing of fsspec's stays in ours); raises :class:`StoreError`."""
+    _in_child(["probe", url], url, env)
+
+
+def fetch(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:
+    """:func:`download` in a child process: fsspec's I/O thread would stay in ours, which then could not fork
+    its decoding workers."""
+    return json.loads(_in_child(["download", url, into, *suffixes], url))
 
 
 def staging_dir(url: str) -> str:
@@ -133,15 +146,20 @@ def download(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "probe":
-        try:
+    """``probe URL`` or ``download URL DIR SUFFIX...`` (prints the local paths as JSON); a :class:`StoreError`
+    is printed as its line, exit status 1."""
+    try:
+        if len(argv) == 2 and argv[0] == "probe":
             write_probe(argv[1])
-        except StoreError as err:
-            print(err)
-            return 1
-        return 0
-    print("usage: python -m lightning_profkit.store probe URL", file=sys.stderr)
-    return 2
+        elif len(argv) >= 4 and argv[0] == "download":
+            print(json.dumps(download(argv[1], tuple(argv[3:]), argv[2])))
+        else:
+            print("usage: python -m lightning_profkit.store probe URL | download URL DIR SUFFIX...", file=sys.stderr)
+            return 2
+    except StoreError as err:
+        print(err)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -143,6 +143,19 @@ def reference(gpu_traces: Path) -> dict:
     return json.loads((gpu_traces / "reference.json").read_text())
 
 
+def stop_session(proc: subprocess.Popen) -> None:
+    """Stop a server started with ``start_new_session=True`` and every process it started, by its pid."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 class TensorBoardServer:
     """A real `tensorboard` process on 127.0.0.1, stopped by its pid.
 
@@ -194,15 +207,7 @@ class TensorBoardServer:
         raise AssertionError(f"TensorBoard ({alive}) did not answer in {timeout}s: {last!r}; its output:\n{self.log()}")
 
     def stop(self):
-        try:  # the whole session: the plugin loads runs in child processes
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_session(self.proc)  # the whole session: the plugin loads runs in child processes
 
 
 @pytest.fixture
@@ -266,15 +271,7 @@ class S3Server:
         return self.filesystem().cat_file(f"{self.bucket}/{key}")
 
     def stop(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stop_session(self.proc)
 
 
 @pytest.fixture
@@ -292,3 +289,22 @@ def s3_server(tmp_path, monkeypatch):
     server.fs.mkdir(server.bucket)
     yield server
     server.stop()
+    stop_fsspec_io()
+
+
+def stop_fsspec_io():
+    """End the I/O thread (and its executor's) that fsspec starts in this process for S3 and keeps for the life of
+    the process, as a user's process would; left running, later tests would see a process with threads (where
+    profkit does not fork its decoding workers)."""
+    import fsspec.asyn
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    loop, thread = fsspec.asyn.loop[0], fsspec.asyn.iothread[0]
+    if loop is None:
+        return
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
+    fsspec.asyn.loop[0] = fsspec.asyn.iothread[0] = None

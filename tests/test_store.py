@@ -80,7 +80,7 @@ def test_the_store_going_down_mid_run_costs_no_step_and_no_trace(tmp_path, s3_se
     assert [p.split(os.sep)[-2] for p in kept] == ["step=000031-000033-epoch=1", "step=000051-000053-epoch=2"]
     for path in kept:  # whole traces, ready to upload by hand
         assert json.loads(gzip.decompress(open(path, "rb").read()))["traceEvents"]
-    upload = [w for w in warned if "could not upload a trace to s3://runs/down/profiler/step=000031" in w]
+    upload = [w for w in warned if "could not be uploaded to s3://runs/down/profiler/step=000031" in w]
     assert len(upload) == 1 and kept[0] in upload[0], warned  # once, naming the local copy
     end = [w for w in warned if "2 profiler trace(s) could not be uploaded" in w]
     assert len(end) == 1 and all(p in end[0] for p in kept), warned

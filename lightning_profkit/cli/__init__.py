@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 # Neither msgspec nor numpy here: `profkit summary` starts reading the trace before it imports msgspec, and
 # starts its decoding workers before it imports numpy.
 from lightning_profkit.machine import usable_cpus
-from lightning_profkit.store import StoreError, download, is_url, staging_dir
+from lightning_profkit.store import StoreError, fetch, is_url, staging_dir
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces, read_json
 from lightning_profkit.trace.threads import soon
 
@@ -65,7 +65,7 @@ def summaries(path: str, jobs: int) -> list[dict[str, Any]]:
     if not is_url(path):
         return local_summaries(path, jobs)
     with tempfile.TemporaryDirectory(prefix="profkit-") as local:
-        if not download(path, TRACE_SUFFIXES + JSON_SUFFIXES, local):
+        if not fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local):
             raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
         found = local_summaries(local, jobs)
     for s in found:

@@ -39,7 +39,8 @@ class TraceWriter:
     """Background writer. ``submit`` never blocks; ``flush`` waits, with a bound, for pending windows.
 
     ``on_error(message, key)`` is called from the writer thread when a window cannot be written (``key``
-    "write"; the window's partial files are removed) or uploaded ("upload": it stays in its staging folder).
+    "write"; the window's partial files are removed), uploaded ("upload": it stays in its staging folder) or
+    deleted ("retention").
     ``on_written(figures)`` gets what the finalizer printed.
     Waits are on events and locks (the interpreter's own clock), so a patched ``time.monotonic`` or
     ``time.sleep`` does not cut them short or stretch them.
@@ -105,7 +106,7 @@ class TraceWriter:
             job = self._jobs.get()
             if job is None:
                 if self.unsent:
-                    self._guarded(self._store_work, [], counted=False)  # a last try for the uploads that failed
+                    self._guarded(self.remove, [], counted=False)  # a last try for the uploads that failed
                 self._finalizer.close()
                 return
             if isinstance(job, threading.Event):
@@ -119,7 +120,8 @@ class TraceWriter:
         try:
             work(job)
         except Exception as err:  # never let the thread die: report and go on
-            self._on_error(f"{type(err).__name__}: {err}", "write")
+            self._on_error(f"a profiler trace could not be written (training continues): {type(err).__name__}: {err}",
+                           "write")
         finally:
             self._thread_cpu_s += time.thread_time() - start
             if counted:
@@ -145,19 +147,20 @@ class TraceWriter:
             self._on_written(reply["done"])
 
     def remove(self, urls: list[str]) -> None:
-        """On this writer's thread (from ``on_written``): delete objects from the store, now."""
-        self._store_work(urls)
-
-    def _store_work(self, removals: list[str]) -> None:
-        self._stored(self._finalizer.run({"uploads": self.unsent, "removals": removals}))
+        """On this writer's thread (from ``on_written``, or at its end): delete objects from the store (a trace
+        not uploaded yet is deleted locally instead) and retry the failed uploads."""
+        for local, url in [u for u in self.unsent if u[1] in urls]:
+            self.unsent.remove([local, url])
+            os.remove(local)
+        self._stored(self._finalizer.run({"uploads": self.unsent, "removals": urls}))
 
     def _stored(self, reply: dict[str, Any]) -> None:
         """Take in what the store work of a job left undone."""
         unsent = reply.get("unsent", [])
         for local, url, why in unsent:
             if [local, url] not in self.unsent:
-                self._on_error(f"could not upload a trace to {url} ({why}); it is kept at {local}, and later windows "
-                               "and the end of the fit try again", "upload")
+                self._on_error(f"a profiler trace could not be uploaded to {url} (training continues; {why}); it is "
+                               f"kept at {local}, and later windows and the end of the fit try again", "upload")
         self.unsent = [[local, url] for local, url, _ in unsent]
         for why in reply.get("failed", []):
-            self._on_error(f"could not delete an old trace ({why})", "retention")
+            self._on_error(f"an old profiler trace could not be deleted (keep_last_windows; {why})", "retention")
