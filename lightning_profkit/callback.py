@@ -391,6 +391,8 @@ class PerformanceMonitor(Callback):
             self._runner = WindowRunner(self.selection, opener)
         if trainer.is_global_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
             self._live = capture_request.LiveRun(self._output.local_dir)
+            if self._output.remote:  # the finalizing process announces the run there and brings requests in
+                self._output.announce(capture_request.this_run())
 
     def _close(self, trainer: Optional[Trainer] = None, wait: bool = True) -> None:
         """End the fit's machinery: the profiler session, the fetch timer, the sampler, the writer (waiting up

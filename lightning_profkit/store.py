@@ -85,6 +85,26 @@ def remove(url: str) -> None:
         raise _failed(url, err) from None
 
 
+def read(url: str) -> Optional[bytes]:
+    """The object at ``url``, or None where there is none."""
+    try:
+        fs, path = filesystem(url)
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+    except Exception as err:
+        raise _failed(url, err) from None
+
+
+def write(url: str, data: bytes) -> None:
+    """Put ``data`` at ``url`` in one call."""
+    try:
+        fs, path = filesystem(url)
+        fs.pipe_file(path, data)
+    except Exception as err:
+        raise _failed(url, err) from None
+
+
 def write_probe(url: str) -> None:
     """Write a small object under ``url`` and delete it again, or raise :class:`StoreError` saying why."""
     try:

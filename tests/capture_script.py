@@ -1,4 +1,4 @@
-"""Run by test_alerts.py: a long metrics-only run that a separate process asks for a window."""
+"""Run by test_alerts.py and test_store.py: a long metrics-only run that a separate process asks for a window."""
 
 import os
 import sys
@@ -17,6 +17,7 @@ class Slow(TinyModel):
 
 
 if __name__ == "__main__":
-    root = sys.argv[1]
-    monitor = PerformanceMonitor(profile=False, dirpath=os.path.join(root, "profiler"), alert_threshold=None)
+    root = sys.argv[1]  # ROOT STEPS [DIRPATH]
+    dirpath = sys.argv[3] if len(sys.argv) > 3 else os.path.join(root, "profiler")
+    monitor = PerformanceMonitor(profile=False, dirpath=dirpath, alert_threshold=None)
     make_trainer(root, [monitor], max_steps=int(sys.argv[2])).fit(Slow(SleepDataset(4000)))

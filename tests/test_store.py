@@ -7,13 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer
+from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer, profiler_steps
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.store import staging_dir
 
@@ -129,5 +130,30 @@ def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_ser
     assert trace["path"] == url and trace["window"] == "step=000003-000004-epoch=0" and trace["rank"] == 0
     missing = profkit("summary", "s3://runs/nothing-here")
     assert missing.returncode == 1 and missing.stderr == "profkit: s3://runs/nothing-here: no trace files (*.pt.trace.json[.gz]) there\n"
-    capture = profkit("capture", "s3://runs/one/profiler")
-    assert capture.returncode == 1 and staging_dir("s3://runs/one/profiler") in capture.stderr
+    capture = profkit("capture", "s3://runs/one")  # the fit has ended: its marker is gone
+    assert (capture.returncode, capture.stderr) == (
+        1, "profkit: s3://runs/one: no running PerformanceMonitor writes traces here (no .profkit-run)\n")
+
+
+def test_capture_requested_through_the_store(tmp_path, s3_server):
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.Popen([sys.executable, os.path.join(here, "capture_script.py"), str(tmp_path), "3000",
+                            "s3://runs/cap/profiler"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while "cap/profiler/.profkit-run" not in s3_server.keys("cap") and time.time() < deadline and run.poll() is None:
+            time.sleep(0.2)
+        marker = json.loads(s3_server.read("cap/profiler/.profkit-run"))
+        assert marker["pid"] == run.pid and marker["requests_at"] == staging_dir("s3://runs/cap/profiler")
+        asked = profkit("capture", "s3://runs/cap", "--steps", "4")
+        assert asked.returncode == 0 and "requested a window of 4 steps from the run in s3://runs/cap/profiler" in asked.stdout, asked.stderr
+        while not [k for k in s3_server.keys("cap") if k.endswith(".pt.trace.json.gz")] and time.time() < deadline:
+            assert run.poll() is None, run.communicate()[0][-2000:]
+            time.sleep(0.1)
+        out, _ = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 0, out[-2000:]
+    (trace,) = s3_server.keys("cap")  # written while training went on; the marker and the request are gone
+    assert len(profiler_steps(json.loads(gzip.decompress(s3_server.read(trace))))) == 4
+    assert "requested from outside" in out

@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 # Neither msgspec nor numpy here: `profkit summary` starts reading the trace before it imports msgspec, and
 # starts its decoding workers before it imports numpy.
 from lightning_profkit.machine import usable_cpus
-from lightning_profkit.store import StoreError, fetch, is_url, staging_dir
+from lightning_profkit.store import StoreError, fetch, is_url, join, read, write
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces, read_json
 from lightning_profkit.trace.threads import soon
 
@@ -33,10 +33,6 @@ class CommandError(Exception):
 
 def trace_dir_of(path: str) -> str:
     """The folder a run's PerformanceMonitor writes to: ``PATH/profiler`` for a run folder, else PATH."""
-    if is_url(path):
-        raise CommandError(f"{path}: a run on object storage takes capture requests on the machine of its rank zero: "
-                           f"run `profkit capture {staging_dir(path)}` there (the folder its traces are written to "
-                           "before their upload)")
     if not os.path.isdir(path):
         raise CommandError(f"{path}: no such folder")
     nested = os.path.join(path, "profiler")
@@ -46,17 +42,37 @@ def trace_dir_of(path: str) -> str:
 def capture(args: argparse.Namespace) -> int:
     from lightning_profkit.monitor import capture_request  # here: `profkit summary` starts faster without it
 
-    folder = trace_dir_of(args.run_dir)
-    run = capture_request.running(folder)
+    if is_url(args.run_dir):
+        folder, run = remote_run(args.run_dir, capture_request.MARKER)
+        soon = "within a few seconds (the run looks on the store every 2 s)"
+    else:
+        folder = trace_dir_of(args.run_dir)
+        run, soon = capture_request.running(folder), "within about a second"
     if run is None:
         raise CommandError(f"{folder}: no running PerformanceMonitor writes traces here (no {capture_request.MARKER})")
     why = capture_request.gone(run)
     if why is not None:
         raise CommandError(f"{folder}: the run that wrote {capture_request.MARKER} is not running ({why})")
-    capture_request.request_capture(folder, args.steps)
+    if is_url(folder):
+        write(join(folder, capture_request.REQUEST), json.dumps(capture_request.request(args.steps)).encode())
+    else:
+        capture_request.request_capture(folder, args.steps)
     print(f"requested a window of {args.steps or 'the configured'} steps from the run in {folder} "
-          f"(pid {run.get('pid')} on {run.get('host')}); it starts within about a second")
+          f"(pid {run.get('pid')} on {run.get('host')}); it starts {soon}")
     return 0
+
+
+def remote_run(url: str, marker: str) -> tuple[str, Optional[dict[str, Any]]]:
+    """The trace folder of the run at ``url`` (``url/profiler`` for a run folder, else ``url``) and its marker."""
+    for folder in (join(url, "profiler"), url.rstrip("/")):
+        text = read(join(folder, marker))
+        if text is not None:
+            try:
+                found = json.loads(text)
+            except ValueError:
+                found = None
+            return folder, found if isinstance(found, dict) else None
+    return url.rstrip("/"), None
 
 
 def summaries(path: str, jobs: int) -> list[dict[str, Any]]:

@@ -1,7 +1,9 @@
 """Ask a running PerformanceMonitor for a window from another process: a request file in its trace folder.
 
 The callback (rank zero) looks for ``capture.request`` at most once a second, from the step-end hook: one
-clock read per step, one ``stat`` per second. While a run is active it keeps a ``.profkit-run`` marker
+clock read per step, one ``stat`` per second. For a trace folder on object storage the folder looked in is the
+local staging folder, and the finalizing process keeps the marker on the store and moves requests left there
+into it (:class:`~lightning_profkit.monitor.finalize.RequestMirror`). While a run is active it keeps a ``.profkit-run`` marker
 there that names its process (host, pid and the process's start time), so ``profkit capture`` can tell a
 live run from one whose process is gone. A marker still there when its process exits normally is
 removed at exit, whatever became of the fit.
@@ -41,13 +43,17 @@ def process_start(pid: int) -> Optional[int]:
         return None
 
 
+def this_run() -> dict[str, Any]:
+    """What a live-run marker says: this process, by host, pid and start time."""
+    pid = os.getpid()
+    return {"pid": pid, "host": socket.gethostname(), "process_start": process_start(pid), "started": time.time()}
+
+
 def mark_running(trace_dir: str) -> str:
     """Write the live-run marker (creating ``trace_dir`` if needed); returns its path."""
     os.makedirs(trace_dir, exist_ok=True)
     path = os.path.join(trace_dir, MARKER)
-    pid = os.getpid()
-    write_json_atomic(path, {"pid": pid, "host": socket.gethostname(), "process_start": process_start(pid),
-                             "started": time.time()})
+    write_json_atomic(path, this_run())
     _MARKERS.add(path)
     return path
 
@@ -95,10 +101,15 @@ def gone(marker: dict[str, Any]) -> Optional[str]:
     return None
 
 
+def request(steps: Optional[int] = None) -> dict[str, Any]:
+    """A request for one window of ``steps`` recorded steps (None: the callback's ``active``)."""
+    return {"steps": steps, "requested": time.time()}
+
+
 def request_capture(trace_dir: str, steps: Optional[int] = None) -> str:
-    """Drop a request for one window of ``steps`` recorded steps (None: the callback's ``active``)."""
+    """Drop a :func:`request` in ``trace_dir``."""
     path = os.path.join(trace_dir, REQUEST)
-    write_json_atomic(path, {"steps": steps, "requested": time.time()})
+    write_json_atomic(path, request(steps))
     return path
 
 

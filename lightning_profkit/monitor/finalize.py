@@ -17,13 +17,15 @@ import gzip
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any, Optional, TextIO
 
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.events import from_dicts
 from lightning_profkit.monitor.writer import temporary_name
-from lightning_profkit.store import StoreError, remove, upload
+from lightning_profkit.monitor.capture_request import MARKER, REQUEST, write_json_atomic
+from lightning_profkit.store import StoreError, join, read, remove, upload, write
 from lightning_profkit.trace.summary import rank_of, summarize_events
 
 
@@ -82,6 +84,46 @@ def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]
     return {"unsent": unsent, "failed": failed}
 
 
+class RequestMirror:
+    """For rank zero of a run on object storage: its live-run marker on the store (``marker``) while the fit runs,
+    and every ``interval`` seconds a capture request left on the store moved into the local folder where the
+    callback looks for one. A store that fails is tried again at the next poll."""
+
+    def __init__(self, url: str, local: str, marker: dict[str, Any], interval: float = 2.0) -> None:
+        self.url, self.local, self.marker, self.interval = url, local, marker, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="profkit-requests", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        marked = False
+        while True:
+            try:
+                if not marked:
+                    write(join(self.url, MARKER), json.dumps(self.marker).encode())
+                    marked = True
+                asked = read(join(self.url, REQUEST))
+                if asked is not None:
+                    remove(join(self.url, REQUEST))
+                    try:
+                        data = json.loads(asked)
+                    except ValueError:
+                        data = {}  # still a request, with defaults
+                    write_json_atomic(os.path.join(self.local, REQUEST), data if isinstance(data, dict) else {})
+            except (StoreError, OSError):
+                pass  # the store is reported by the uploads; requests wait for the next poll
+            if self._stop.wait(self.interval):
+                return
+
+    def end(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        try:
+            remove(join(self.url, MARKER))
+        except StoreError:
+            pass
+
+
 def lower_priority() -> None:
     """Run at idle priority: ``SCHED_IDLE`` where the OS has it (Linux), else the lowest nice."""
     try:
@@ -95,13 +137,17 @@ def lower_priority() -> None:
 
 def serve(jobs: TextIO, replies: TextIO) -> None:
     """One JSON job per line in, one reply per line out, until the input ends. A job has a window to finalize
-    (``raw``, ``final``, ``meta``, ``url``) and/or store work (``uploads``, ``removals``, see :func:`store_work`);
+    (``raw``, ``final``, ``meta``, ``url``), store work (``uploads``, ``removals``, see :func:`store_work`) and/or
+    a :class:`RequestMirror` to start (``watch``: its arguments; it ends with the input);
     its reply has ``done`` (the window's figures) or ``error``, what the store work left, and ``cpu_s``
     (this process's CPU seconds so far)."""
+    mirror = None
     for line in jobs:
         reply: dict[str, Any] = {}
         try:
             job = json.loads(line)
+            if "watch" in job and mirror is None:
+                mirror = RequestMirror(**job["watch"])
             if "raw" in job:
                 reply["done"] = finalize_trace(job["raw"], job["final"], job["meta"], job.get("url"))
             if job.get("uploads") or job.get("removals"):
@@ -111,6 +157,8 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
         reply["cpu_s"] = time.process_time()
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
+    if mirror is not None:
+        mirror.end()
 
 
 def main() -> int:

@@ -25,6 +25,7 @@ class Finalizer:
         self._proc: Optional[subprocess.Popen] = None
         self._ended_cpu_s = 0.0  # CPU seconds of the processes that ended, as they last reported it
         self._cpu_s = 0.0  # the current one's
+        self.watch: Optional[dict[str, Any]] = None  # a RequestMirror's arguments, for every process started
 
     @property
     def cpu_s(self) -> float:
@@ -34,7 +35,11 @@ class Finalizer:
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
         """Do ``job`` (see :func:`~lightning_profkit.monitor.finalize.serve`); returns the reply. Raises
         ``OSError`` when it could not."""
-        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
+        if proc is None:
+            proc = self._start()
+            if self.watch is not None:
+                job = {**job, "watch": self.watch}
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(json.dumps(job) + "\n")

@@ -98,10 +98,18 @@ class TraceOutput:
         url = join(self.trace_dir, folder, name) if self.remote else None
         meta = {"epoch": epoch, "steps": [first, last], "batch_idx": [first - offset, last - offset], "worker": self.worker,
                 "rank": self.rank, "world_size": self.world_size, **(notes or {})}
+        self._writer_started().submit(WindowJob(results, path, meta, url))
+        return url or path
+
+    def announce(self, marker: dict[str, Any]) -> None:
+        """For a trace folder on object storage: keep ``marker`` there while the fit runs, and move capture requests
+        left there to the local staging folder, where the callback looks."""
+        self._writer_started().watch(self.trace_dir, self.local_dir, {**marker, "requests_at": self.local_dir})
+
+    def _writer_started(self) -> TraceWriter:
         if self._writer is None:
             self._writer = TraceWriter(on_error=self._on_error, on_written=self._on_written)
-        self._writer.submit(WindowJob(results, path, meta, url))
-        return url or path
+        return self._writer
 
     def _on_written(self, window: dict[str, Any]) -> None:
         """On the writer thread: a window is in place; older ones may go."""

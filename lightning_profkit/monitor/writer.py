@@ -54,7 +54,7 @@ class TraceWriter:
         self._on_error = on_error
         self._on_written = on_written
         # a WindowJob, an Event to set once every job before it is done, or None: end the thread
-        self._jobs: "queue.Queue[Union[WindowJob, threading.Event, None]]" = queue.Queue()
+        self._jobs: "queue.Queue[Union[WindowJob, dict[str, Any], threading.Event, None]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._pending = 0  # windows submitted and not yet written or dropped
@@ -72,13 +72,20 @@ class TraceWriter:
         its last reply)."""
         return self._thread_cpu_s + self._finalizer.cpu_s
 
-    def submit(self, job: WindowJob) -> None:
+    def submit(self, job: Union[WindowJob, dict[str, Any]]) -> None:
+        """Queue a window, or a job for the finalizing process as it is."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="profkit-writer", daemon=True)
                 self._thread.start()
             self._pending += 1
         self._jobs.put(job)
+
+    def watch(self, url: str, local: str, marker: dict[str, Any]) -> None:
+        """Start the finalizing process now, keeping ``marker`` on the store at ``url`` and moving capture requests
+        left there into ``local`` for as long as it runs (:class:`~lightning_profkit.monitor.finalize.RequestMirror`)."""
+        self._finalizer.watch = {"url": url, "local": local, "marker": marker}
+        self.submit({})
 
     def flush(self, timeout: float) -> bool:
         """Wait until every submitted window is written or dropped; False if ``timeout`` ran out."""
@@ -112,7 +119,7 @@ class TraceWriter:
             if isinstance(job, threading.Event):
                 job.set()
                 continue
-            self._guarded(self._write, job)
+            self._guarded(self._write if isinstance(job, WindowJob) else self._finalizer.run, job)
 
     def _guarded(self, work: Callable[[Any], None], job: Any, counted: bool = True) -> None:
         """Do a job (``counted`` in :attr:`pending`); an error is reported, never raised."""
