@@ -20,17 +20,17 @@ from lightning_profkit.monitor.checks import RollingChecks
 from lightning_profkit.monitor.delivery import AlertDelivery
 from lightning_profkit.monitor.epoch_figures import PREFIX, EpochSpans, epoch_figures, reduce_ranks, to_vector, window_metrics
 from lightning_profkit.monitor.exchange import exchange, exchange_group
-from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.finalizer import child_env
+from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.output import TraceOutput, check_writable
-from lightning_profkit.store import is_url, join, probe, staging_dir
 from lightning_profkit.monitor.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.selection import StepRanges
 from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, WindowRunner,
                                                WindowSession, learned_json_per_byte, profiler_activities,
                                                session_opener)
 from lightning_profkit.notices import warn
+from lightning_profkit.store import is_url, join, probe, staging_dir
 
 __all__ = ["PerformanceMonitor", "DataWaitWarning"]
 
@@ -218,7 +218,7 @@ class PerformanceMonitor(Callback):
         self._close(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
         self._broken = False
-        trace_dir = self.options.dirpath or _join(_run_dir(trainer), "profiler")
+        trace_dir = self.options.dirpath or join(_run_dir(trainer), "profiler")
         if is_url(trace_dir):  # written locally in full, then uploaded by the finalizing process
             probe(trace_dir, env=child_env())
             check_writable(staging_dir(trace_dir))
@@ -677,10 +677,6 @@ def _run_dir(trainer: Trainer) -> str:
     if tb is not None:
         return trainer.strategy.broadcast(tb.log_dir)
     return trainer.log_dir or trainer.default_root_dir
-
-
-def _join(folder: str, name: str) -> str:
-    return join(folder, name) if is_url(folder) else os.path.join(folder, name)
 
 
 def _runs_pytorch_profiler(trainer: Trainer) -> bool:

@@ -33,8 +33,9 @@ def is_url(path: str) -> bool:
     return bool(sep) and protocol.isidentifier() and protocol != "file"
 
 
-def join(url: str, *parts: str) -> str:
-    return "/".join([url.rstrip("/"), *parts])
+def join(folder: str, *parts: str) -> str:
+    """``parts`` under a URL (joined by ``/``) or a local folder (by the OS's separator)."""
+    return "/".join([folder.rstrip("/"), *parts]) if is_url(folder) else os.path.join(folder, *parts)
 
 
 LOCAL_TO_A_PROCESS = ("memory",)  # a store that lives in one process cannot take traces from another

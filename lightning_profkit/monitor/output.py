@@ -94,7 +94,7 @@ class TraceOutput:
         """Queue a window's profiler results (steps ``first``-``last``; ``offset`` is the epoch's first
         step; ``notes`` go into the trace's ``profkit`` key too); returns the path its trace will have."""
         folder, name = window_name(epoch, first, last), f"{self.worker}.{time.time_ns()}.pt.trace.json.gz"
-        path = os.path.join(self.local_dir, folder, name)
+        path = join(self.local_dir, folder, name)
         url = join(self.trace_dir, folder, name) if self.remote else None
         meta = {"epoch": epoch, "steps": [first, last], "batch_idx": [first - offset, last - offset], "worker": self.worker,
                 "rank": self.rank, "world_size": self.world_size, **(notes or {})}
