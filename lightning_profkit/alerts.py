@@ -24,16 +24,25 @@ class DataWaitAlert:
     trace_dir: Optional[str] = None  # the window captured after the alert, when one was
 
     @property
-    def message(self) -> str:
+    def headline(self) -> str:
         rank = f" on rank {self.worst_rank}, the worst of the ranks," if self.worst_rank is not None else ""
-        lines = [
-            f"{self.ratio:.0%} of the training time of {self.checked} was spent waiting for the DataLoader{rank} "
-            f"(alert threshold {self.threshold:.0%})."
-        ]
-        lines += [f"  - {line}" for line in self.advice]
+        return (f"{self.ratio:.0%} of the training time of {self.checked} was spent waiting for the DataLoader{rank} "
+                f"(alert threshold {self.threshold:.0%}).")
+
+    @property
+    def message(self) -> str:
+        lines = [self.headline] + [f"  - {line}" for line in self.advice]
         if self.trace_dir:
             lines.append(f"  Trace of the steps after the alert: {self.trace_dir}")
         return "\n".join(lines)
+
+    @property
+    def markdown(self) -> str:
+        """The message as Markdown (TensorBoard's Text tab renders it)."""
+        parts = [f"**{self.headline}**", "\n".join(f"- {line}" for line in self.advice)]
+        if self.trace_dir:
+            parts.append(f"Trace of the steps after the alert: `{self.trace_dir}`")
+        return "\n\n".join(p for p in parts if p)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"message": self.message}

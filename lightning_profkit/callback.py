@@ -18,7 +18,8 @@ from lightning_profkit.monitor import capture_request, fetch_timer
 from lightning_profkit.monitor.advice import data_wait_advice, gpu_idle_notice, loader_facts
 from lightning_profkit.monitor.checks import RollingChecks
 from lightning_profkit.monitor.delivery import AlertDelivery
-from lightning_profkit.monitor.epoch_figures import PREFIX, EpochSpans, epoch_figures, reduce_ranks, to_vector, window_metrics
+from lightning_profkit.monitor.epoch_figures import (PREFIX, EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
+                                                    to_vector, window_metrics)
 from lightning_profkit.monitor.exchange import exchange, exchange_group
 from lightning_profkit.monitor.finalizer import child_env
 from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
@@ -124,7 +125,7 @@ class PerformanceMonitor(Callback):
         log_metrics: log the per-epoch and per-window metrics above.
         alert_threshold: data-wait ratio above which a check counts (default 0.2, TensorFlow's "highly
             input-bound"); ``None`` turns alerts off.
-        alert_window: steps per rolling check.
+        alert_window: steps per rolling check (each check's figures are logged at its step, ``profkit/rolling/``).
         alert_patience: consecutive checks over the threshold before an alert.
         alert_cooldown: steps after an alert during which no new one is raised.
         alert_action: ``"warn"``, ``"stop"`` (end training gracefully) or ``"raise"``.
@@ -229,7 +230,7 @@ class PerformanceMonitor(Callback):
         self._checks.start_fit()
         self._step_baseline, self._slow_epochs, self._helper_cpu_s = None, 0, 0.0
         self._json_per_byte = FIRST_JSON_PER_BYTE_WITH_STACK if self.options.with_stack else FIRST_JSON_PER_BYTE
-        self._delivery = AlertDelivery(self.options.on_alert, self._report)
+        self._delivery = AlertDelivery(self.options.on_alert, self._report, lambda alert: _alert_to_tensorboard(trainer, alert))
         self._delivery.to_user = trainer.is_global_zero
         self._windows_at = float("inf")
         self.on_train_batch_end = None  # type: ignore[assignment]  # not left set by an earlier fit
@@ -575,6 +576,10 @@ class PerformanceMonitor(Callback):
         asked = int(max(row[2] for row in rows))
         if asked:
             self._capture_requested(trainer, asked)
+        if self.options.log_metrics and trainer.is_global_zero:  # the curve grows while a long epoch runs
+            metrics = rolling_metrics(rows, self.options.alert_window)
+            for logger in trainer.loggers if metrics else ():
+                logger.log_metrics(metrics, step=step)
         worst = self._checks.worst(rows)
         if self._checks.rule is not None and worst is not None:
             alert = self._judge(trainer, worst[0], worst[1] if len(rows) > 1 else None, checked)
@@ -670,10 +675,20 @@ class PerformanceMonitor(Callback):
 _PARAMETERS = frozenset(inspect.signature(PerformanceMonitor.__init__).parameters) - {"self"}
 
 
+def _tensorboard_loggers(trainer: Trainer) -> list[Any]:
+    # by class name: pytorch_lightning's TensorBoardLogger is another class than lightning.pytorch's
+    return [lg for lg in trainer.loggers if any(c.__name__ == "TensorBoardLogger" for c in type(lg).__mro__)]
+
+
+def _alert_to_tensorboard(trainer: Trainer, alert: DataWaitAlert) -> None:
+    """An alert in TensorBoard's Text tab (``profkit/alerts``) at its step, for each TensorBoardLogger."""
+    for logger in _tensorboard_loggers(trainer):
+        logger.experiment.add_text("profkit/alerts", alert.markdown, global_step=alert.step)
+
+
 def _run_dir(trainer: Trainer) -> str:
     """First TensorBoardLogger's log_dir, else trainer.log_dir, else default_root_dir (same on all ranks)."""
-    # by class name: pytorch_lightning's TensorBoardLogger is another class than lightning.pytorch's
-    tb = next((lg for lg in trainer.loggers if any(c.__name__ == "TensorBoardLogger" for c in type(lg).__mro__)), None)
+    tb = next(iter(_tensorboard_loggers(trainer)), None)
     if tb is not None:
         return trainer.strategy.broadcast(tb.log_dir)
     return trainer.log_dir or trainer.default_root_dir

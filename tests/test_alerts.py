@@ -169,3 +169,44 @@ def test_capture_command_refuses_a_folder_without_a_run(tmp_path):
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "no running PerformanceMonitor" in done.stderr
     done = subprocess.run([profkit, "capture", str(tmp_path / "nope")], capture_output=True, text=True)
     assert done.returncode == 1 and "no such folder" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_rolling_checks_log_a_curve_while_the_epoch_runs(tmp_path, monkeypatch):
+    from lightning_profkit.monitor.checks import RollingChecks
+
+    seen = []  # the checks' own figures: (ratio, rank) of each check, as the rule gets them
+    worst = RollingChecks.worst
+    monkeypatch.setattr(RollingChecks, "worst", staticmethod(lambda rows: seen.append(worst(rows)) or seen[-1]))
+    monitor = PerformanceMonitor(profile=False, alert_window=50, alert_threshold=None)
+    fit(tmp_path, monitor, Busy(SleepDataset(400, delay=0.001), batch_size=1, work=0.001),
+        logger=CSVLogger(tmp_path, name="csv"))
+    (path,) = glob.glob(os.path.join(str(tmp_path), "csv", "*", "metrics.csv"))
+    import csv
+
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    curve = [(int(r["step"]), float(r["profkit/rolling/data_wait_ratio"]), float(r["profkit/rolling/step_time_ms"]))
+             for r in rows if r.get("profkit/rolling/data_wait_ratio")]
+    assert [s for s, _, _ in curve] == list(range(49, 400, 50))  # one point per check, at its step
+    assert [ratio for _, ratio, _ in curve] == [ratio for ratio, _ in seen]
+    assert all(0.2 < ratio < 0.8 for _, ratio, _ in curve)  # 1 ms of data against 1 ms of work (and Lightning's)
+    (epoch,) = [r for r in rows if r.get("profkit/step_time_ms_mean")]
+    mean_step = sum(ms for _, _, ms in curve) / len(curve)
+    assert mean_step == pytest.approx(float(epoch["profkit/step_time_ms_mean"]), rel=0.05)
+
+
+def test_alerts_are_in_tensorboards_text_tab(tmp_path, tensorboard_server):
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    monitor = PerformanceMonitor(alert_window=10, steps="2-3")
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    fit(tmp_path, monitor, Busy(SleepDataset(120, delay=0.004), work=0.002), logger=logger)
+    (alert,) = monitor.alerts
+    server = tensorboard_server(logger.log_dir)
+    tags = server.wait_for(lambda: server.get("tags", plugin="text"))
+    tag = "profkit/alerts/text_summary"  # torch's SummaryWriter.add_text adds "/text_summary"
+    (run,) = server.wait_for(lambda: [r for r, names in server.get("tags", plugin="text").items() if tag in names])
+    (shown,) = server.get("text", plugin="text", run=run, tag=tag)
+    assert shown["step"] == alert.step
+    assert "waiting for the DataLoader" in shown["text"] and "<li>num_workers=0" in shown["text"]
+    assert alert.trace_dir and os.path.basename(alert.trace_dir) in shown["text"]

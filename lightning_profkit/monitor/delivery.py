@@ -12,11 +12,14 @@ from lightning_profkit.notices import warn
 
 
 class AlertDelivery:
-    """``report(message, key)`` is told when ``on_alert`` fails (training goes on)."""
+    """``report(message, key)`` is told when ``on_alert`` or ``to_loggers`` (the alert written where the run's
+    loggers show text) fails (training goes on)."""
 
-    def __init__(self, on_alert: Optional[Callable[[DataWaitAlert], Any]], report: Callable[[str, str], None]) -> None:
+    def __init__(self, on_alert: Optional[Callable[[DataWaitAlert], Any]], report: Callable[[str, str], None],
+                 to_loggers: Optional[Callable[[DataWaitAlert], None]] = None) -> None:
         self.on_alert = on_alert
         self.report = report
+        self.to_loggers = to_loggers
         self.to_user = True  # rank zero delivers; the other ranks only decide alike
         self.held: list[DataWaitAlert] = []  # waiting for their capture window
 
@@ -24,6 +27,11 @@ class AlertDelivery:
         if not self.to_user:
             return
         warn(f"PerformanceMonitor: {alert.message}", DataWaitWarning, stacklevel=2)
+        if self.to_loggers is not None:
+            try:
+                self.to_loggers(alert)
+            except Exception as err:
+                self.report(f"writing the alert to the loggers failed: {err!r}; training continues", "to_loggers")
         if self.on_alert is not None:
             try:
                 self.on_alert(alert)

@@ -98,6 +98,21 @@ def reduce_ranks(rows: Sequence[Sequence[float]]) -> dict[str, float]:
     return out
 
 
+def rolling_metrics(rows: Sequence[Sequence[float]], steps: int) -> dict[str, float]:
+    """Logged metrics of one rolling check, from the ranks' blocks of ``steps`` steps (``[data wait s, training
+    s, ...]`` each, as exchanged): ``profkit/rolling/data_wait_ratio`` and ``step_time_ms``, means over the ranks
+    that trained, and with several ranks ``data_wait_ratio_max``, the check's own figure."""
+    trained = [(row[0], row[1]) for row in rows if row[1] > 0]
+    if not trained:
+        return {}
+    ratios = [wait / train for wait, train in trained]
+    out = {f"{PREFIX}rolling/data_wait_ratio": sum(ratios) / len(ratios),
+           f"{PREFIX}rolling/step_time_ms": 1000 * sum(train for _, train in trained) / len(trained) / steps}
+    if len(rows) > 1:
+        out[f"{PREFIX}rolling/data_wait_ratio_max"] = max(ratios)
+    return out
+
+
 def window_metrics(figures: HostFigures) -> dict[str, float]:
     """Logged metrics of one profiled window: ``profkit/window/<name>`` for each of its figures
     (:meth:`~lightning_profkit.figures.HostFigures.per_step`), leaving out CPU memory and calls that never blocked."""
