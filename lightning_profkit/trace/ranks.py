@@ -6,6 +6,8 @@ less the time in communication (torch-tb-profiler's Communication: NCCL kernels 
 host), which is where a rank waits for its peers. The rank with the most own work per step is the slowest; its
 reason is the part of the step (data, host, compute) by which it exceeds the other ranks' median most; the ranks
 that wait for it are those spending more time in communication than it does.
+
+Pure (no numpy): the callback computes its rank's figures from its window summaries at the end of ``fit``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import asdict, dataclass
 from statistics import median
 from typing import Any, Optional, Sequence
 
-from lightning_profkit.trace.summary import key_figures
+from lightning_profkit.figures import HostFigures
 
 # the parts of a step (torch-tb-profiler's categories) that are a rank's own work, and what each is called
 PARTS = {"data": ("DataLoader",), "host": ("CpuOp", "Runtime", "Other"), "compute": ("Kernel", "Memcpy", "Memset")}
@@ -75,7 +77,7 @@ def _figures(rank: int, traces: list[dict[str, Any]]) -> RankFigures:
 
 
 def _host(summary: dict[str, Any], key: str) -> Optional[float]:
-    return key_figures(summary).get(key)
+    return HostFigures.from_json(summary.get("host") or {}).per_step().get(key)
 
 
 @dataclass(frozen=True)
