@@ -10,6 +10,7 @@ put under its final key in one call and no reader ever sees part of it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
 CHILD_TIMEOUT_S = 600.0  # a probe, or a download of a run's traces
@@ -61,60 +62,56 @@ def filesystem(url: str) -> tuple[Any, str]:
         raise StoreError(f"{url}: {err}") from None
 
 
-def _failed(url: str, err: BaseException) -> StoreError:
-    if isinstance(err, StoreError):
-        return err
-    return StoreError(f"{url}: {type(err).__name__}: {err}")
+@contextlib.contextmanager
+def _store_errors(url: str) -> Iterator[None]:
+    """Any failure inside as one :class:`StoreError` line naming ``url``."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except Exception as err:
+        raise StoreError(f"{url}: {type(err).__name__}: {err}") from None
 
 
 def upload(local: str, url: str) -> None:
     """Put the complete file ``local`` at ``url`` (visible only once whole)."""
-    try:
+    with _store_errors(url):
         fs, path = filesystem(url)
         fs.put_file(local, path)
-    except Exception as err:
-        raise _failed(url, err) from None
 
 
 def remove(url: str) -> None:
     """Delete the object at ``url`` (gone already is fine)."""
-    try:
+    with _store_errors(url):
         fs, path = filesystem(url)
         if fs.exists(path):
             fs.rm_file(path)
-    except Exception as err:
-        raise _failed(url, err) from None
 
 
 def read(url: str) -> Optional[bytes]:
     """The object at ``url``, or None where there is none."""
-    try:
+    with _store_errors(url):
         fs, path = filesystem(url)
-        return fs.cat_file(path)
-    except FileNotFoundError:
-        return None
-    except Exception as err:
-        raise _failed(url, err) from None
+        try:
+            return fs.cat_file(path)
+        except FileNotFoundError:
+            return None
 
 
 def write(url: str, data: bytes) -> None:
     """Put ``data`` at ``url`` in one call."""
-    try:
+    with _store_errors(url):
         fs, path = filesystem(url)
         fs.pipe_file(path, data)
-    except Exception as err:
-        raise _failed(url, err) from None
 
 
 def write_probe(url: str) -> None:
     """Write a small object under ``url`` and delete it again, or raise :class:`StoreError` saying why."""
-    try:
+    with _store_errors(url):
         fs, folder = filesystem(url)
         key = join(folder, f".profkit-probe-{socket.gethostname()}-{os.getpid()}")
         fs.pipe_file(key, b"profkit")
         fs.rm_file(key)
-    except Exception as err:
-        raise _failed(url, err) from None
 
 
 def _in_child(args: list[str], url: str, env: Optional[dict[str, str]] = None) -> str:
@@ -150,7 +147,7 @@ def staging_dir(url: str) -> str:
 def download(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:
     """Copy the files under ``url`` (or the file ``url``) whose names end with one of ``suffixes`` into the
     local folder ``into``, keeping their paths below ``url``; returns the local paths."""
-    try:
+    with _store_errors(url):
         fs, root = filesystem(url)
         if fs.isfile(root):
             found = [root]
@@ -161,8 +158,6 @@ def download(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:
         for remote, path in zip(found, local):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fs.get_file(remote, path)
-    except Exception as err:
-        raise _failed(url, err) from None
     return local
 
 
