@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
@@ -274,7 +275,7 @@ class PerformanceMonitor(Callback):
 
         mine = rank_figures(summaries)
         rows = exchange(self._group, mine[0].as_values() if mine else [float("nan")] * len(RankFigures.__dataclass_fields__))
-        found = verdict([RankFigures.from_values(row) for row in rows if row[0] == row[0]])
+        found = verdict([RankFigures.from_values(row) for row in rows if not math.isnan(row[0])])  # NaN: no windows
         return f"; across ranks, {found.line}" if found is not None else None
 
     @_guarded

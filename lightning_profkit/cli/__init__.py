@@ -43,7 +43,7 @@ def capture(args: argparse.Namespace) -> int:
     from lightning_profkit.monitor import capture_request  # here: `profkit summary` starts faster without it
 
     if is_url(args.run_dir):
-        folder, run = remote_run(args.run_dir, capture_request.MARKER)
+        folder, run = remote_run(args.run_dir)
         soon = "within a few seconds (the run looks on the store every 2 s)"
     else:
         folder = trace_dir_of(args.run_dir)
@@ -62,16 +62,14 @@ def capture(args: argparse.Namespace) -> int:
     return 0
 
 
-def remote_run(url: str, marker: str) -> tuple[str, Optional[dict[str, Any]]]:
+def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
     """The trace folder of the run at ``url`` (``url/profiler`` for a run folder, else ``url``) and its marker."""
+    from lightning_profkit.monitor import capture_request
+
     for folder in (join(url, "profiler"), url.rstrip("/")):
-        text = read(join(folder, marker))
+        text = read(join(folder, capture_request.MARKER))
         if text is not None:
-            try:
-                found = json.loads(text)
-            except ValueError:
-                found = None
-            return folder, found if isinstance(found, dict) else None
+            return folder, capture_request.marker_of(text)
     return url.rstrip("/"), None
 
 

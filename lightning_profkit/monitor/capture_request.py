@@ -22,11 +22,15 @@ REQUEST = "capture.request"
 MARKER = ".profkit-run"
 
 
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+def write_atomic(path: str, data: bytes) -> None:
     tmp = f"{os.path.join(os.path.dirname(path), '.profkit-' + os.path.basename(path))}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(data).encode())
 
 
 _MARKERS: set[str] = set()  # markers this process holds, removed at exit if the fit never removed them
@@ -76,9 +80,17 @@ def _unmark_all() -> None:
 def running(trace_dir: str) -> Optional[dict[str, Any]]:
     """The marker of the run writing to ``trace_dir``, or None."""
     try:
-        with open(os.path.join(trace_dir, MARKER)) as f:
-            marker = json.load(f)
-    except (OSError, ValueError):
+        with open(os.path.join(trace_dir, MARKER), "rb") as f:
+            return marker_of(f.read())
+    except OSError:
+        return None
+
+
+def marker_of(text: bytes) -> Optional[dict[str, Any]]:
+    """A marker's content, or None where it is not one."""
+    try:
+        marker = json.loads(text)
+    except ValueError:
         return None
     return marker if isinstance(marker, dict) else None
 

@@ -24,7 +24,7 @@ from typing import Any, Optional, TextIO
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.events import from_dicts
 from lightning_profkit.monitor.writer import temporary_name
-from lightning_profkit.monitor.capture_request import MARKER, REQUEST, write_json_atomic
+from lightning_profkit.monitor.capture_request import MARKER, REQUEST, write_atomic
 from lightning_profkit.store import StoreError, join, read, remove, upload, write
 from lightning_profkit.trace.summary import rank_of, summarize_events
 
@@ -103,13 +103,9 @@ class RequestMirror:
                     write(join(self.url, MARKER), json.dumps(self.marker).encode())
                     marked = True
                 asked = read(join(self.url, REQUEST))
-                if asked is not None:
+                if asked is not None:  # as it is: the callback reads it as it reads a local one
                     remove(join(self.url, REQUEST))
-                    try:
-                        data = json.loads(asked)
-                    except ValueError:
-                        data = {}  # still a request, with defaults
-                    write_json_atomic(os.path.join(self.local, REQUEST), data if isinstance(data, dict) else {})
+                    write_atomic(os.path.join(self.local, REQUEST), asked)
             except (StoreError, OSError):
                 pass  # the store is reported by the uploads; requests wait for the next poll
             if self._stop.wait(self.interval):
