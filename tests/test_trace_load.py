@@ -1,5 +1,7 @@
-"""A trace decoded in pieces by forked workers gives exactly the figures of one pass, or falls back to one pass."""
+"""A trace read as a stream, in pieces decoded by forked workers, gives exactly the figures of one pass over
+its whole text, or falls back to one pass; and it holds a fraction of the text in memory."""
 
+import gzip
 import json
 import math
 import os
@@ -9,35 +11,69 @@ import threading
 
 import pytest
 
-from conftest import GPU_TRACES
-from lightning_profkit.trace.events import decode_strict, from_dicts
-from lightning_profkit.trace.file import TraceError, read_json
-from lightning_profkit.trace.columns import join
-from lightning_profkit.trace.load import MIN_PIECE, MIN_PIECES, _pieces, _workers, start_loading
+from lightning_profkit.trace.columns import from_rows
+from lightning_profkit.trace.events import decode_json, decode_strict, from_dicts
+from lightning_profkit.trace.file import TraceError, json_blocks, read_json
+from lightning_profkit.trace.load import _workers, load, pieces
 from lightning_profkit.trace.rows import rows
 from lightning_profkit.trace.summary import summarize_columns
 
-TRACES = sorted(json.loads((GPU_TRACES / "reference.json").read_text()))
+TRACES = sorted(json.loads((GPU_TRACES_REFERENCE := __import__("conftest").GPU_TRACES / "reference.json").read_text()))
 SMALL = 16 * 1024  # bytes per piece: every GPU trace but the tiniest is cut
+PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 
 
-def load(path, **kw):
-    loaded = start_loading(str(path), **kw).result()
-    figures = json.dumps(summarize_columns(join(loaded.parts)), sort_keys=True)
+def read(path, **kw):
+    loaded = load(str(path), **kw)
+    figures = json.dumps(summarize_columns(from_rows(loaded.rows)), sort_keys=True)
     return (figures, loaded.distributed_info, loaded.meta), loaded.pieces
 
 
 def figures(path, **kw):
-    return load(path, **kw)[0]
+    return read(path, **kw)[0]
+
+
+def one_pass(path):
+    """The figures of the whole text decoded at once: the reader before it streamed."""
+    doc = decode_json(str(path), read_json(str(path)))
+    return json.dumps(summarize_columns(from_rows(rows(doc.traceEvents))), sort_keys=True), doc.distributedInfo, doc.profkit
 
 
 @pytest.mark.parametrize("name", TRACES)
 def test_pieces_give_the_figures_of_one_pass(gpu_traces, name):
     path = gpu_traces / name
-    got, pieces = load(path, jobs=4, min_piece=SMALL)
+    whole = one_pass(path)
     size = len(read_json(str(path)))
-    assert pieces == (min(size // SMALL, 255) if size >= MIN_PIECES * SMALL else 1)
-    assert got == figures(path, jobs=1)
+    for jobs in (1, 4):  # decoded here, and by workers
+        got, count = read(path, jobs=jobs, piece=SMALL)
+        assert got == whole
+        assert count <= size // SMALL + 1 and (count > 1 if size > 4 * SMALL else True)
+    assert figures(path, jobs=2) == whole  # the default pieces
+
+
+def test_pieces_are_the_text_cut_between_events():
+    events = [json.dumps({"ph": "X", "name": f"e{i}", "ts": i, "args": {"s": [1, 2]}}) for i in range(3000)]
+    text = ('{"deviceProperties": [{"id": 0}, {"id": 1}], "traceEvents": [' + ",\n  ".join(events) + '], "x": 1}').encode()
+    blocks = [text[i:i + 1000] for i in range(0, len(text), 1000)]
+    cut = [(bytes(view), first, last) for view, first, last in pieces(blocks, 4096)]
+    assert b"".join(p for p, _, _ in cut).replace(b",\n  ", b"") == text.replace(b",\n  ", b"")
+    assert [f for _, f, _ in cut] == [True] + [False] * (len(cut) - 1)
+    assert [last for _, _, last in cut] == [False] * (len(cut) - 1) + [True]
+    assert all(4096 < len(p) < 4096 + 200 for p, _, _ in cut[:-1])
+    assert b"deviceProperties" in cut[0][0] and cut[0][0].count(b'"id"') == 2  # no cut before the events
+    assert [(bytes(v), f, last) for v, f, last in pieces([b'{"traceEvents": []}'], 4096)] == [(b'{"traceEvents": []}', True, True)]
+
+
+def test_blocks_inflate_a_gzip_file_of_several_members(tmp_path):
+    text = json.dumps({"traceEvents": [{"ph": "X", "ts": i} for i in range(20000)]}).encode()
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text[:100000]) + gzip.compress(text[100000:]))
+    got = list(json_blocks(str(path), 8192))
+    assert b"".join(b for b, _ in got) == text and max(len(b) for b, _ in got) <= 8192
+    assert got[-1][1] == path.stat().st_size  # bytes of the file read, for the progress line
+    path.write_bytes(gzip.compress(text)[:-20])
+    with pytest.raises(TraceError, match="not a complete gzip file"):
+        load(str(path), piece=8192)
 
 
 def event(i, name):
@@ -56,10 +92,10 @@ def test_boundaries_inside_strings_and_nested_lists(tmp_path, indent):
     doc = {"traceEvents": events, "after": [{"ph": None}, {"x": 1}], "distributedInfo": {"rank": 5},
            "profkit": {"worker": "w"}}
     path = write(tmp_path / "t.json", doc, indent)
-    one = figures(path, jobs=1)
+    one = one_pass(path)
     assert one[1] == {"rank": 5} and one[2] == {"worker": "w"}
-    for jobs in (2, 3, 7):
-        assert figures(path, jobs=jobs, min_piece=4096) == one
+    for jobs in (1, 2, 3, 7):
+        assert figures(path, jobs=jobs, piece=4096) == one
 
 
 def test_a_bad_second_half_reports_like_one_pass(tmp_path):
@@ -68,11 +104,11 @@ def test_a_bad_second_half_reports_like_one_pass(tmp_path):
     path.write_text(good[: len(good) * 3 // 4])
     messages = []
     zombies_before = _zombie_children()
-    for kw in ({"jobs": 1}, {"jobs": 4, "min_piece": 4096}):
+    for kw in ({"jobs": 1, "piece": 2**30}, {"jobs": 1, "piece": 4096}, {"jobs": 4, "piece": 4096}):
         with pytest.raises(TraceError) as err:
-            start_loading(str(path), **kw).result()
+            load(str(path), **kw)
         messages.append(str(err.value))
-    assert messages[0] == messages[1] and "not JSON" in messages[0]
+    assert messages[0] == messages[1] == messages[2] and "not JSON" in messages[0]
     assert _zombie_children() == zombies_before  # every worker was waited for
 
 
@@ -89,10 +125,8 @@ def _zombie_children():
     return found
 
 
-def test_one_pass_in_a_process_with_threads_or_for_small_text():
-    assert _pieces(10 * MIN_PIECE, min_piece=MIN_PIECE) == 10
-    assert _pieces((MIN_PIECES - 1) * MIN_PIECE, min_piece=MIN_PIECE) == 1  # a fork would cost more than it saves
-    assert _workers(4) == 3
+def test_no_workers_in_a_process_with_threads_or_for_one_job():
+    assert _workers(4) == 4 and _workers(1) == 0
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
@@ -113,28 +147,66 @@ def test_unknown_phases_and_odd_fields_take_the_tolerant_path(tmp_path):
     path = write(tmp_path / "odd.json", {"traceEvents": odd})
     with pytest.raises(ValueError):
         decode_strict(path.read_bytes())
-    got = figures(path, jobs=1)
+    got = figures(path, jobs=1, piece=512)
     assert got == figures(write(tmp_path / "clean.json", {"traceEvents": clean}), jobs=1)
     assert json.loads(got[0])["host"]["peak_memory"]  # the [memory] event was read
 
 
 def test_decoding_workers_start_before_numpy_is_imported(gpu_traces):
-    # profkit forks its decoders, then imports numpy while they work: nothing on that path may import it.
+    # profkit forks its decoders, then imports numpy while they work: nothing before the fork may import it.
     path = gpu_traces / "hta/trace_diff_control/control.json.gz"
     script = (
-        "import sys\n"
+        "import os, sys\n"
         "import lightning_profkit.cli\n"
-        "assert 'msgspec' not in sys.modules and 'numpy' not in sys.modules  # the first read starts before both\n"
-        "from lightning_profkit.trace.load import start_loading\n"
-        f"loading = start_loading({str(path)!r}, jobs=2, min_piece={SMALL})\n"
-        "assert loading.children and 'numpy' not in sys.modules\n"
-        "trace = loading.result()\n"
-        "assert 'numpy' not in sys.modules\n"
-        "print(trace.pieces)\n"
+        "assert 'msgspec' not in sys.modules and 'numpy' not in sys.modules\n"
+        "from lightning_profkit.trace.load import load\n"
+        "forked, fork = [], os.fork\n"
+        "def counted():\n"
+        "    forked.append('numpy' in sys.modules)\n"
+        "    return fork()\n"
+        "os.fork = counted\n"
+        f"trace = load({str(path)!r}, jobs=2, piece={SMALL})\n"
+        "print(trace.pieces, forked)\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert int(out.stdout) > 1
+    count, forked = out.stdout.split(" ", 1)
+    assert int(count) > 1 and forked.strip() == "[False, False]"
+
+
+def repeated_trace(path, json_mb):
+    """A valid trace of about ``json_mb`` MB: the events of a real GPU trace written again and again."""
+    with gzip.open(GPU_TRACES_REFERENCE.parent / "hta/trace_diff_control/control.json.gz", "rb") as f:
+        doc = json.load(f)
+    events = json.dumps(doc.pop("traceEvents"))[1:-1].encode()
+    copies = max(1, round(json_mb * 1e6 / len(events)))
+    with open(path, "wb") as f:
+        f.write(b'{"traceEvents": [')
+        for k in range(copies):
+            f.write(b", " + events if k else events)
+        f.write(b"], " + json.dumps(doc)[1:].encode())
+    return os.path.getsize(path)
+
+
+def test_a_large_trace_is_read_in_a_fraction_of_its_size(tmp_path):
+    path = tmp_path / "large.pt.trace.json"
+    size = repeated_trace(path, 250)
+    # Run from a small launcher: a child's peak RSS counts the memory of the process it was forked from,
+    # and pytest's is large. The launcher prints the largest of its children (profkit and its workers).
+    launcher = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True); "
+                "sys.stderr.buffer.write(done.stderr); sys.stdout.buffer.write(done.stdout); "
+                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(done.returncode)")
+    done = subprocess.run([sys.executable, "-c", launcher, PROFKIT, "summary", "--json", "--jobs", "2", str(path)],
+                          capture_output=True, timeout=300)
+    *err, maxrss = done.stderr.decode().splitlines()
+    assert done.returncode == 0, err
+    out = done.stdout
+    peak = int(maxrss) * 1024
+    print(f"{size / 1e6:.0f} MB of JSON read with a peak RSS of {peak / 2**20:.0f} MiB ({peak / size:.2f}x)")
+    assert peak < 0.6 * size  # the whole text alone would be 1x; the reader before this one needed 2.5x
+    trace = json.loads(out)["traces"][0]
+    assert trace["step_breakdown"]["avg"]["Total"] > 0 and trace["temporal"]["idle_us"] >= 0
+    assert err == []  # no progress line when stderr is not a terminal
 
 
 def test_rows_turn_odd_numbers_into_minus_one_and_a_missing_duration_into_nan():

@@ -17,12 +17,11 @@ import sys
 import tempfile
 from typing import Any, Optional, Sequence
 
-# Neither msgspec nor numpy here: `profkit summary` starts reading the trace before it imports msgspec, and
-# starts its decoding workers before it imports numpy.
+# Neither msgspec nor numpy here: `profkit summary` starts its decoding workers before it imports numpy.
+from lightning_profkit.cli.progress import Progress
 from lightning_profkit.machine import usable_cpus
 from lightning_profkit.store import StoreError, fetch, is_url, join, read, write
-from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces, read_json
-from lightning_profkit.trace.threads import soon
+from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces
 
 JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
 
@@ -88,28 +87,23 @@ def summaries(path: str, jobs: int) -> list[dict[str, Any]]:
 
 
 def local_summaries(path: str, jobs: int) -> list[dict[str, Any]]:
-    """The summary of every trace under the local ``path``.
-
-    Start-up work overlaps: the first file is read and inflated on a thread while msgspec is imported
-    (inflating releases the GIL), its decoding workers are forked before numpy is imported, and each
-    later file is read while the one before is summarised. The reading thread has always ended before
-    a trace's decoding forks."""
+    """The summary of every trace under the local ``path``, read one after the other (each as a stream: see
+    :mod:`~lightning_profkit.trace.load`), with a progress line on a terminal for long reads."""
     paths = find_traces(path)
-    text = soon(read_json, paths[0])
-    from lightning_profkit.trace.load import start_loading
+    from lightning_profkit.trace.load import load
 
-    loading = start_loading(paths[0], jobs, raw=text())
-    from lightning_profkit.trace.summary import summarize_trace
-
+    progress = Progress.on(sys.stderr)
     out = []
-    for i, p in enumerate(paths):
-        trace = loading.result()
-        if i + 1 < len(paths):
-            text = soon(read_json, paths[i + 1])
+    for p in paths:
+        try:
+            trace = load(p, jobs, progress=progress.reading(p) if progress else None)
+        finally:
+            if progress:
+                progress.done()
+        from lightning_profkit.trace.summary import summarize_trace  # numpy: after the first read's workers
+
         out.append(summarize_trace(p, trace))
-        del trace  # before the next one is decoded
-        if i + 1 < len(paths):
-            loading = start_loading(paths[i + 1], jobs, raw=text())
+        del trace  # before the next one is read
     return out
 
 

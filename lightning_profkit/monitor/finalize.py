@@ -22,11 +22,11 @@ import time
 from typing import Any, Optional, TextIO
 
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
-from lightning_profkit.trace.events import from_dicts
+from lightning_profkit.trace.load import load
 from lightning_profkit.monitor.writer import temporary_name
 from lightning_profkit.monitor.capture_request import MARKER, REQUEST, write_atomic
 from lightning_profkit.store import StoreError, join, read, remove, upload, write
-from lightning_profkit.trace.summary import rank_of, summarize_events
+from lightning_profkit.trace.summary import summarize_trace
 
 
 def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Optional[str] = None) -> dict[str, Any]:
@@ -54,10 +54,10 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
             os.remove(tmp)
         raise
     os.remove(raw_path)
-    summary = summarize_events(from_dicts(events))
-    shown = url or final_path
-    summary.update(path=shown, window=os.path.basename(os.path.dirname(final_path)), worker=meta.get("worker"),
-                   rank=rank_of(trace.get("distributedInfo"), meta.get("worker") or ""))
+    del trace, events
+    # the figures from the text just written, by the reader of `profkit summary`
+    summary = summarize_trace(final_path, load(final_path, text=text))
+    shown = summary["path"] = url or final_path
     return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": len(text)}
 
 

@@ -7,11 +7,15 @@ from __future__ import annotations
 import os
 import re
 
+from typing import Iterator
+
 try:  # ISA-L inflates about twice as fast as zlib
     from isal.isal_zlib import decompress as _gunzip
+    from isal.isal_zlib import decompressobj as _inflater
     from isal.isal_zlib import error as _GunzipError
 except ImportError:  # installed without its dependencies
     from zlib import decompress as _gunzip
+    from zlib import decompressobj as _inflater
     from zlib import error as _GunzipError
 
 _GZIP = 31  # wbits: a gzip header and trailer
@@ -40,6 +44,42 @@ def read_json(path: str) -> bytes:
     except OSError as err:
         raise TraceError(f"{path}: {err.strerror or err}") from None
     return raw
+
+
+def json_blocks(path: str, size: int) -> Iterator[tuple[bytes, int]]:
+    """The trace's JSON text in blocks of at most ``size`` bytes, gunzipped where needed, each with how many
+    bytes of the file have been read so far: the whole text is never held."""
+    if not os.path.exists(path):
+        raise TraceError(f"{path}: no such file or folder")
+    try:
+        if os.path.getsize(path) == 0:
+            raise TraceError(f"{path}: empty file")
+        with open(path, "rb") as f:
+            data = f.read(size)
+            if data[:2] != b"\x1f\x8b":
+                while data:
+                    yield data, f.tell()
+                    data = f.read(size)
+                return
+            inflater = _inflater(_GZIP)
+            read = size // 8  # compressed bytes a read: a trace's JSON inflates about tenfold
+            while data:
+                block = inflater.decompress(data, size)
+                while inflater.unconsumed_tail:  # the rest of this read, a block at a time
+                    yield block, f.tell()
+                    block = inflater.decompress(inflater.unconsumed_tail, size)
+                if inflater.eof:  # the end of a gzip member: another may follow
+                    data = inflater.unused_data + f.read(read)
+                    inflater = _inflater(_GZIP) if data else inflater
+                else:
+                    data = f.read(read)
+                yield block, f.tell()
+            if not inflater.eof:
+                raise TraceError(f"{path}: not a complete gzip file (it ends inside its compressed stream)")
+    except _GunzipError as err:
+        raise TraceError(f"{path}: not a complete gzip file ({err})") from None
+    except OSError as err:
+        raise TraceError(f"{path}: {err.strerror or err}") from None
 
 
 def _natural(path: str) -> list:

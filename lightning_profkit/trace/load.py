@@ -1,49 +1,58 @@
-"""A trace file as rows, its large JSON decoded in pieces on several CPU cores.
+"""A trace file as rows, read as a stream: its JSON inflated a block at a time and cut between events into
+pieces, which forked workers decode into rows while this process inflates the next ones.
 
-Decoding JSON and building rows is most of the time ``profkit summary`` takes, and it is Python work that
-one process cannot spread over cores. A large trace's ``traceEvents`` list is therefore cut at boundaries
-between events into pieces of at least ``min_piece`` bytes. Forked workers and this process take pieces
-from a queue (a pipe of piece numbers) until none is left, and the rows are put back in file order, so
-the figures are those of a single pass. Nothing here imports numpy: :func:`start_loading` forks the
-workers and returns, and the caller imports numpy while they decode (numpy's import is a fifth of a
-summary of a 2 MB trace); this process joins in when it asks for the :meth:`Loading.result`. Where a cut
-cannot be made safely (no boundary found, a piece that is not a list of events, a worker that fails) the
-file is read in one pass, which also gives the one-line error of a bad file.
+The whole text is never held, nor all its events as Python objects: this process keeps the rows (about 50
+bytes an event against about 280 of JSON) and a few pieces of text in flight, so a trace of any size is read
+in a fraction of its size. A piece is a document of its own (the first keeps the keys before the events,
+the last those after), so each decodes with the same strict decoder as a whole file, and the rows are
+appended in file order: the figures are those of a single pass. Pieces of a few MB also keep decoding in
+the CPU's caches, which makes it faster per byte than decoding a large text at once.
 
-Workers are forked, so this runs in parallel only on Linux and only from a single-threaded process
-(forking a process with threads can deadlock the child); elsewhere it reads in one pass.
+Workers are forked at the first cut, before numpy is imported (the caller imports it for the figures), and
+only on Linux from a single-threaded process (forking beside threads can deadlock the child); elsewhere the
+pieces are decoded here. Pieces reach the workers through shared memory and their rows come back pickled.
+Where a cut cannot be made safely (no boundary found, a piece that is not a list of events, a worker that
+fails) the file is read in one pass, which also gives the one-line error of a bad file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import mmap
 import os
 import pickle
 import re
+import select
 import signal
+import struct
 import sys
 import threading
+from array import array
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from lightning_profkit.trace.events import decode_json, decode_strict
-from lightning_profkit.trace.file import read_json
-from lightning_profkit.trace.rows import Rows, rows
+from lightning_profkit.trace.file import json_blocks, read_json
+from lightning_profkit.trace.rows import CODED, COLUMNS, Rows, rows
 
-MIN_PIECE = 2 * 2**20  # bytes of JSON per piece: small, so that this process, starting late, still takes its share
-MIN_PIECES = 2  # a trace of fewer is read in one pass
-MAX_PIECES = 255  # piece numbers are single bytes in the queue
+PIECE = 4 * 2**20  # bytes of JSON a piece: small enough to decode in the caches, large enough to send cheaply
+_SLOTS = 2  # pieces in shared memory per worker: one it decodes, one waiting
+_NO_BOUNDARY = 64 * PIECE  # text without a boundary between events: read the file in one pass
 # Between two objects. A match inside a string or a nested list makes a piece that does not decode, and
 # the file is then read in one pass.
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
-_SEARCH = 2**20  # how far past a cut's target to look for a boundary
-_OPEN = b'{"traceEvents":['
+_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_OPEN, _CLOSE = b'{"traceEvents":[', b"]}"
+_TASK = struct.Struct("=iii")  # piece number, slot, length: 12 bytes, written to the pipe at once
+_LENGTH = struct.Struct("=q")
+
+Progress = Callable[[int, int], None]  # (bytes of the file read, its size)
 
 
 @dataclass
 class LoadedTrace:
-    parts: list[Rows]  # in file order
+    rows: Rows
     distributed_info: Optional[dict[str, Any]]
     meta: Optional[dict[str, Any]]  # our labels under the "profkit" key
     pieces: int = 1  # how many pieces the JSON was decoded in
@@ -66,149 +75,252 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def start_loading(path: str, jobs: int = 1, min_piece: int = MIN_PIECE, raw: Optional[bytes] = None) -> Loading:
-    """Start loading the rows and labels of the trace at ``path`` (whose JSON text is ``raw`` where given),
-    with up to ``jobs`` processes and pieces of at least ``min_piece`` bytes of JSON; its workers start now,
-    and ``.result()`` waits for the :class:`LoadedTrace`."""
-    raw = read_json(path) if raw is None else raw
-    workers = _workers(jobs)
-    return Loading(path, raw, cut_points(raw, _pieces(len(raw), min_piece)) if workers else [], workers)
-
-
-def _pieces(size: int, min_piece: int) -> int:
-    pieces = min(MAX_PIECES, size // max(min_piece, 1))
-    return pieces if pieces >= MIN_PIECES else 1
+def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progress] = None,
+         text: Optional[bytes] = None) -> LoadedTrace:
+    """The rows and labels of the trace at ``path`` (whose JSON text is ``text`` where given), read in pieces
+    of about ``piece`` bytes with up to ``jobs`` worker processes; ``progress`` is told of each block read."""
+    size = len(text) if text is not None else os.path.getsize(path) if os.path.exists(path) else 0
+    blocks = json_blocks(path, piece) if text is None else ((text[i:i + piece], i + piece) for i in range(0, size, piece))
+    with _gc_paused():
+        stream = _Stream(path, piece, _workers(jobs))
+        try:
+            return stream.read(blocks, (lambda done: progress(min(done, size), size)) if progress else None)
+        except _PieceError:
+            pass
+        finally:
+            stream.close()
+        doc = decode_json(path, read_json(path) if text is None else text)
+        return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
 
 
 def _workers(jobs: int) -> int:
-    """Forked workers beside this process."""
-    if sys.platform != "linux" or threading.active_count() > 1:
+    """Worker processes to fork: none where forking is unsafe."""
+    if sys.platform != "linux" or threading.active_count() > 1 or jobs < 2:
         return 0
-    return max(0, jobs - 1)
+    return jobs
 
 
-def cut_points(raw: bytes, pieces: int) -> list[tuple[int, int]]:
-    """``pieces - 1`` cuts in the ``traceEvents`` list, each ``(end of an event, start of the next)``;
-    empty where the text gives no safe cut."""
-    start = raw.find(b'"traceEvents"')
-    start = raw.find(b"[", start) + 1 if start >= 0 else 0
-    if pieces < 2 or start == 0:
-        return []
-    cuts = []
-    for k in range(1, pieces):
-        target = max(start + (len(raw) - start) * k // pieces, cuts[-1][1] if cuts else start)
-        found = _BOUNDARY.search(raw, target, target + _SEARCH)
-        if found is None:
-            return []
-        cuts.append((found.start() + 1, found.end() - 1))
-    return cuts
+def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[memoryview, bool, bool]]:
+    """The text of ``blocks`` cut between events of the ``traceEvents`` list into pieces of about ``piece``
+    bytes: each ``(text, first, last)``, its view valid until the next is asked for. A text with no cut is
+    one piece, first and last."""
+    buf, start = b"", 0
+    events: Optional[int] = None  # where the list's first event starts in buf, once found
+    first = True
+    for block in blocks:
+        buf, start = buf[start:] + block, 0
+        if events is None:
+            found = _EVENTS.search(buf)
+            if found is None:
+                continue
+            events = found.end()
+        while len(buf) - start > piece:
+            cut = _BOUNDARY.search(buf, max(start + piece, events))
+            if cut is None:
+                if len(buf) - start > _NO_BOUNDARY:
+                    raise _PieceError("no boundary between events")
+                break
+            yield memoryview(buf)[start:cut.start() + 1], first, False
+            first, start, events = False, cut.end() - 1, 0
+    yield memoryview(buf)[start:], first, True
 
 
-_Piece = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
+def _framed(text: memoryview, first: bool, last: bool) -> tuple[bytes, bytes]:
+    return b"" if first else _OPEN, b"" if last else _CLOSE
 
 
-def _piece(raw: bytes, cuts: Sequence[tuple[int, int]], k: int, keep: list) -> _Piece:
-    """Piece ``k`` as a document of its own (the head keeps the keys before the events, the tail those
-    after): its rows and labels. The decoded document goes to ``keep``, which a worker leaves unfreed
-    when it exits (freeing a decoded trace takes a tenth of the time decoding does)."""
-    start = 0 if k == 0 else cuts[k - 1][1]
-    end = len(raw) if k == len(cuts) else cuts[k][0]
-    # One copy of the piece, framed (slicing and then adding would copy it twice: each copy of 16 MB costs
-    # about 10 ms, most of it the kernel handing out fresh pages).
-    text = b"".join((b"" if k == 0 else _OPEN, memoryview(raw)[start:end], b"" if k == len(cuts) else b"]}"))
+_Result = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
+
+
+def _decode(text: Any) -> _Result:
     try:  # a cut outside the list of events, or an event that needs the tolerant path: one pass instead
         doc = decode_strict(text)
     except ValueError as err:
         raise _PieceError(str(err)) from None
-    keep.append(doc)
     return rows(doc.traceEvents), doc.distributedInfo, doc.profkit
 
 
-class Loading:
-    """A trace being decoded, by forked workers where it is cut in pieces."""
+class _Appender:
+    """Rows of consecutive pieces appended into one :class:`Rows`, their codes turned into codes of tables
+    that hold every piece's values (first seen first)."""
 
-    def __init__(self, path: str, raw: bytes, cuts: list[tuple[int, int]], workers: int) -> None:
-        self.path, self.raw, self.cuts = path, raw, cuts
-        self.children: list[tuple[int, int]] = []  # (pid, read end of its results)
-        self.queue = -1
-        if not cuts:
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[Any, int]] = {column: {} for column in CODED}
+        self.columns: dict[str, array] = {}
+        self.fractional = False
+
+    def add(self, r: Rows) -> None:
+        import numpy as np  # here, after the workers are forked
+
+        for column in COLUMNS:
+            values = getattr(r, column)
+            if column in CODED:
+                table = self.tables[column]
+                own = getattr(r, CODED[column])
+                codes = [table.setdefault(v, len(table)) for v in own]
+                if codes != list(range(len(own))):
+                    values = memoryview(np.asarray(codes, dtype=np.intc)[np.frombuffer(values, dtype=np.intc)])
+            self.columns.setdefault(column, array(values.typecode if isinstance(values, array) else "i"))
+            if isinstance(values, array):
+                self.columns[column].extend(values)
+            else:
+                self.columns[column].frombytes(values.cast("B"))
+        self.fractional |= r.fractional
+
+    def rows(self) -> Rows:
+        tables = {table: list(self.tables[column]) for column, table in CODED.items()}
+        return Rows(**tables, **self.columns, fractional=self.fractional)
+
+
+class _Stream:
+    """One read: pieces handed to workers (or decoded here), their rows appended in order."""
+
+    def __init__(self, path: str, piece: int, workers: int) -> None:
+        self.path, self.piece, self.workers = path, piece, workers
+        # a piece ends at the first boundary past ``piece`` bytes; a larger one than a slot is decoded here
+        self.slot = 2 * piece + len(_OPEN) + len(_CLOSE)
+        self.children: dict[int, int] = {}  # results pipe -> pid
+        self.tasks = -1
+        self.slots: Optional[mmap.mmap] = None
+        self.free: list[int] = []
+        self.in_flight: dict[int, int] = {}  # piece -> slot
+        self.done: dict[int, _Result] = {}
+        self.appender = _Appender()
+        self.appended = 0
+        self.info: Optional[dict[str, Any]] = None
+        self.meta: Optional[dict[str, Any]] = None
+
+    def read(self, blocks: Iterable[tuple[bytes, int]], progress: Optional[Callable[[int], None]]) -> LoadedTrace:
+        def text() -> Iterator[bytes]:
+            for block, done in blocks:
+                if progress:
+                    progress(done)
+                yield block
+
+        k = -1
+        for k, (view, first, last) in enumerate(pieces(text(), self.piece)):
+            if first and last:  # no cut: the whole text, by the path that gives a bad file's error
+                doc = decode_json(self.path, bytes(view))
+                return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
+            head, tail = _framed(view, first, last)
+            if first:
+                self._fork()
+            if self.children and len(head) + len(view) + len(tail) <= self.slot:
+                self._send(k, head, view, tail)
+            else:
+                self.done[k] = _decode(b"".join((head, view, tail)))
+            view.release()
+            self._append()
+        while self.in_flight:
+            self._receive()
+            self._append()
+        return LoadedTrace(self.appender.rows(), self.info, self.meta, k + 1)
+
+    def _fork(self) -> None:
+        if not self.workers:
             return
-        read_end, write_end = os.pipe()
-        os.write(write_end, bytes(range(len(cuts) + 1)))  # every piece number; the pipe holds 64 kB
-        os.close(write_end)  # so that the queue ends once read
-        self.queue = read_end
-        for _ in range(min(workers, len(cuts))):
+        self.slots = mmap.mmap(-1, self.slot * _SLOTS * self.workers)  # shared with the children
+        self.free = list(range(_SLOTS * self.workers))
+        tasks, self.tasks = os.pipe()
+        for _ in range(self.workers):
             results, to_parent = os.pipe()
             try:
                 pid = os.fork()
-            except OSError:  # no more processes: this one and those started do all the pieces
+            except OSError:  # no more processes: those started (or this one) do the pieces
                 os.close(results)
                 os.close(to_parent)
                 break
             if pid == 0:  # the child: never returns
-                self._child(results, to_parent)
+                os.close(self.tasks)
+                os.close(results)
+                self._work(tasks, to_parent)
             os.close(to_parent)
-            self.children.append((pid, results))
+            self.children[results] = pid
+        os.close(tasks)
 
-    def _take(self) -> Iterator[int]:
-        while True:
-            got = os.read(self.queue, 1)
-            if not got:
-                return
-            yield got[0]
-
-    def _child(self, results: int, to_parent: int) -> None:
+    def _work(self, tasks: int, to_parent: int) -> None:
         try:
-            os.close(results)
-            gc.disable()  # it exits without freeing anything
-            keep: list = []
-            try:
-                payload = pickle.dumps((True, [(k, _piece(self.raw, self.cuts, k, keep)) for k in self._take()]),
-                                       protocol=pickle.HIGHEST_PROTOCOL)
-            except BaseException as err:  # noqa: BLE001 - reported to the parent, which reads in one pass
-                payload = pickle.dumps((False, f"{type(err).__name__}: {err}"))
-            with os.fdopen(to_parent, "wb") as f:
-                f.write(payload)
+            for results in self.children:
+                os.close(results)
+            assert self.slots is not None
+            slots = memoryview(self.slots)
+            while True:
+                message = os.read(tasks, _TASK.size)
+                if len(message) < _TASK.size:
+                    break
+                k, slot, length = _TASK.unpack(message)
+                try:
+                    value: Any = (True, _decode(slots[slot * self.slot:slot * self.slot + length]))
+                except BaseException as err:  # noqa: BLE001 - reported to the parent, which reads in one pass
+                    value = (False, f"{type(err).__name__}: {err}")
+                payload = pickle.dumps((k, value), protocol=pickle.HIGHEST_PROTOCOL)
+                _write_all(to_parent, _LENGTH.pack(len(payload)) + payload)
+                if not value[0]:
+                    break
         finally:
             os._exit(0)  # no interpreter teardown: nothing to free, no atexit of the parent's
 
-    def result(self) -> LoadedTrace:
-        """The trace's rows and labels, in one pass where the pieces failed."""
-        raw, self.raw = self.raw, b""  # the text is not needed beside its events
-        with _gc_paused():
-            if self.cuts:
-                try:
-                    return self._gather(raw)
-                except _PieceError:
-                    pass
-            doc = decode_json(self.path, raw)
-            del raw
-            return LoadedTrace([rows(doc.traceEvents)], doc.distributedInfo, doc.profkit)
+    def _send(self, k: int, head: bytes, view: memoryview, tail: bytes) -> None:
+        while not self.free:
+            self._receive()
+        slot = self.free.pop()
+        assert self.slots is not None
+        at = slot * self.slot
+        for part in (head, view, tail):
+            self.slots[at:at + len(part)] = part
+            at += len(part)
+        self.in_flight[k] = slot
+        os.write(self.tasks, _TASK.pack(k, slot, at - slot * self.slot))
 
-    def _gather(self, raw: bytes) -> LoadedTrace:
-        keep: list = []
-        try:
-            got = [(k, _piece(raw, self.cuts, k, keep)) for k in self._take()]
-            while self.children:
-                pid, results = self.children[0]
-                try:
-                    with os.fdopen(results, "rb") as f:
-                        data = f.read()
-                finally:
-                    self.children.pop(0)
-                    os.waitpid(pid, 0)
-                ok, value = pickle.loads(data) if data else (False, "a worker ended without a result")
-                if not ok:
-                    raise _PieceError(value)
-                got.extend(value)
-        finally:
-            os.close(self.queue)
-            for pid, results in self.children:  # after a failure: stop the others
+    def _receive(self) -> None:
+        """Wait for one worker's result."""
+        ready, _, _ = select.select(list(self.children), [], [])
+        results = ready[0]
+        header = _read_all(results, _LENGTH.size)
+        if len(header) < _LENGTH.size:
+            raise _PieceError("a worker ended without a result")
+        k, (ok, value) = pickle.loads(_read_all(results, _LENGTH.unpack(header)[0]))
+        if not ok:
+            raise _PieceError(value)
+        self.free.append(self.in_flight.pop(k))
+        self.done[k] = value
+
+    def _append(self) -> None:
+        while self.appended in self.done:
+            r, info, meta = self.done.pop(self.appended)
+            self.appender.add(r)
+            self.info = self.info if self.info is not None else info
+            self.meta = self.meta if self.meta is not None else meta
+            self.appended += 1
+
+    def close(self) -> None:
+        """End the workers (after a failure, at once) and wait for them."""
+        if self.tasks >= 0:
+            os.close(self.tasks)
+            self.tasks = -1
+        for results, pid in self.children.items():
+            if self.in_flight:
                 os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                os.close(results)
-            self.children = []
-        pieces = [p for _, p in sorted(got, key=lambda kp: kp[0])]
-        info = next((i for _, i, _ in pieces if i is not None), None)
-        meta = next((m for _, _, m in pieces if m is not None), None)
-        return LoadedTrace([r for r, _, _ in pieces], info, meta, len(pieces))
+            os.waitpid(pid, 0)
+            os.close(results)
+        self.children = {}
+        if self.slots is not None:
+            self.slots.close()
+            self.slots = None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    parts, left = [], size
+    while left:
+        got = os.read(fd, min(left, 2**20))
+        if not got:
+            break
+        parts.append(got)
+        left -= len(got)
+    return b"".join(parts)

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional
 
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.trace.threads import soon
 from lightning_profkit.trace.operator_times import operator_times, top
 from lightning_profkit.trace.step_breakdown import ROLES, step_breakdown
 from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
-from lightning_profkit.trace.columns import Columns, columns, join
-from lightning_profkit.trace.events import AnyEvent
+from lightning_profkit.trace.columns import Columns, from_rows
 from lightning_profkit.trace.load import LoadedTrace
 from lightning_profkit.trace.host_steps import window_figures
 
 TOP_N = 10
+BESIDE_ROWS = 500_000  # events (about 140 MB of JSON) up to which the operator tables are made on a thread
 _WORKER_RANK = re.compile(r"_rank(\d+)$")
 # What the numbers of a summary are in, by key (JSON paths with * for any name): the "units" of
 # `profkit summary --json` and `profkit compare --json`, and what the text tables format them by.
@@ -54,14 +54,15 @@ def unit(key: str) -> str:
     return "fraction"  # *_share, share/*, hta/*
 
 
-def summarize_events(events: Sequence[AnyEvent]) -> dict[str, Any]:
-    return summarize_columns(columns(events))
-
-
 def summarize_columns(c: Columns) -> dict[str, Any]:
     # The operator tables on a second thread: numpy lets go of the GIL in its sorts and searches, so on two
-    # cores they cost about half their time (a third of the figures' time on a 2 MB trace).
-    operators = soon(operator_times, c)
+    # cores they cost about half their time (a third of the figures' time on a 2 MB trace). Not on a large
+    # trace, whose memory is mostly these columns and the figures' temporaries: one figure at a time there.
+    if c.ts.size < BESIDE_ROWS:
+        operators = soon(operator_times, c)
+    else:
+        ops = operator_times(c)
+        operators = lambda: ops  # noqa: E731
     steps = step_breakdown(c)
     host = window_figures(c)
     notes = []
@@ -94,7 +95,7 @@ def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
         "worker": worker,
         "rank": rank_of(trace.distributed_info, worker),
     }
-    out.update(summarize_columns(join(trace.parts)))
+    out.update(summarize_columns(from_rows(trace.rows)))
     return out
 
 

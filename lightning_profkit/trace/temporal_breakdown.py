@@ -24,29 +24,27 @@ _DEVICE_SYNC_NAMES = ("Event Sync", "Context Sync")
 def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
     """``span_us``, ``idle_us``, ``compute_us``, ``non_compute_us`` and their fractions; None without GPU activity."""
     valid_cats = [i for i, raw in enumerate(c.raw_cats) if raw is not None and raw != v.NO_CATEGORY]
+    # masks over all rows rather than copies of the valid ones: a large trace's columns are most of memory
     rows = ~np.isnan(c.dur) & code_mask(c.cat, valid_cats, len(c.cats))
-    ts, dur, name, stream, corr = c.ts[rows], c.dur[rows], c.name[rows], c.stream[rows], c.corr[rows]
     if c.fractional:
-        start, end = np.ceil(ts), np.floor(ts + dur)
+        start, end = np.ceil(c.ts), np.floor(c.end)
     else:
-        start, end = ts, ts + dur
-    sync = [i for i, n in enumerate(c.names) if n in _DEVICE_SYNC_NAMES]
-    gpu = ((stream >= 0) & (corr >= 0)) | code_mask(name, sync, len(c.names))
+        start, end = c.ts, c.end
+    gpu = ((c.stream >= 0) & (c.corr >= 0)) | c.name_mask(lambda n: n in _DEVICE_SYNC_NAMES)
     steps = [i for i, n in enumerate(c.names) if v.is_step(n)]
-    keep = np.ones(ts.shape, dtype=bool)
+    sel = rows & (c.stream != -1)
     if len(steps) > 1:
-        cpu_steps = ~gpu & code_mask(name, steps, len(c.names))
+        cpu_steps = rows & ~gpu & code_mask(c.name, steps, len(c.names))
         last_start = start[cpu_steps].max() if cpu_steps.any() else -np.inf
-        cpu = ~gpu & (start < last_start)
-        keep = cpu | (gpu & intervals.member(corr, corr[cpu]))
-    sel = keep & (stream != -1)
+        cpu = rows & ~gpu & (start < last_start)
+        sel &= cpu | (gpu & intervals.member(c.corr, c.corr[cpu]))
     if not sel.any():
         return None
     merged = intervals.union(start[sel], end[sel])
     span = float(merged[1][-1] - merged[0][0])
     idle = span - intervals.length(merged)
     compute_names = [i for i, n in enumerate(c.names) if not _NON_COMPUTE.match(n)]
-    comp = sel & code_mask(name, compute_names, len(c.names))
+    comp = sel & code_mask(c.name, compute_names, len(c.names))
     compute = intervals.length(intervals.union(start[comp], end[comp]))
     out = {"span_us": span, "idle_us": idle, "compute_us": compute, "non_compute_us": span - idle - compute}
     for key in ("idle", "compute", "non_compute"):
