@@ -55,13 +55,15 @@ def test_pieces_are_the_text_cut_between_events():
     events = [json.dumps({"ph": "X", "name": f"e{i}", "ts": i, "args": {"s": [1, 2]}}) for i in range(3000)]
     text = ('{"deviceProperties": [{"id": 0}, {"id": 1}], "traceEvents": [' + ",\n  ".join(events) + '], "x": 1}').encode()
     blocks = [text[i:i + 1000] for i in range(0, len(text), 1000)]
-    cut = [(bytes(view), first, last) for view, first, last in pieces(blocks, 4096)]
+    cut = [(buf[start:end], first, last) for buf, start, end, first, last in pieces(blocks, 4096)]
     assert b"".join(p for p, _, _ in cut).replace(b",\n  ", b"") == text.replace(b",\n  ", b"")
     assert [f for _, f, _ in cut] == [True] + [False] * (len(cut) - 1)
     assert [last for _, _, last in cut] == [False] * (len(cut) - 1) + [True]
     assert all(4096 < len(p) < 4096 + 200 for p, _, _ in cut[:-1])
     assert b"deviceProperties" in cut[0][0] and cut[0][0].count(b'"id"') == 2  # no cut before the events
-    assert [(bytes(v), f, last) for v, f, last in pieces([b'{"traceEvents": []}'], 4096)] == [(b'{"traceEvents": []}', True, True)]
+    assert list(pieces([b'{"traceEvents": []}'], 4096)) == [(b'{"traceEvents": []}', 0, 19, True, True)]
+    whole = list(pieces([text], 4096))  # one block: every piece is a place in it, nothing copied
+    assert len(whole) == len(cut) and all(buf is text for buf, *_ in whole)
 
 
 def test_blocks_inflate_a_gzip_file_of_several_members(tmp_path):

@@ -38,14 +38,19 @@ from lightning_profkit.trace.rows import CODED, COLUMNS, Rows, rows
 
 PIECE = 4 * 2**20  # bytes of JSON a piece: small enough to decode in the caches, large enough to send cheaply
 _SLOTS = 2  # pieces in shared memory per worker: one it decodes, one waiting
+# A file up to this size (gzip: about 40-80 MB of JSON) is read at once and its pieces are handed to the
+# workers as places in the text they inherit: they are all handed out at once, and this process imports
+# numpy while the workers decode.
+WHOLE_FILE = 4 * 2**20
 _NO_BOUNDARY = 64 * PIECE  # text without a boundary between events: read the file in one pass
 # Between two objects. A match inside a string or a nested list makes a piece that does not decode, and
 # the file is then read in one pass.
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _OPEN, _CLOSE = b'{"traceEvents":[', b"]}"
-_TASK = struct.Struct("=iii")  # piece number, slot, length: 12 bytes, written to the pipe at once
+_TASK = struct.Struct("=iiqq")  # piece number, slot (-1: the inherited text), start, end: written at once
 _LENGTH = struct.Struct("=q")
+_QUEUED = 2**16 // _TASK.size // 2  # tasks in the pipe at most: half of what a pipe holds on Linux
 
 Progress = Callable[[int, int], None]  # (bytes of the file read, its size)
 
@@ -80,9 +85,11 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
     """The rows and labels of the trace at ``path`` (whose JSON text is ``text`` where given), read in pieces
     of about ``piece`` bytes with up to ``jobs`` worker processes; ``progress`` is told of each block read."""
     size = len(text) if text is not None else os.path.getsize(path) if os.path.exists(path) else 0
-    blocks = json_blocks(path, piece) if text is None else ((text[i:i + piece], i + piece) for i in range(0, size, piece))
+    if text is None and 0 < size <= WHOLE_FILE:  # small: read at once, and the workers inherit the text
+        text = read_json(path)
+    blocks = json_blocks(path, piece) if text is None else iter([(text, size)])
     with _gc_paused():
-        stream = _Stream(path, piece, _workers(jobs))
+        stream = _Stream(path, piece, _workers(jobs), text)
         try:
             return stream.read(blocks, (lambda done: progress(min(done, size), size)) if progress else None)
         except _PieceError:
@@ -100,15 +107,15 @@ def _workers(jobs: int) -> int:
     return jobs
 
 
-def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[memoryview, bool, bool]]:
+def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[bytes, int, int, bool, bool]]:
     """The text of ``blocks`` cut between events of the ``traceEvents`` list into pieces of about ``piece``
-    bytes: each ``(text, first, last)``, its view valid until the next is asked for. A text with no cut is
-    one piece, first and last."""
+    bytes: each ``(text, start, end, first, last)``, the piece being ``text[start:end]``. A text with no cut
+    is one piece, first and last; a text given as one block is ``text`` in every piece."""
     buf, start = b"", 0
     events: Optional[int] = None  # where the list's first event starts in buf, once found
     first = True
     for block in blocks:
-        buf, start = buf[start:] + block, 0
+        buf, start = (buf[start:] + block if start < len(buf) else block), 0
         if events is None:
             found = _EVENTS.search(buf)
             if found is None:
@@ -120,13 +127,21 @@ def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[memoryview, bo
                 if len(buf) - start > _NO_BOUNDARY:
                     raise _PieceError("no boundary between events")
                 break
-            yield memoryview(buf)[start:cut.start() + 1], first, False
+            yield buf, start, cut.start() + 1, first, False
             first, start, events = False, cut.end() - 1, 0
-    yield memoryview(buf)[start:], first, True
+    yield buf, start, len(buf), first, True
 
 
-def _framed(text: memoryview, first: bool, last: bool) -> tuple[bytes, bytes]:
+def _framed(first: bool, last: bool) -> tuple[bytes, bytes]:
+    """What goes before and after a piece to make it a document: the first has the file's opening, the
+    last its end."""
     return b"" if first else _OPEN, b"" if last else _CLOSE
+
+
+def _framed_piece(text: bytes, start: int, end: int, first: bool, last: bool) -> bytes:
+    head, tail = _framed(first, last)
+    # one copy (slicing and then adding would copy it twice)
+    return b"".join((head, memoryview(text)[start:end], tail))
 
 
 _Result = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
@@ -153,18 +168,17 @@ class _Appender:
         import numpy as np  # here, after the workers are forked
 
         for column in COLUMNS:
-            values = getattr(r, column)
-            if column in CODED:
-                table = self.tables[column]
-                own = getattr(r, CODED[column])
-                codes = [table.setdefault(v, len(table)) for v in own]
-                if codes != list(range(len(own))):
-                    values = memoryview(np.asarray(codes, dtype=np.intc)[np.frombuffer(values, dtype=np.intc)])
-            self.columns.setdefault(column, array(values.typecode if isinstance(values, array) else "i"))
-            if isinstance(values, array):
-                self.columns[column].extend(values)
+            values: array = getattr(r, column)
+            into = self.columns.setdefault(column, array(values.typecode))
+            if column not in CODED:
+                into.extend(values)
+                continue
+            table = self.tables[column]
+            codes = [table.setdefault(v, len(table)) for v in getattr(r, CODED[column])]
+            if codes == list(range(len(codes))):  # this piece's table starts the one of all pieces
+                into.extend(values)
             else:
-                self.columns[column].frombytes(values.cast("B"))
+                into.frombytes(np.asarray(codes, dtype=values.typecode)[np.frombuffer(values, dtype=values.typecode)].tobytes())
         self.fractional |= r.fractional
 
     def rows(self) -> Rows:
@@ -175,8 +189,10 @@ class _Appender:
 class _Stream:
     """One read: pieces handed to workers (or decoded here), their rows appended in order."""
 
-    def __init__(self, path: str, piece: int, workers: int) -> None:
+    def __init__(self, path: str, piece: int, workers: int, whole: Optional[bytes] = None) -> None:
         self.path, self.piece, self.workers = path, piece, workers
+        self.whole = whole  # the file's whole text, where it was read at once
+        self.inherited: Optional[bytes] = None  # that text, once the workers have it
         # a piece ends at the first boundary past ``piece`` bytes; a larger one than a slot is decoded here
         self.slot = 2 * piece + len(_OPEN) + len(_CLOSE)
         self.children: dict[int, int] = {}  # results pipe -> pid
@@ -198,27 +214,29 @@ class _Stream:
                 yield block
 
         k = -1
-        for k, (view, first, last) in enumerate(pieces(text(), self.piece)):
+        for k, (buf, start, end, first, last) in enumerate(pieces(text(), self.piece)):
             if first and last:  # no cut: the whole text, by the path that gives a bad file's error
-                doc = decode_json(self.path, bytes(view))
+                doc = decode_json(self.path, buf[start:end])
                 return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
-            head, tail = _framed(view, first, last)
             if first:
-                self._fork()
-            if self.children and len(head) + len(view) + len(tail) <= self.slot:
-                self._send(k, head, view, tail)
+                self._fork(buf)
+            if self.children and (buf is self.inherited or end - start + len(_OPEN) + len(_CLOSE) <= self.slot):
+                self._send(k, buf, start, end, first, last)
             else:
-                self.done[k] = _decode(b"".join((head, view, tail)))
-            view.release()
+                self.done[k] = _decode(_framed_piece(buf, start, end, first, last))
             self._append()
+        if self.inherited is not None:
+            import numpy  # noqa: F401  # every piece is handed out: while the workers decode
         while self.in_flight:
             self._receive()
             self._append()
         return LoadedTrace(self.appender.rows(), self.info, self.meta, k + 1)
 
-    def _fork(self) -> None:
+    def _fork(self, text: bytes) -> None:
+        """Fork the workers, who inherit ``text`` (pieces in it need no copy if it is the whole file)."""
         if not self.workers:
             return
+        self.inherited = text if text is self.whole else None
         self.slots = mmap.mmap(-1, self.slot * _SLOTS * self.workers)  # shared with the children
         self.free = list(range(_SLOTS * self.workers))
         tasks, self.tasks = os.pipe()
@@ -248,9 +266,14 @@ class _Stream:
                 message = os.read(tasks, _TASK.size)
                 if len(message) < _TASK.size:
                     break
-                k, slot, length = _TASK.unpack(message)
+                k, slot, start, end = _TASK.unpack(message)
                 try:
-                    value: Any = (True, _decode(slots[slot * self.slot:slot * self.slot + length]))
+                    if slot < 0:
+                        assert self.inherited is not None
+                        text: Any = _framed_piece(self.inherited, start, end, start == 0, end == len(self.inherited))
+                    else:
+                        text = slots[slot * self.slot + start:slot * self.slot + end]
+                    value: Any = (True, _decode(text))
                 except BaseException as err:  # noqa: BLE001 - reported to the parent, which reads in one pass
                     value = (False, f"{type(err).__name__}: {err}")
                 payload = pickle.dumps((k, value), protocol=pickle.HIGHEST_PROTOCOL)
@@ -260,17 +283,24 @@ class _Stream:
         finally:
             os._exit(0)  # no interpreter teardown: nothing to free, no atexit of the parent's
 
-    def _send(self, k: int, head: bytes, view: memoryview, tail: bytes) -> None:
+    def _send(self, k: int, text: bytes, start: int, end: int, first: bool, last: bool) -> None:
+        if text is self.inherited:
+            while len(self.in_flight) >= _QUEUED:  # the pipe would be full: a write would wait for the workers,
+                self._receive()  # who wait for this process to read their results
+            self.in_flight[k] = -1
+            os.write(self.tasks, _TASK.pack(k, -1, start, end))
+            return
         while not self.free:
             self._receive()
         slot = self.free.pop()
         assert self.slots is not None
         at = slot * self.slot
-        for part in (head, view, tail):
+        head, tail = _framed(first, last)
+        for part in (head, memoryview(text)[start:end], tail):
             self.slots[at:at + len(part)] = part
             at += len(part)
         self.in_flight[k] = slot
-        os.write(self.tasks, _TASK.pack(k, slot, at - slot * self.slot))
+        os.write(self.tasks, _TASK.pack(k, slot, 0, at - slot * self.slot))
 
     def _receive(self) -> None:
         """Wait for one worker's result."""
@@ -282,7 +312,9 @@ class _Stream:
         k, (ok, value) = pickle.loads(_read_all(results, _LENGTH.unpack(header)[0]))
         if not ok:
             raise _PieceError(value)
-        self.free.append(self.in_flight.pop(k))
+        slot = self.in_flight.pop(k)
+        if slot >= 0:
+            self.free.append(slot)
         self.done[k] = value
 
     def _append(self) -> None:
