@@ -21,7 +21,7 @@ from lightning_profkit.monitor.checks import RollingChecks
 from lightning_profkit.monitor.delivery import AlertDelivery
 from lightning_profkit.monitor.epoch_figures import (PREFIX, EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
                                                     to_vector, window_metrics)
-from lightning_profkit.monitor.exchange import exchange, exchange_group
+from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group
 from lightning_profkit.monitor.finalizer import child_env
 from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
@@ -235,6 +235,7 @@ class PerformanceMonitor(Callback):
         self._delivery.to_user = trainer.is_global_zero
         self._windows_at = float("inf")
         self.on_train_batch_end = None  # type: ignore[assignment]  # not left set by an earlier fit
+        self._end_group()  # an earlier fit's, if it ended without teardown
         self._group = exchange_group(trainer.world_size)
         if _runs_pytorch_profiler(trainer) and self.options.profiles_rank(trainer.global_rank):
             if trainer.is_global_zero:
@@ -281,6 +282,7 @@ class PerformanceMonitor(Callback):
     @_guarded
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._close()
+        self._end_group()
         if self._delivery is not None:
             self._delivery.held = []
 
@@ -288,6 +290,7 @@ class PerformanceMonitor(Callback):
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             self._close()
+            self._end_group()
             self._checks.end_fit()
             self._trainer = None
 
@@ -424,6 +427,10 @@ class PerformanceMonitor(Callback):
         if self._live is not None:
             self._live.end()
             self._live = None
+
+    def _end_group(self) -> None:
+        group, self._group = self._group, None
+        close_group(group)
 
     def _start_sampler(self, pl_module: LightningModule) -> None:
         if not self._on_cuda:

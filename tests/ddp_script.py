@@ -46,3 +46,5 @@ if __name__ == "__main__":
     layout = dict(num_nodes=2, devices=1, strategy="ddp") if strategy == "nodes" else dict(devices=2, strategy=strategy)
     trainer = make_trainer(root, [monitor], max_epochs=2, accelerator="cpu", logger=CSVLogger(root, name="csv"), **layout)
     trainer.fit(TinyModel(RankDataset(40)))
+    # the callback's own gloo group is gone: only the world's is left (see monitor/exchange.py)
+    print(f"process groups after fit: {len(torch.distributed.distributed_c10d._world.pg_map)}", flush=True)

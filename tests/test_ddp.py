@@ -118,6 +118,7 @@ def test_two_nodes_write_into_the_same_window_folders(tmp_path):
     outputs = run_nodes(tmp_path)
     assert windows_and_workers(trace_files(tmp_path)) == WINDOWS
     assert sum(o.count("lightning_profkit: profiling steps 3-5") for o in outputs) == 1  # global rank zero only
+    assert all("process groups after fit: 1" in o for o in outputs)  # ours destroyed at teardown
 
 
 def test_two_nodes_write_into_the_same_window_folders_on_s3(tmp_path, s3_server):
