@@ -83,6 +83,7 @@ def main() -> None:
     print(f"Metrics: {logger.log_dir}")
     print(f"Open them: tensorboard --logdir {os.path.abspath(logger.log_dir)} --host 127.0.0.1 --port 6006")
     print("  then http://127.0.0.1:6006/#pytorch_profiler (PyTorch Profiler tab)")
+    print(f"One page of the run (offline HTML): profkit report {logger.log_dir} -o report.html")
 
 
 if __name__ == "__main__":

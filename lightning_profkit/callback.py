@@ -28,7 +28,7 @@ from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_M
 from lightning_profkit.monitor.output import TraceOutput, check_writable
 from lightning_profkit.monitor.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.selection import StepRanges
-from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, WindowRunner,
+from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, ValidationWindows, WindowRunner,
                                                WindowSession, learned_json_per_byte, profiler_activities,
                                                session_opener)
 from lightning_profkit.notices import warn
@@ -38,8 +38,8 @@ __all__ = ["PerformanceMonitor", "DataWaitWarning"]
 
 OWNER_CHECK_S = 10.0  # seconds of training between checks that we are still among the trainer's callbacks
 # the running fit's machinery: left out of pickles and copies (see PerformanceMonitor.__getstate__)
-_RUNTIME = dict(_trainer=None, _timer=None, _runner=None, _output=None, _sampler=None, _live=None, _group=None,
-                _delivery=None)
+_RUNTIME = dict(_trainer=None, _timer=None, _runner=None, _validation=None, _output=None, _sampler=None, _live=None,
+                _group=None, _delivery=None)
 
 
 def _guarded(hook: Callable) -> Callable:
@@ -56,12 +56,14 @@ def _guarded(hook: Callable) -> Callable:
         except Exception as err:
             self._broken = True
             self._report(f"profiling is off for the rest of this run after an error in `{hook.__name__}`: {err!r}")
-            runner, self._runner = self._runner, None
-            if runner is not None:
-                try:  # end the profiler session cleanly, keeping what it recorded
-                    runner.stop()
-                except Exception:
-                    runner.session = None
+            for name in ("_runner", "_validation"):
+                runner = getattr(self, name)
+                setattr(self, name, None)
+                if runner is not None:
+                    try:  # end the profiler session cleanly, keeping what it recorded
+                        runner.stop()
+                    except Exception:
+                        runner.session = None
             return None
 
     return wrapper
@@ -136,6 +138,11 @@ class PerformanceMonitor(Callback):
         keep_last_windows: keep only the newest this many window folders (our own files; ``None``: keep all).
         max_trace_mb: end a window early, keeping the steps recorded, once its trace would pass this many MB of
             JSON (estimated from the process's memory growth while recording; ``None``: no limit).
+        validation_batches: validation batches to record in every validation run (not the sanity check), by
+            their index in the run's first dataloader, e.g. ``"0-2"``: a window of their own each run, in
+            ``step=SSSSSS-val-batch=AAAAAA-BBBBBB-epoch=E`` after training step S, with ``warmup`` first;
+            metrics ``profkit/val_window/<name>``. A training window open when validation starts inside an
+            epoch ends there; its remaining steps are recorded in a window of their own after validation.
 
     Example::
 
@@ -188,6 +195,7 @@ class PerformanceMonitor(Callback):
         max_captures: int = 10,
         keep_last_windows: Optional[int] = None,
         max_trace_mb: Optional[float] = DEFAULT_MAX_TRACE_MB,
+        validation_batches: Optional[StepRanges] = None,
     ) -> None:
         arguments = {name: value for name, value in locals().items() if name in _PARAMETERS}
         self.options = Options(**arguments)
@@ -205,6 +213,7 @@ class PerformanceMonitor(Callback):
         self._in_epoch = False
         self._batch_size: Optional[int] = None
         self._windows_at: float = float("inf")  # the next step at whose end the window runner has work
+        self._resume_training_window = False  # validation inside the epoch ended a training window
         self._epoch_first_step = 0
         self._step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
         self._slow_epochs = 0  # epochs running with unprofiled steps slower after a window
@@ -339,12 +348,39 @@ class PerformanceMonitor(Callback):
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._in_epoch:
             self._spans.validation_start(perf_counter(), self._gpu_mark())
+            if self._runner is not None and self._runner.session is not None:  # no validation in a training window
+                self._runner.stop(ran_current=False)  # between two steps: the next one has not run
+                self._resume_training_window = True
+        if self._validation is not None:
+            self._validation.run_start()
 
     @_guarded
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._validation is not None:
+            self._validation.stop()
         seconds = self._spans.validation_end(perf_counter(), self._gpu_mark())
         if seconds and self._timer is not None:
             self._timer.stats.exclude(seconds)
+        if self._resume_training_window and self._runner is not None:
+            loop = trainer.fit_loop.epoch_loop
+            step, batch_idx = loop.total_batch_idx + 1, loop.batch_progress.current.ready
+            self._runner.resume(step, batch_idx)
+            self._windows_at = min(self._windows_at, self._next_window_step(step, batch_idx))
+            self._schedule()
+        self._resume_training_window = False
+
+    @_guarded
+    def _validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        """``on_validation_batch_start`` when ``validation_batches`` is set."""
+        if self._validation is not None and dataloader_idx == 0 and not trainer.sanity_checking:
+            self._validation.batch_start(batch_idx)
+
+    @_guarded
+    def _validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                              batch_idx: int, dataloader_idx: int = 0) -> None:
+        if self._validation is not None and dataloader_idx == 0:
+            self._validation.batch_end()
 
     @_guarded
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -374,7 +410,8 @@ class PerformanceMonitor(Callback):
         session, the fetch timer, the trainer), which a copy neither shares nor disturbs."""
         state = dict(self.__dict__)
         state.update(_RUNTIME)
-        state.pop("on_train_batch_end", None)  # a bound method of this object, set for one step
+        for hook in ("on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end"):
+            state.pop(hook, None)  # bound methods of this object, set while a fit runs
         return state
 
     # ------------------------------------------------------------------ the fit's machinery
@@ -394,6 +431,13 @@ class PerformanceMonitor(Callback):
             opener = session_opener(activities, o.profiler_options(), self._trace_ready, o.quiet, self._report, limit,
                                     lambda: self._json_per_byte)
             self._runner = WindowRunner(self.selection, opener)
+            batches = o.validation_selection()
+            if batches is not None:  # the validation batch hooks exist only then: otherwise they cost nothing
+                self._validation = ValidationWindows(batches, session_opener(
+                    activities, o.profiler_options(), self._validation_trace_ready, o.quiet, self._report, limit,
+                    lambda: self._json_per_byte))
+                self.on_validation_batch_start = self._validation_batch_start  # type: ignore[assignment]
+                self.on_validation_batch_end = self._validation_batch_end  # type: ignore[assignment]
         if trainer.is_global_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
             self._live = capture_request.LiveRun(self._output.local_dir)
             if self._output.remote:  # the finalizing process announces the run there and brings requests in
@@ -403,12 +447,15 @@ class PerformanceMonitor(Callback):
         """End the fit's machinery: the profiler session, the fetch timer, the sampler, the writer (waiting up
         to ``flush_timeout``, with ``wait``) and the live-run marker. Safe to call again. With ``trainer``, the
         windows written meanwhile are logged."""
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            try:
-                runner.stop()
-            except Exception as err:
-                self._report(f"stopping the profiler failed: {err!r}")
+        for name in ("_runner", "_validation"):
+            runner = getattr(self, name)
+            setattr(self, name, None)
+            if runner is not None:
+                try:
+                    runner.stop()
+                except Exception as err:
+                    self._report(f"stopping the profiler failed: {err!r}")
+        self.on_validation_batch_start = self.on_validation_batch_end = None  # type: ignore[assignment]
         fetch_timer.uninstall(self._timer)
         self._timer = None
         self.on_train_batch_end = None  # type: ignore[assignment]
@@ -493,6 +540,13 @@ class PerformanceMonitor(Callback):
         if self._delivery is not None and self._delivery.held:
             self._delivery.window_written(path, first)
 
+    def _validation_trace_ready(self, session: WindowSession, prof: torch.profiler.profile) -> None:
+        if session.last_recorded is None or self._output is None or self._trainer is None:
+            return
+        after = self._trainer.fit_loop.epoch_loop.total_batch_idx  # the training step validation followed
+        self._output.submit(prof.profiler.kineto_results, self._trainer.current_epoch, session.first_active,
+                            session.last_recorded, 0, validation_after=max(after, 0))
+
     def _cut_message(self, first: int, last: int, session: WindowSession) -> str:
         o = self.options
         heavy = [name for name in ("with_stack", "record_shapes", "profile_memory", "with_modules") if getattr(o, name)]
@@ -514,10 +568,10 @@ class PerformanceMonitor(Callback):
             return
         threshold = self.options.alert_threshold or DEFAULT_ALERT_THRESHOLD
         for window in done:
-            notice = gpu_idle_notice(window.figures, os.path.dirname(window.path), threshold)
+            notice = None if window.validation else gpu_idle_notice(window.figures, os.path.dirname(window.path), threshold)
             if notice:
                 self._report(notice, key="gpu_idle")
-            metrics = window_metrics(window.figures) if self.options.log_metrics else {}
+            metrics = window_metrics(window.figures, window.validation) if self.options.log_metrics else {}
             for logger in trainer.loggers if metrics else ():
                 logger.log_metrics(metrics, step=window.last)
 

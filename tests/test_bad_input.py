@@ -49,10 +49,13 @@ TABLE = [
     ("keep_last_windows", 0, "`keep_last_windows` must be an integer >= 1 or None"),
     ("max_trace_mb", 0, "`max_trace_mb` must be megabytes of trace JSON > 0 (or None for no limit)"),
     ("max_trace_mb", "1GB", "`max_trace_mb` must be megabytes of trace JSON > 0 (or None for no limit)"),
+    ("validation_batches", "3-1", "`validation_batches` has a reversed range"),
+    ("validation_batches", "x", "`validation_batches` has an invalid range"),
 ]
 COMBINATIONS = [
     (dict(steps="1", every_n_steps=5), "Pass at most one of `steps`, `every_n_steps`, `step_filter`"),
     (dict(profile=False, steps="1-2"), "`profile=False` records no windows; do not pass `steps`"),
+    (dict(profile=False, validation_batches="0-1"), "`profile=False` records no windows; do not pass `validation_batches`"),
 ]
 
 

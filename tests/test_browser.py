@@ -1,18 +1,28 @@
-"""A real browser (headless Chromium via Selenium) opens TensorBoard's PyTorch Profiler tab on our run."""
+"""A real browser (headless Chromium via Selenium) opens TensorBoard's PyTorch Profiler tab and its Scalars page on
+our run."""
 
 import os
 import shutil
 import time
+import urllib.parse
 
 import pytest
+from lightning.pytorch.loggers import TensorBoardLogger
 
+from conftest import SleepDataset, TinyModel, make_trainer
+from lightning_profkit import PerformanceMonitor
 from test_tensorboard import data_bound_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCREENSHOT = os.environ.get("PROFKIT_SCREENSHOT")  # set to write the README's screenshot
+SCALARS_SCREENSHOT = os.environ.get("PROFKIT_SCALARS_SCREENSHOT")  # the README's picture of the Scalars page
+TAGS = ("profkit/data_wait_ratio", "profkit/rolling/data_wait_ratio", "profkit/step_time_ms_mean")  # on that page
 
 
-def chrome():
+def chrome(offline=False):
+    """Headless Chromium; ``offline``: every name but 127.0.0.1 resolves to nothing and every request that is
+    not to the machine itself goes through a proxy that is not there; the performance log records the page's
+    requests."""
     webdriver = pytest.importorskip("selenium.webdriver")
     binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (binary and driver):
@@ -21,6 +31,10 @@ def chrome():
     options.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
         options.add_argument(arg)
+    if offline:
+        for arg in ("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--proxy-server=127.0.0.1:9"):
+            options.add_argument(arg)
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
 
 
@@ -69,3 +83,46 @@ def test_profiler_tab_shows_our_run_and_its_dataloader_share(tmp_path, tensorboa
             browser.save_screenshot(SCREENSHOT)
     finally:
         browser.quit()
+
+
+def test_scalars_dashboard_draws_the_profkit_curves_offline(tmp_path, tensorboard_server):
+    """TensorBoard's own Time Series (Scalars) page, with the network cut off: the profkit/ cards are there and
+    their lines are drawn (pixels in the chart's canvas, or paths where it draws SVG)."""
+    from selenium.webdriver.common.by import By
+
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    make_trainer(tmp_path, [PerformanceMonitor(steps="2-3", alert_window=8)], max_epochs=3, logger=logger).fit(
+        TinyModel(SleepDataset(48, delay=0.002), batch_size=2))
+    server = tensorboard_server(logger.log_dir)
+    server.wait_for(lambda: any("profkit/data_wait_ratio" in tags for tags in server.get("tags", plugin="scalars").values()))
+    browser = chrome(offline=True)
+    try:
+        wanted = urllib.parse.quote("profkit/(data_wait_ratio|rolling/data_wait_ratio|step_time_ms_mean)$", safe="")
+        browser.get(f"{server.base}/?tagFilter={wanted}#timeseries")
+        deadline, drawn, text = time.monotonic() + 90, {}, ""
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            drawn = browser.execute_script("""
+                let pixels = 0, paths = 0;
+                for (const c of document.querySelectorAll('card-view canvas')) {
+                  if (!c.width || !c.height) continue;
+                  const copy = document.createElement('canvas');
+                  copy.width = c.width; copy.height = c.height;
+                  const g = copy.getContext('2d'); g.drawImage(c, 0, 0);
+                  const d = g.getImageData(0, 0, c.width, c.height).data;
+                  for (let i = 3; i < d.length; i += 4) if (d[i] > 0) pixels++;
+                }
+                paths = [...document.querySelectorAll('card-view svg path')].filter((p) => (p.getAttribute('d') || '').length > 20).length;
+                return {cards: document.querySelectorAll('card-view').length, pixels, paths};""")
+            text = browser.find_element(By.TAG_NAME, "body").text.replace("\n", "")  # titles wrap at the slash
+            if all(tag in text for tag in TAGS) and (drawn["pixels"] > 500 or drawn["paths"] >= 3):
+                break
+        failed = [e for e in browser.get_log("performance") if "Network.loadingFailed" in e["message"]
+                  and "net::ERR_ABORTED" not in e["message"]]
+        if SCALARS_SCREENSHOT:
+            browser.save_screenshot(SCALARS_SCREENSHOT)
+    finally:
+        browser.quit()
+    assert all(tag in text for tag in TAGS), text[-1500:]
+    assert drawn["pixels"] > 500 or drawn["paths"] >= 3, drawn
+    assert not failed, failed

@@ -47,11 +47,12 @@ def test_the_callback_imports_no_analysis_and_no_msgspec():
 
 
 def test_the_analysis_side_imports_neither_lightning_nor_torch_nor_the_training_side():
-    for name, tree in sources(os.path.join(PACKAGE, "trace")):
+    readers = [(side, name, tree) for side in ("trace", "report") for name, tree in sources(os.path.join(PACKAGE, side))]
+    for side, name, tree in readers:
         bad = [m for m in imports(tree) if m.split(".")[0] in ("lightning", "pytorch_lightning", "torch")
                or m.startswith(("lightning_profkit.monitor", "lightning_profkit.callback", "lightning_profkit.cli"))]
-        assert not bad, (name, bad)
-    modules = [f"lightning_profkit.trace.{n[len('trace/'):-3]}" for n, _ in sources(os.path.join(PACKAGE, "trace"))]
+        assert not bad, (side, name, bad)
+    modules = ["lightning_profkit." + name[:-3].replace(os.sep, ".") for _, name, _ in readers]
     loaded = fresh(f"import sys\nfor m in {modules!r}: __import__(m)\n"
                    "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning') "
                    "or m.startswith('lightning_profkit.monitor')) or 'none')")
@@ -60,7 +61,7 @@ def test_the_analysis_side_imports_neither_lightning_nor_torch_nor_the_training_
 
 def test_the_training_side_reads_traces_only_in_its_child_and_its_end_of_fit_summary():
     for name, tree in sources():
-        if name.startswith(("trace/", "cli/")) or name == os.path.join("monitor", "finalize.py"):
+        if name.startswith(("trace/", "cli/", "report/")) or name == os.path.join("monitor", "finalize.py"):
             continue
         top = [m for m in imports(tree, top_level_only=True) if m.startswith(("lightning_profkit.trace", "lightning_profkit.cli"))]
         assert not top, (name, top)

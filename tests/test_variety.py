@@ -135,3 +135,12 @@ def test_configured_from_yaml_through_lightning_cli(tmp_path):
     assert windows(tmp_path) == {"step=000002-000003-epoch=0": [2, 3]}
     done = run_cli(tmp_path / "bad", {"alert_threshold": "2"})
     assert done.returncode != 0 and "alert_threshold" in done.stderr
+
+
+def test_validation_batches_from_yaml_through_lightning_cli(tmp_path):
+    pytest.importorskip("jsonargparse")
+    done = run_cli(tmp_path, {"steps": '"2-3"', "validation_batches": '"1-2"', "alert_threshold": "null"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert windows(tmp_path) == {"step=000002-000003-epoch=0": [2, 3], "step=000019-val-batch=000001-000002-epoch=0": [1, 2]}
+    done = run_cli(tmp_path / "bad", {"validation_batches": '"2-1"'})
+    assert done.returncode != 0 and "validation_batches" in done.stderr

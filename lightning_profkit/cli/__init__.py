@@ -3,6 +3,7 @@
     profkit summary PATH [--json] [--jobs N]    where the time went: a trace, a window folder or a run folder
     profkit compare A B [--json] [--jobs N]     the same figures for two paths side by side (before / after)
     profkit capture RUN_DIR [--steps N]         ask a running PerformanceMonitor to record a window now
+    profkit report RUN_DIR [-o report.html]     one HTML page of a run: epochs, windows, alerts, ranks (offline)
 
 PATH, A and B may be URLs of object storage (``s3://…``, ``gs://…``): their traces are copied to a temporary
 folder first.
@@ -134,6 +135,32 @@ def compare_paths(args: argparse.Namespace) -> int:
     return 0
 
 
+def report(args: argparse.Namespace) -> int:
+    if is_url(args.run_dir):
+        raise CommandError(f"{args.run_dir}: `profkit report` reads a local run folder; copy the run here first")
+    trace_dir = trace_dir_of(args.run_dir)
+    try:
+        windows = local_summaries(trace_dir, args.jobs)
+    except TraceError:  # a run without windows still has its epochs
+        windows = []
+    from lightning_profkit.report.page import page
+    from lightning_profkit.report.run_data import read_run
+    from lightning_profkit.trace.ranks import ranks_section
+
+    data = read_run(args.run_dir)
+    if data.source is None and os.path.abspath(trace_dir) == os.path.abspath(args.run_dir):  # given the profiler/ folder
+        data = read_run(os.path.dirname(os.path.abspath(args.run_dir)))
+    out = os.path.abspath(args.output)
+    text = page(args.run_dir, data, windows, ranks_section(windows), os.path.dirname(out), trace_dir)
+    tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, out)
+    print(f"profkit: wrote {args.output}: {len(data.epochs)} epoch(s), {len(windows)} trace(s), "
+          f"{len(data.alerts) or sum(1 for e in data.epochs if e.data_wait_alert)} alert(s)", file=sys.stderr)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="profkit", description="lightning_profkit's command line")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +179,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("run_dir", help="the run folder (its profiler/ subfolder) or the trace folder itself")
     p.add_argument("--steps", type=int, default=None, help="steps to record (default: the callback's `active`)")
     p.set_defaults(run=capture)
+    p = sub.add_parser("report", help="one self-contained HTML page of a run, readable offline and printable")
+    p.add_argument("run_dir", help="the run folder (the logger's log_dir, holding profiler/) or its profiler/ folder")
+    p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
+    p.add_argument("--jobs", type=int, default=usable_cpus(), help=JOBS_HELP)
+    p.set_defaults(run=report)
     args = parser.parse_args(argv)
     if getattr(args, "steps", None) is not None and args.steps < 1:
         parser.error("--steps must be at least 1")

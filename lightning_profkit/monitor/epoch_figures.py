@@ -113,11 +113,13 @@ def rolling_metrics(rows: Sequence[Sequence[float]], steps: int) -> dict[str, fl
     return out
 
 
-def window_metrics(figures: HostFigures) -> dict[str, float]:
-    """Logged metrics of one profiled window: ``profkit/window/<name>`` for each of its figures
-    (:meth:`~lightning_profkit.figures.HostFigures.per_step`), leaving out CPU memory and calls that never blocked."""
+def window_metrics(figures: HostFigures, validation: bool = False) -> dict[str, float]:
+    """Logged metrics of one profiled window: ``profkit/window/<name>`` (``profkit/val_window/<name>`` for a
+    validation window) for each of its figures (:meth:`~lightning_profkit.figures.HostFigures.per_step`),
+    leaving out CPU memory and calls that never blocked."""
+    kind = "val_window" if validation else "window"
     return {
-        f"{PREFIX}window/{name}": value for name, value in figures.per_step().items()
+        f"{PREFIX}{kind}/{name}": value for name, value in figures.per_step().items()
         if not name.startswith("peak_memory_mb/0:") and not (name.startswith("sync_ms_per_step/") and not value)
     }
 

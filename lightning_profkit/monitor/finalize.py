@@ -23,6 +23,7 @@ from typing import Any, Optional, TextIO
 
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.load import load
+from lightning_profkit.trace.vocabulary import is_step, step_number
 from lightning_profkit.monitor.writer import temporary_name
 from lightning_profkit.monitor.capture_request import MARKER, REQUEST, write_atomic
 from lightning_profkit.store import StoreError, join, read, remove, upload, write
@@ -36,6 +37,8 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
         trace = json.load(f)
     events = trace.get("traceEvents") or []
     relabel_dataloader_events(events)
+    if "steps" in meta and not meta.get("validation"):
+        events[:] = steps_through(events, meta["steps"][1])
     trace["profkit"] = meta
     # Kineto writes distributedInfo only under torch.distributed; HTA and others read the rank from it
     if "distributedInfo" not in trace:
@@ -59,6 +62,17 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
     summary = summarize_trace(final_path, load(final_path, text=text))
     shown = summary["path"] = url or final_path
     return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": len(text)}
+
+
+def steps_through(events: list[dict[str, Any]], last: int) -> list[dict[str, Any]]:
+    """The events less the step markers past ``last``: a window ended as validation began was already in the
+    next step, which never ran inside it (its marker spans the moment before validation)."""
+    def past(event: dict[str, Any]) -> bool:
+        name = event.get("name")
+        number = step_number(name) if isinstance(name, str) and is_step(name) else None
+        return number is not None and number > last
+
+    return [e for e in events if not past(e)]
 
 
 def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]:

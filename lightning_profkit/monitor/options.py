@@ -76,6 +76,7 @@ class Options:
     max_captures: int = 10
     keep_last_windows: Optional[int] = None
     max_trace_mb: Optional[float] = DEFAULT_MAX_TRACE_MB
+    validation_batches: Optional[StepRanges] = None
 
     def __post_init__(self) -> None:
         for name in ("profile", *PROFILER_OPTIONS, "quiet", "log_metrics", "capture_on_alert"):
@@ -90,6 +91,10 @@ class Options:
             raise ValueError(f"`profile=False` records no windows; do not pass `{chosen[0]}` with it")
         if self.steps is not None:
             object.__setattr__(self, "steps", parse_step_ranges(self.steps))  # raises naming `steps`
+        if self.validation_batches is not None:
+            if not self.profile:
+                raise ValueError("`profile=False` records no windows; do not pass `validation_batches` with it")
+            object.__setattr__(self, "validation_batches", parse_step_ranges(self.validation_batches, "validation_batches"))
         if self.every_n_steps is not None:
             _whole("every_n_steps", self.every_n_steps, 1)
             if self.warmup + self.active > self.every_n_steps:
@@ -139,6 +144,12 @@ class Options:
         if self.step_filter is not None:
             return StepFilter(self.step_filter, self.warmup)
         return EpochWindow(self.skip_first, self.warmup, self.active)
+
+    def validation_selection(self) -> Optional[StepList]:
+        """The validation batches these options select, by their index in each validation run."""
+        if self.validation_batches is None:
+            return None
+        return StepList(self.validation_batches, self.warmup)  # type: ignore[arg-type]  # parsed in __post_init__
 
     def profiler_options(self) -> dict[str, bool]:
         """The options passed through to ``torch.profiler.profile``."""

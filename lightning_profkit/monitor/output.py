@@ -39,6 +39,13 @@ def window_name(epoch: int, first: int, last: int) -> str:
     return f"step={steps}-epoch={epoch}"
 
 
+def validation_window_name(epoch: int, after_step: int, first: int, last: int) -> str:
+    """``step=000079-val-batch=000002-000004-epoch=0``: batches 2-4 of the validation run after training step
+    79, so that it sorts after the training windows up to that step and before the later ones."""
+    batches = f"{first:0{STEP_DIGITS}d}" if first == last else f"{first:0{STEP_DIGITS}d}-{last:0{STEP_DIGITS}d}"
+    return f"step={after_step:0{STEP_DIGITS}d}-val-batch={batches}-epoch={epoch}"
+
+
 @dataclass(frozen=True)
 class WrittenWindow:
     """A window whose trace is in place, with its figures (computed by the finalizing child)."""
@@ -49,6 +56,7 @@ class WrittenWindow:
     figures: HostFigures
     json_bytes: Optional[int] = None  # the trace's JSON, uncompressed
     growth_bytes: Optional[int] = None  # what the size estimate was made from (see WindowSession)
+    validation: bool = False  # validation batches (first and last are then the training step it followed)
 
 
 def check_writable(folder: str) -> None:
@@ -90,14 +98,21 @@ class TraceOutput:
         self._removed: deque[str] = deque()
 
     def submit(self, results: Any, epoch: int, first: int, last: int, offset: int,
-               notes: Optional[dict[str, Any]] = None) -> str:
+               notes: Optional[dict[str, Any]] = None, validation_after: Optional[int] = None) -> str:
         """Queue a window's profiler results (steps ``first``-``last``; ``offset`` is the epoch's first
-        step; ``notes`` go into the trace's ``profkit`` key too); returns the path its trace will have."""
-        folder, name = window_name(epoch, first, last), f"{self.worker}.{time.time_ns()}.pt.trace.json.gz"
+        step; ``notes`` go into the trace's ``profkit`` key too); returns the path its trace will have. A
+        validation window (``validation_after``: the training step it followed) has batch indices for steps."""
+        if validation_after is None:
+            folder = window_name(epoch, first, last)
+            steps = {"steps": [first, last], "batch_idx": [first - offset, last - offset]}
+        else:
+            folder = validation_window_name(epoch, validation_after, first, last)
+            steps = {"steps": [validation_after, validation_after], "batch_idx": [first, last], "validation": True}
+        name = f"{self.worker}.{time.time_ns()}.pt.trace.json.gz"
         path = join(self.local_dir, folder, name)
         url = join(self.trace_dir, folder, name) if self.remote else None
-        meta = {"epoch": epoch, "steps": [first, last], "batch_idx": [first - offset, last - offset], "worker": self.worker,
-                "rank": self.rank, "world_size": self.world_size, **(notes or {})}
+        meta = {"epoch": epoch, **steps, "worker": self.worker, "rank": self.rank, "world_size": self.world_size,
+                **(notes or {})}
         self._writer_started().submit(WindowJob(results, path, meta, url))
         return url or path
 
@@ -138,10 +153,11 @@ class TraceOutput:
         while self._written:
             window = self._written.popleft()
             first, last = window["meta"]["steps"]
+            validation = bool(window["meta"].get("validation"))
             done.append(WrittenWindow(window["path"], first, last, HostFigures.from_json(window["figures"]),
-                                      window.get("json_bytes"), window["meta"].get("memory_growth_bytes")))
+                                      window.get("json_bytes"), window["meta"].get("memory_growth_bytes"), validation))
             traces.append(window["path"])
-            if window.get("summary"):
+            if window.get("summary") and not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
         removed = set()
         while self._removed:

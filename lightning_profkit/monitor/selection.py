@@ -212,31 +212,32 @@ def _within(candidate: int, step: int, horizon: int) -> Optional[int]:
     return candidate if candidate < step + horizon else None
 
 
-def parse_step_ranges(steps: StepRanges) -> tuple[tuple[int, int], ...]:
-    """Parse ``"100-102,500"`` or ``[[100, 102], 500, "7-9"]`` into sorted, merged inclusive ranges."""
+def parse_step_ranges(steps: StepRanges, name: str = "steps") -> tuple[tuple[int, int], ...]:
+    """Parse ``"100-102,500"`` or ``[[100, 102], 500, "7-9"]`` into sorted, merged inclusive ranges; errors
+    name the argument ``name``."""
     items: list = steps.split(",") if isinstance(steps, str) else list(steps)
     if not items or (isinstance(steps, str) and not steps.strip()):
-        raise ValueError(f"`steps` must name at least one step or range, got {steps!r}")
+        raise ValueError(f"`{name}` must name at least one step or range, got {steps!r}")
     ranges = []
     for item in items:
         if isinstance(item, bool):
-            raise ValueError(f"`steps` has an invalid entry {item!r}")
+            raise ValueError(f"`{name}` has an invalid entry {item!r}")
         if isinstance(item, int):
             lo, hi = item, item
         elif isinstance(item, str):
             m = _RANGE.match(item)
             if not m:
-                raise ValueError(f"`steps` has an invalid range {item!r}: expected 'N' or 'A-B'")
+                raise ValueError(f"`{name}` has an invalid range {item!r}: expected 'N' or 'A-B'")
             lo = int(m.group(1))
             hi = int(m.group(2)) if m.group(2) is not None else lo
         elif isinstance(item, Sequence) and len(item) == 2 and all(isinstance(v, int) for v in item):
             lo, hi = item
         else:
-            raise ValueError(f"`steps` has an invalid entry {item!r}: expected N, 'A-B' or [A, B]")
+            raise ValueError(f"`{name}` has an invalid entry {item!r}: expected N, 'A-B' or [A, B]")
         if lo < 0 or hi < 0:
-            raise ValueError(f"`steps` must not be negative, got {item!r}")
+            raise ValueError(f"`{name}` must not be negative, got {item!r}")
         if hi < lo:
-            raise ValueError(f"`steps` has a reversed range {item!r}")
+            raise ValueError(f"`{name}` has a reversed range {item!r}")
         ranges.append((lo, hi))
     ranges.sort()
     merged = [ranges[0]]

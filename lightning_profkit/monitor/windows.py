@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
-from lightning_profkit.monitor.selection import Selection, WithCaptures
+from lightning_profkit.monitor.selection import Selection, StepList, WithCaptures
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
@@ -213,10 +213,12 @@ class WindowSession:
         finally:
             self.spent_s += perf_counter() - start
 
-    def finish(self) -> None:
-        """End the session now, keeping what was recorded so far."""
+    def finish(self, ran_current: bool = True) -> None:
+        """End the session now, keeping what was recorded so far; ``ran_current=False``: the step the profiler
+        is in has not run yet (validation starts between two steps), so it is not counted as recorded."""
         start = perf_counter()
-        self._note_recording()
+        if ran_current:
+            self._note_recording()
         try:
             with without_usdt_lines(self._quiet):
                 self.profiler.stop()
@@ -303,18 +305,56 @@ class WindowRunner:
         else:
             self.profiled.append((first, step))
 
-    def stop(self) -> None:
+    def stop(self, ran_current: bool = True) -> None:
         session, self.session = self.session, None
         if session is not None:
             try:
-                session.finish()
+                session.finish(ran_current)
             finally:
                 self.spent.append(session.spent_s)
+
+    def resume(self, next_step: int, next_batch_idx: int) -> None:
+        """After validation inside the epoch, which ended the window open then (:meth:`stop`): the steps of
+        it still to come get a window of their own from ``next_step`` on."""
+        if self.session is None:
+            self._maybe_open(next_step, next_batch_idx)
 
     def _maybe_open(self, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
         warmup = self.selection.warmup_before(step, batch_idx) if step > self._cut_through else None
         if warmup is not None and not stopping():
             self.session = self._open(self.selection, step, batch_idx, warmup)
+
+
+class ValidationWindows:
+    """Selected batches of each validation run (its first dataloader), recorded in windows of their own: a
+    :class:`StepList` over the run's batch indices, a session opened at a batch's start and stepped at its end,
+    whatever is open ended when the run ends. Steps here are batch indices (``ProfilerStep#<batch_idx>``)."""
+
+    def __init__(self, batches: StepList, open_session: Callable[[Selection, int, int, int], Optional[WindowSession]]) -> None:
+        self.batches, self._open = batches, open_session
+        self.session: Optional[WindowSession] = None
+        self._cut_through = -1  # the last batch of a window ended early (max_trace_mb): none opens before it
+
+    def run_start(self) -> None:
+        self.stop()
+        self._cut_through = -1
+
+    def batch_start(self, batch_idx: int) -> None:
+        if self.session is None and batch_idx > self._cut_through:
+            warmup = self.batches.warmup_before(batch_idx, batch_idx)
+            if warmup is not None:
+                self.session = self._open(self.batches, batch_idx, batch_idx, warmup)
+
+    def batch_end(self) -> None:
+        if self.session is not None and not self.session.step():
+            if self.session.planned_last is not None:
+                self._cut_through = self.session.planned_last
+            self.session = None
+
+    def stop(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.finish()
 
 
 def profiler_activities(names: Optional[list[str]], on_cuda: bool) -> list[ProfilerActivity]:

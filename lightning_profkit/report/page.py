@@ -1,0 +1,189 @@
+"""The report page: HTML with its charts drawn as inline SVG and its style inline, so that it opens offline,
+from a file, on any browser, and prints. Pure: figures in, text out."""
+
+from __future__ import annotations
+
+import datetime
+import html
+import os
+import re
+from typing import Any, Optional, Sequence
+
+from lightning_profkit.report.run_data import Epoch, RunData
+from lightning_profkit.trace.step_breakdown import ROLES
+from lightning_profkit.trace.summary import key_figures
+
+PARTS = ROLES + ("Other",)
+COLORS = dict(zip(PARTS, ("#4e79a7", "#f28e2b", "#edc948", "#b07aa1", "#76b7b2", "#e15759", "#59a14f", "#bab0ac")))
+SERIES_COLORS = ("#e15759", "#4e79a7", "#59a14f", "#f28e2b")
+TOP_OPERATORS = 5
+
+_STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#222;max-width:980px;margin:24px auto;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}.muted{color:#666}table{border-collapse:collapse;margin:6px 0}
+td,th{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}td:first-child,th:first-child{text-align:left}
+code{background:#f4f4f4;padding:1px 4px;border-radius:3px}.alert{border-left:4px solid #e15759;background:#fff5f5;padding:6px 12px;margin:10px 0}
+.legend span{display:inline-block;margin-right:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
+svg text{font:11px system-ui,sans-serif;fill:#444}@media print{body{margin:0;max-width:none}.alert,.window{break-inside:avoid}}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _ms(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+def line_chart(title: str, xs: Sequence[int], series: dict[str, Sequence[Optional[float]]], unit: str,
+               scale: float = 1.0, width: int = 640, height: int = 200) -> str:
+    """Lines over epochs, one per series (absent points skipped), with axes, a y grid and a legend."""
+    left, right, top, bottom = 48, 12, 10, 28
+    series = {name: values for name, values in series.items() if any(v is not None for v in values)}  # logged ones
+    points = [v * scale for values in series.values() for v in values if v is not None]
+    if not xs or not points:
+        return f"<p class='muted'>{_e(title)}: not logged by this run.</p>"
+    y_max = max(points) * 1.1 or 1.0
+    x_lo, x_hi = min(xs), max(max(xs), min(xs) + 1)
+    x = lambda v: left + (v - x_lo) / (x_hi - x_lo) * (width - left - right)  # noqa: E731
+    y = lambda v: top + (1 - v / y_max) * (height - top - bottom)  # noqa: E731
+    out = [f"<svg class='chart' role='img' aria-label='{_e(title)}' width='{width}' height='{height}' "
+           f"viewBox='0 0 {width} {height}'>"]
+    for k in range(5):
+        value = y_max * k / 4
+        out.append(f"<line x1='{left}' x2='{width - right}' y1='{y(value):.1f}' y2='{y(value):.1f}' stroke='#eee'/>"
+                   f"<text x='{left - 6}' y='{y(value) + 4:.1f}' text-anchor='end'>{value:.3g}</text>")
+    for e in sorted(set(xs)):
+        out.append(f"<text x='{x(e):.1f}' y='{height - 10}' text-anchor='middle'>{e}</text>")
+    out.append(f"<text x='{left}' y='{height - 0}' class='muted'>epoch; {_e(unit)}</text>")
+    for color, (name, values) in zip(SERIES_COLORS, series.items()):
+        pts = [(x(e), y(v * scale)) for e, v in zip(xs, values) if v is not None]
+        if len(pts) > 1:
+            out.append(f"<polyline class='series' fill='none' stroke='{color}' stroke-width='2' "
+                       f"points='{' '.join(f'{a:.1f},{b:.1f}' for a, b in pts)}'/>")
+        out += [f"<circle cx='{a:.1f}' cy='{b:.1f}' r='3' fill='{color}'><title>{_e(name)}</title></circle>" for a, b in pts]
+    out.append("</svg>")
+    legend = "".join(f"<span><i style='background:{c}'></i>{_e(n)}</span>" for c, n in zip(SERIES_COLORS, series))
+    return f"<h3>{_e(title)}</h3>" + "".join(out) + f"<div class='legend'>{legend}</div>"
+
+
+def stacked_bar(shares: dict[str, Optional[float]], width: int = 640, height: int = 22) -> str:
+    """The step time as one bar cut by part (shares of the step, 0 to 1)."""
+    out, at = [f"<svg class='bar' role='img' aria-label='step time by part' width='{width}' height='{height}'>"], 0.0
+    for part in PARTS:
+        share = shares.get(part) or 0.0
+        if share <= 0:
+            continue
+        w = share * width
+        out.append(f"<rect x='{at:.1f}' y='0' width='{w:.1f}' height='{height}' fill='{COLORS[part]}'>"
+                   f"<title>{part}: {100 * share:.1f}%</title></rect>")
+        at += w
+    out.append("</svg>")
+    legend = "".join(f"<span><i style='background:{COLORS[p]}'></i>{p} {100 * (shares.get(p) or 0):.1f}%</span>"
+                     for p in PARTS if (shares.get(p) or 0) >= 0.0005)
+    return "".join(out) + f"<div class='legend'>{legend}</div>"
+
+
+def markdown(text: str) -> str:
+    """The few Markdown forms an alert uses: paragraphs, ``- `` lists, ``**bold**`` and ```code```."""
+    out = []
+    for block in text.strip().split("\n\n"):
+        lines = block.splitlines()
+        inline = lambda s: re.sub(r"`([^`]+)`", r"<code>\1</code>", re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _e(s)))  # noqa: E731
+        if all(line.startswith("- ") for line in lines):
+            out.append("<ul>" + "".join(f"<li>{inline(line[2:])}</li>" for line in lines) + "</ul>")
+        else:
+            out.append(f"<p>{inline(' '.join(lines))}</p>")
+    return "".join(out)
+
+
+def _epochs(epochs: list[Epoch]) -> str:
+    if not epochs:
+        return "<p class='muted'>No per-epoch <code>profkit/</code> metrics in this run's logger files.</p>"
+    xs = [e.epoch for e in epochs]
+    parts = [
+        line_chart("Data-wait and GPU-idle ratio", xs, {"data-wait ratio": [e.data_wait_ratio for e in epochs],
+                                                         "GPU-idle ratio": [e.gpu_idle_ratio for e in epochs]}, "%", 100),
+        line_chart("Step time", xs, {"mean": [e.step_time_ms_mean for e in epochs],
+                                     "p90": [e.step_time_ms_p90 for e in epochs]}, "ms"),
+        "<table><tr><th>epoch</th><th>data-wait ratio</th><th>GPU-idle ratio</th><th>step time, mean</th>"
+        "<th>step time, p90</th><th>data-wait alert</th></tr>",
+    ]
+    for e in epochs:
+        alert = "-" if e.data_wait_alert is None else ("yes" if e.data_wait_alert else "no")
+        parts.append(f"<tr><td>{e.epoch}</td><td>{_pct(e.data_wait_ratio)}</td><td>{_pct(e.gpu_idle_ratio)}</td>"
+                     f"<td>{_ms(e.step_time_ms_mean)}</td><td>{_ms(e.step_time_ms_p90)}</td><td>{alert}</td></tr>")
+    return "".join(parts) + "</table>"
+
+
+def _alerts(data: RunData) -> str:
+    if data.alerts:
+        return "".join(f"<div class='alert'><div class='muted'>step {a.step}</div>{markdown(a.markdown)}</div>"
+                       for a in data.alerts)
+    flagged = [e for e in data.epochs if e.data_wait_alert]
+    if flagged:  # a run without TensorBoard: the epochs, without the alert's text
+        return "".join(f"<div class='alert'>Epoch {e.epoch}: data-wait alert, {_pct(e.data_wait_ratio)} of the "
+                       "training time waiting for the DataLoader (the advice was in the run's console warning; "
+                       "a TensorBoardLogger keeps it)</div>" for e in flagged)
+    return "<p>No data-wait alert.</p>"
+
+
+def _window(summary: dict[str, Any], here: str) -> str:
+    figures = key_figures(summary)
+    steps = (summary.get("step_breakdown") or {}).get("steps") or []
+    numbered = [s for s in steps if s is not None]
+    span = f"steps {min(numbered)}-{max(numbered)}" if numbered else f"{len(steps)} step(s)"
+    rank = "" if summary.get("rank") is None else f", rank {summary['rank']}"
+    link = os.path.relpath(summary["path"], here) if not re.match(r"^\w+://", summary["path"]) else summary["path"]
+    out = [f"<div class='window'><h3>{_e(summary.get('window'))}{_e(rank)}</h3>",
+           f"<p>{_e(span)}; step time {_ms(figures.get('step_time_ms'))}; data wait {_pct(figures.get('data_wait_share'))}; "
+           f"GPU idle {_pct(figures.get('gpu_idle_share'))}. Trace: <a href='{_e(link)}'>{_e(os.path.basename(summary['path']))}</a></p>"]
+    if summary.get("step_breakdown"):
+        out.append(stacked_bar({p: figures.get(f"share/{p}") for p in PARTS}))
+    ops = summary.get("operators", {}).get("cpu_by_self", [])[:TOP_OPERATORS]
+    if ops:
+        out.append("<table><tr><th>top CPU operators by self time</th><th>calls</th><th>self ms, whole window</th></tr>")
+        out += [f"<tr><td>{_e(o['name'][:90])}</td><td>{o['calls']}</td><td>{o['self_us'] / 1000:.2f}</td></tr>" for o in ops]
+        out.append("</table>")
+    return "".join(out) + "</div>"
+
+
+def _ranks(ranks: Optional[dict[str, Any]]) -> str:
+    if not ranks:
+        return ""
+    rows = "".join(f"<tr><td>{r['rank']}</td><td>{r['step_time_ms']:.2f}</td><td>{r['own_ms_per_step']:.2f}</td>"
+                   f"<td>{r['data_ms_per_step']:.2f}</td><td>{r['communication_ms_per_step']:.2f}</td></tr>"
+                   for r in ranks["per_rank"])
+    return ("<h2>Ranks</h2><p>" + _e(ranks["verdict"]["line"]) + "</p><table><tr><th>rank</th><th>step, ms</th>"
+            "<th>own work, ms</th><th>data, ms</th><th>communication, ms</th></tr>" + rows + "</table>")
+
+
+def page(run_dir: str, data: RunData, windows: list[dict[str, Any]], ranks: Optional[dict[str, Any]], here: str,
+         trace_dir: Optional[str]) -> str:
+    """The report of the run at ``run_dir``; links are relative to ``here``, the folder the page is written to."""
+    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    trace_dir = trace_dir or run_dir
+    sections = [
+        f"<h1>Run report: {_e(os.path.basename(os.path.abspath(run_dir)))}</h1>",
+        f"<p class='muted'>{_e(os.path.abspath(run_dir))}; made by <code>profkit report</code> on {now}; metrics from "
+        f"{_e(data.source or 'no logger file')}; {len(windows)} trace(s) in {len({w.get('window') for w in windows})} window(s).</p>",
+        "<h2>Epochs</h2>", _epochs(data.epochs),
+        "<h2>Alerts</h2>", _alerts(data),
+        "<h2>Windows</h2>",
+        "".join(_window(w, here) for w in windows) or "<p class='muted'>No profiled window in this run.</p>",
+        _ranks(ranks),
+        "<h2>Opening the traces</h2><ul>",
+        f"<li>TensorBoard's PyTorch Profiler tab: <code>tensorboard --logdir {_e(trace_dir)}</code></li>",
+        "<li>Perfetto: open a <code>.pt.trace.json.gz</code> file at ui.perfetto.dev (it stays on your machine)</li>",
+        f"<li>HolisticTraceAnalysis: <code>TraceAnalysis(trace_dir=\"{_e(trace_dir)}/&lt;window&gt;\")</code></li>",
+        f"<li>The figures as text or JSON: <code>profkit summary {_e(trace_dir)}</code></li></ul>",
+    ]
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>profkit report</title>"
+            f"<meta name='viewport' content='width=device-width'><style>{_STYLE}</style></head><body>"
+            + "".join(sections) + "</body></html>\n")

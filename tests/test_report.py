@@ -1,0 +1,80 @@
+"""`profkit report`: one HTML page of a real run, opened by a real headless Chromium from a file with the
+network cut off; and the page of runs without alerts or without windows."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from conftest import SleepDataset
+from lightning_profkit import PerformanceMonitor
+from test_alerts import Busy, fit
+from test_browser import chrome
+
+PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
+SCREENSHOT = os.environ.get("PROFKIT_REPORT_SCREENSHOT")  # set to write the README's screenshot
+
+
+def report(run_dir, out):
+    done = subprocess.run([PROFKIT, "report", str(run_dir), "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stderr, out.read_text()
+
+
+def test_a_data_bound_run_in_a_browser_offline(tmp_path):
+    monitor = PerformanceMonitor(alert_window=10, steps="2-3")
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    fit(tmp_path, monitor, Busy(SleepDataset(60, delay=0.004), work=0.002), logger=logger, max_epochs=3)
+    assert monitor.alerts and len(os.listdir(monitor.trace_dir)) >= 2
+    said, page = report(logger.log_dir, tmp_path / "report.html")
+    assert "3 epoch(s)" in said and "alert(s)" in said
+    assert "waiting for the DataLoader" in page and "num_workers=0" in page  # the alert's advice
+    assert "http://" not in page and "https://" not in page and "<script" not in page  # nothing to fetch
+
+    browser = chrome(offline=True)
+    try:
+        browser.get((tmp_path / "report.html").as_uri())
+        drawn = browser.execute_script("""
+            const box = (sel) => [...document.querySelectorAll(sel)].map((e) => e.getBBox()).filter((b) => b.width > 0 || b.height > 0).length;
+            return {lines: box('svg.chart polyline.series'), points: box('svg.chart circle'),
+                    bars: box('svg.bar rect'), windows: document.querySelectorAll('.window').length};""")
+        failed = [e for e in browser.get_log("performance") if "Network.loadingFailed" in e["message"]]
+        requested = [json.loads(e["message"])["message"]["params"]["request"]["url"]
+                     for e in browser.get_log("performance") if "Network.requestWillBeSent" in e["message"]]
+        browser.save_screenshot(str(tmp_path / "report.png"))
+        if SCREENSHOT:
+            browser.set_window_size(1100, 2400)  # the whole page
+            browser.save_screenshot(SCREENSHOT)
+    finally:
+        browser.quit()
+    assert not failed and all(u.startswith(("file:", "data:")) for u in requested), (failed, requested)
+    assert drawn["lines"] >= 2 and drawn["points"] >= 6  # data wait and step time (mean, p90) over 3 epochs
+    assert drawn["windows"] >= 2 and drawn["bars"] >= 2 * drawn["windows"]  # each window's step cut in parts
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_runs_without_alerts_or_windows_still_render(tmp_path):
+    monitor = PerformanceMonitor(profile=False, capture_on_alert=False, alert_threshold=None)
+    logger = CSVLogger(str(tmp_path), name="csv")
+    fit(tmp_path, monitor, Busy(SleepDataset(20, delay=0.001)), logger=logger, max_epochs=2)
+    said, page = report(logger.log_dir, tmp_path / "plain.html")
+    assert "2 epoch(s), 0 trace(s), 0 alert(s)" in said
+    assert "No profiled window" in page and "No data-wait alert" in page and page.count("<polyline class='series'") >= 2
+
+    monitor = PerformanceMonitor(steps="1-2", alert_threshold=None)
+    logger = CSVLogger(str(tmp_path), name="windows")
+    fit(tmp_path, monitor, Busy(SleepDataset(20, delay=0.001)), logger=logger)
+    said, page = report(monitor.trace_dir, tmp_path / "from-profiler.html")  # given the profiler/ folder
+    assert "1 epoch(s), 1 trace(s)" in said and "class='window'" in page and "step=000001-000002-epoch=0" in page
+    link = page.split("Trace: <a href='")[1].split("'")[0]
+    assert (tmp_path / link).is_file()  # relative to the page
+
+
+def test_an_empty_folder_gets_an_empty_report_and_a_url_a_clear_error(tmp_path):
+    said, page = report(tmp_path, tmp_path / "empty.html")
+    assert "0 epoch(s), 0 trace(s), 0 alert(s)" in said and "No per-epoch" in page
+    done = subprocess.run([PROFKIT, "report", "s3://bucket/run"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "reads a local run folder" in done.stderr
