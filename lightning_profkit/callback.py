@@ -28,8 +28,8 @@ from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_M
 from lightning_profkit.monitor.output import TraceOutput, check_writable
 from lightning_profkit.monitor.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.selection import StepRanges
-from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, ValidationWindows, WindowRunner,
-                                               WindowSession, learned_json_per_byte, profiler_activities,
+from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, ValidationWindows,
+                                               WindowRunner, WindowSession, learned_json_per_byte, profiler_activities,
                                                session_opener)
 from lightning_profkit.notices import warn
 from lightning_profkit.store import is_url, join, probe, staging_dir
@@ -56,14 +56,7 @@ def _guarded(hook: Callable) -> Callable:
         except Exception as err:
             self._broken = True
             self._report(f"profiling is off for the rest of this run after an error in `{hook.__name__}`: {err!r}")
-            for name in ("_runner", "_validation"):
-                runner = getattr(self, name)
-                setattr(self, name, None)
-                if runner is not None:
-                    try:  # end the profiler session cleanly, keeping what it recorded
-                        runner.stop()
-                    except Exception:
-                        runner.session = None
+            self._end_windows()
             return None
 
     return wrapper
@@ -447,14 +440,7 @@ class PerformanceMonitor(Callback):
         """End the fit's machinery: the profiler session, the fetch timer, the sampler, the writer (waiting up
         to ``flush_timeout``, with ``wait``) and the live-run marker. Safe to call again. With ``trainer``, the
         windows written meanwhile are logged."""
-        for name in ("_runner", "_validation"):
-            runner = getattr(self, name)
-            setattr(self, name, None)
-            if runner is not None:
-                try:
-                    runner.stop()
-                except Exception as err:
-                    self._report(f"stopping the profiler failed: {err!r}")
+        self._end_windows()
         self.on_validation_batch_start = self.on_validation_batch_end = None  # type: ignore[assignment]
         fetch_timer.uninstall(self._timer)
         self._timer = None
@@ -474,6 +460,17 @@ class PerformanceMonitor(Callback):
         if self._live is not None:
             self._live.end()
             self._live = None
+
+    def _end_windows(self) -> None:
+        """End the training and validation windows' profiler sessions, keeping what they recorded."""
+        for name in ("_runner", "_validation"):
+            runner = getattr(self, name)
+            setattr(self, name, None)
+            if runner is not None:
+                try:
+                    runner.stop()
+                except Exception as err:  # the runner has let go of the session already
+                    self._report(f"stopping the profiler failed: {err!r}")
 
     def _end_group(self) -> None:
         group, self._group = self._group, None
