@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import sys
 import time
 
 import torch
@@ -84,6 +86,10 @@ def main() -> None:
     print(f"Open them: tensorboard --logdir {os.path.abspath(logger.log_dir)} --host 127.0.0.1 --port 6006")
     print("  then http://127.0.0.1:6006/#pytorch_profiler (PyTorch Profiler tab)")
     print(f"One page of the run (offline HTML): profkit report {logger.log_dir} -o report.html")
+    scripts = os.path.dirname(sys.executable)  # where pip put `profkit` and `tensorboard` for this Python
+    if shutil.which("profkit") is None and os.path.exists(os.path.join(scripts, "activate")):
+        print(f"(`profkit` and `tensorboard` are in {os.path.relpath(scripts)}: run `source "
+              f"{os.path.relpath(os.path.join(scripts, 'activate'))}` first)")
 
 
 if __name__ == "__main__":

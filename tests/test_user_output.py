@@ -29,12 +29,20 @@ def profkit(*args):
     return done.stdout
 
 
+def unactivated_env() -> dict[str, str]:
+    """The environment of a user who ran `bash dev.sh demo` without activating its virtual environment."""
+    scripts = os.path.dirname(sys.executable)
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if os.path.realpath(d) != os.path.realpath(scripts)]
+    return {**os.environ, "PATH": os.pathsep.join(path)}
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """The demo as the README runs it (2 epochs of 64 steps), stdout and stderr as one stream, in order."""
     out = tmp_path_factory.mktemp("demo")
     done = subprocess.run([sys.executable, "-u", os.path.join(ROOT, "examples", "data_bound.py"), "--out", str(out)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, cwd=out)
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, cwd=out,
+                          env=unactivated_env())
     assert done.returncode == 0, done.stdout[-3000:]
     return out, done.stdout
 
@@ -45,6 +53,16 @@ def test_demo_prints_plan_and_paths_without_usdt_noise(demo):
     assert text.count("lightning_profkit: profiling batches 11-13 of every epoch") == 1
     assert "tensorboard --logdir" in text
     assert all(path in text for path in trace_files(out))
+
+
+def test_the_printed_commands_run_as_printed(demo):
+    out, text = demo
+    activate = re.search(r"run `(source \S+)` first", text).group(1)
+    report = re.search(r"(profkit report \S+ -o report\.html)", text).group(1)
+    done = subprocess.run(["bash", "-c", f"{activate} && {report} && tensorboard --version"], cwd=out,
+                          env=unactivated_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (out / "report.html").stat().st_size > 0
 
 
 def test_the_alert_reads_like_a_warning_in_the_order_things_happen(demo):
