@@ -119,6 +119,19 @@ def fetch_timing_removed(trainer: Trainer) -> bool:
     return not any(name in vars(loop) for loop in loops for name in ("_on_before_fetch", "_on_after_fetch"))
 
 
+def read_terminal(main: int) -> bytes:
+    """Everything written to a pseudo-terminal whose other end is closed (one read may return only part of
+    it); closes ``main``."""
+    shown = b""
+    try:
+        while chunk := os.read(main, 65536):
+            shown += chunk
+    except OSError:  # EIO: the other end is closed and nothing is left
+        pass
+    os.close(main)
+    return shown
+
+
 def read_trace(path: str) -> dict:
     with gzip.open(path, "rt") as f:
         return json.load(f)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import SleepDataset, TinyModel, make_trainer
+from conftest import SleepDataset, TinyModel, make_trainer, read_terminal
 from lightning_profkit import PerformanceMonitor
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
@@ -47,15 +47,7 @@ def test_colour_only_on_a_terminal(gpu_traces):
     main, child = pty.openpty()
     proc = subprocess.Popen([PROFKIT, "summary", str(gpu_traces / WORKERS_4)], stdout=child, stderr=child)
     os.close(child)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
+    out = read_terminal(main)
     assert proc.wait(timeout=120) == 0
     assert b"\033[1m" in out
 

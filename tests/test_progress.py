@@ -4,19 +4,8 @@ import io
 import os
 import pty
 
+from conftest import read_terminal
 from lightning_profkit.cli.progress import Progress, bar
-
-
-def _all_written(main: int) -> bytes:
-    """Everything written to the terminal, whose other end is closed: one read may return only part of it."""
-    shown = b""
-    try:
-        while chunk := os.read(main, 4096):
-            shown += chunk
-    except OSError:  # EIO: the other end is closed and nothing is left
-        pass
-    os.close(main)
-    return shown
 
 
 def test_the_bar_says_the_share_and_the_megabytes_read():
@@ -32,7 +21,7 @@ def test_drawn_on_a_terminal_after_its_delay_and_cleared_when_done():
         progress.after_s = 0.0
         progress.reading("/x/t.json.gz")(5_000_000, 10_000_000)
         progress.done()
-    shown = _all_written(main).decode()
+    shown = read_terminal(main).decode()
     assert shown == "\r\x1b[Kprofkit: reading t.json.gz  [###############...............]   50%  5 of 10 MB\r\x1b[K"
 
 
@@ -43,4 +32,4 @@ def test_nothing_when_not_a_terminal_or_for_a_short_read():
         progress = Progress.on(terminal)
         progress.reading("t.json")(1, 2)  # within its first second
         progress.done()
-    assert _all_written(main) == b""
+    assert read_terminal(main) == b""
