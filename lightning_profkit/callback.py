@@ -421,14 +421,15 @@ class PerformanceMonitor(Callback):
         if o.profiles_rank(trainer.global_rank) and not _runs_pytorch_profiler(trainer):
             activities = profiler_activities(o.activities, self._on_cuda)
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
-            opener = session_opener(activities, o.profiler_options(), self._trace_ready, o.quiet, self._report, limit,
-                                    lambda: self._json_per_byte)
-            self._runner = WindowRunner(self.selection, opener)
+
+            def opener(trace_ready: Callable) -> Callable:
+                return session_opener(activities, o.profiler_options(), trace_ready, o.quiet, self._report, limit,
+                                      lambda: self._json_per_byte)
+
+            self._runner = WindowRunner(self.selection, opener(self._trace_ready))
             batches = o.validation_selection()
             if batches is not None:  # the validation batch hooks exist only then: otherwise they cost nothing
-                self._validation = ValidationWindows(batches, session_opener(
-                    activities, o.profiler_options(), self._validation_trace_ready, o.quiet, self._report, limit,
-                    lambda: self._json_per_byte))
+                self._validation = ValidationWindows(batches, opener(self._validation_trace_ready))
                 self.on_validation_batch_start = self._validation_batch_start  # type: ignore[assignment]
                 self.on_validation_batch_end = self._validation_batch_end  # type: ignore[assignment]
         if trainer.is_global_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder

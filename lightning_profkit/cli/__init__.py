@@ -143,6 +143,7 @@ def report(args: argparse.Namespace) -> int:
         windows = local_summaries(trace_dir, args.jobs)
     except TraceError:  # a run without windows still has its epochs
         windows = []
+    from lightning_profkit.monitor.capture_request import write_atomic
     from lightning_profkit.report.page import page
     from lightning_profkit.report.run_data import read_run
     from lightning_profkit.trace.ranks import ranks_section
@@ -152,10 +153,7 @@ def report(args: argparse.Namespace) -> int:
         data = read_run(os.path.dirname(os.path.abspath(args.run_dir)))
     out = os.path.abspath(args.output)
     text = page(args.run_dir, data, windows, ranks_section(windows), os.path.dirname(out), trace_dir)
-    tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, out)
+    write_atomic(out, text.encode("utf-8"))
     print(f"profkit: wrote {args.output}: {len(data.epochs)} epoch(s), {len(windows)} trace(s), "
           f"{len(data.alerts) or sum(1 for e in data.epochs if e.data_wait_alert)} alert(s)", file=sys.stderr)
     return 0
