@@ -75,7 +75,7 @@ def child(config: str, steps: int, poll_interval: float, switch: str) -> None:
     from overhead import make_fit
 
     from lightning_profkit import callback
-    from lightning_profkit.monitor.capture_request import RequestPoller
+    from lightning_profkit.capture_request import RequestPoller
 
     RequestPoller.__init__.__defaults__ = (poll_interval,)
     callback.OWNER_CHECK_S = poll_interval  # the ownership check (every 10 s of a real fit) comes with a look

@@ -15,7 +15,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError, DataWaitWarning
-from lightning_profkit.monitor import capture_request, fetch_timer
+from lightning_profkit import capture_request
+from lightning_profkit.monitor import fetch_timer
 from lightning_profkit.monitor.advice import data_wait_advice, gpu_idle_notice, loader_facts
 from lightning_profkit.monitor.checks import RollingChecks
 from lightning_profkit.monitor.delivery import AlertDelivery
@@ -265,11 +266,11 @@ class PerformanceMonitor(Callback):
         summaries = self._output.summaries if self._output is not None else []
         slowest = self._slowest_rank(summaries) if self._group is not None and self.options.profile else None
         if summaries and trainer.is_global_zero:
-            from lightning_profkit.cli.text import short_summary  # the analysis side, only here
+            from lightning_profkit.trace.headline import fit_line  # the analysis side, only here
             from lightning_profkit.trace.summary import aggregate
 
             rank_zero_info(f"lightning_profkit: last {len(summaries)} window(s) of rank 0: "
-                           f"{short_summary(aggregate(summaries))}{slowest or ''}. More: profkit summary {self.trace_dir}")
+                           f"{fit_line(aggregate(summaries))}{slowest or ''}. More: profkit summary {self.trace_dir}")
         self._output = None
 
     def _slowest_rank(self, summaries: list[dict[str, Any]]) -> Optional[str]:

@@ -19,7 +19,7 @@ from lightning.pytorch.tuner import Tuner
 
 from conftest import SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps, read_trace, trace_files
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor import capture_request
+from lightning_profkit import capture_request
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 

@@ -46,25 +46,55 @@ def test_the_callback_imports_no_analysis_and_no_msgspec():
     assert loaded == ["none"]
 
 
-def test_the_analysis_side_imports_neither_lightning_nor_torch_nor_the_training_side():
-    readers = [(side, name, tree) for side in ("trace", "report") for name, tree in sources(os.path.join(PACKAGE, side))]
-    for side, name, tree in readers:
-        bad = [m for m in imports(tree) if m.split(".")[0] in ("lightning", "pytorch_lightning", "torch")
-               or m.startswith(("lightning_profkit.monitor", "lightning_profkit.callback", "lightning_profkit.cli"))]
-        assert not bad, (side, name, bad)
-    modules = ["lightning_profkit." + name[:-3].replace(os.sep, ".") for _, name, _ in readers]
+LIGHTNING = ("lightning", "pytorch_lightning")
+OURS = ("monitor", "callback", "cli", "report")  # parts of this package; the rest are other packages
+# what each part of the package may never import, at any depth of a module (functions included)
+FORBIDDEN = {
+    "callback": ("cli", "report"),
+    "monitor": ("cli", "report", "callback", *LIGHTNING),
+    "cli": ("monitor", "callback"),
+    "report": ("monitor", "callback", "cli", "torch", *LIGHTNING),
+    "trace": ("monitor", "callback", "cli", "report", "torch", *LIGHTNING),
+    "shared": ("monitor", "callback", "cli", "report", *LIGHTNING),  # alerts, figures, store, capture_request...
+}
+
+
+def part(name):
+    """The layer of a module, by its path in the package."""
+    if name == "callback.py":
+        return "callback"
+    return name.split(os.sep)[0] if os.sep in name else "shared"
+
+
+def banned(module, layer):
+    for b in FORBIDDEN[layer]:
+        full = f"lightning_profkit.{b}" if b in OURS else b
+        if module == full or module.startswith(full + "."):
+            return True
+    return False
+
+
+def test_every_import_of_every_module_keeps_to_its_layer():
+    for name, tree in sources():
+        if name == "__init__.py":
+            continue  # the package's lazy PerformanceMonitor
+        bad = [m for m in imports(tree) if banned(m, part(name))]
+        assert not bad, (name, bad)
+
+
+def test_the_layer_check_sees_an_import_inside_a_function():
+    tree = ast.parse("def f():\n    from lightning_profkit.cli.text import fmt\n")
+    assert "lightning_profkit.cli.text" in list(imports(tree))
+    assert "lightning_profkit.cli.text" not in list(imports(tree, top_level_only=True))
+
+
+def test_the_analysis_side_loads_neither_lightning_nor_torch_nor_the_training_side():
+    readers = [name for side in ("trace", "report") for name, _ in sources(os.path.join(PACKAGE, side))]
+    modules = ["lightning_profkit." + name[:-3].replace(os.sep, ".") for name in readers]
     loaded = fresh(f"import sys\nfor m in {modules!r}: __import__(m)\n"
                    "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning') "
                    "or m.startswith('lightning_profkit.monitor')) or 'none')")
     assert loaded == ["none"]
-
-
-def test_the_training_side_reads_traces_only_in_its_child_and_its_end_of_fit_summary():
-    for name, tree in sources():
-        if name.startswith(("trace/", "cli/", "report/")) or name == os.path.join("monitor", "finalize.py"):
-            continue
-        top = [m for m in imports(tree, top_level_only=True) if m.startswith(("lightning_profkit.trace", "lightning_profkit.cli"))]
-        assert not top, (name, top)
 
 
 # the trace words that must be written once, in trace/vocabulary.py: the step marker and the DataLoader

@@ -15,7 +15,7 @@ import pytest
 from conftest import SleepDataset, TinyModel, make_trainer, trace_files
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.alerts import DataWaitWarning
-from lightning_profkit.cli.text import _short
+from lightning_profkit.trace.headline import short_name as _short
 from lightning_profkit.notices import warn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -40,7 +40,7 @@ def trace_dir_of(path: str) -> str:
 
 
 def capture(args: argparse.Namespace) -> int:
-    from lightning_profkit.monitor import capture_request  # here: `profkit summary` starts faster without it
+    from lightning_profkit import capture_request  # here: `profkit summary` starts faster without it
 
     if is_url(args.run_dir):
         folder, run = remote_run(args.run_dir)
@@ -64,7 +64,7 @@ def capture(args: argparse.Namespace) -> int:
 
 def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
     """The trace folder of the run at ``url`` (``url/profiler`` for a run folder, else ``url``) and its marker."""
-    from lightning_profkit.monitor import capture_request
+    from lightning_profkit import capture_request
 
     for folder in (join(url, "profiler"), url.rstrip("/")):
         text = read(join(folder, capture_request.MARKER))
@@ -143,7 +143,7 @@ def report(args: argparse.Namespace) -> int:
         windows = local_summaries(trace_dir, args.jobs)
     except TraceError:  # a run without windows still has its epochs
         windows = []
-    from lightning_profkit.monitor.capture_request import write_atomic
+    from lightning_profkit.atomic_files import write_atomic
     from lightning_profkit.report.page import page
     from lightning_profkit.report.run_data import read_run
     from lightning_profkit.trace.ranks import ranks_section

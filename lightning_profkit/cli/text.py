@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Any, Callable, Optional, Sequence, TextIO
 
+from lightning_profkit.trace.headline import ABSENT, short_name
+from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.step_breakdown import ROLES
 from lightning_profkit.trace.summary import key_figures, unit
 
-ABSENT = "-"
 HOST = ("data_wait_share", "gpu_idle_share", "blocking_sync_ms_per_step", "hta/idle", "hta/compute", "hta/non_compute")
 
 
 def use_color(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR")
-
-
-def _pct(value: Optional[float]) -> str:
-    return ABSENT if value is None else f"{100 * value:.1f}%"
 
 
 def _ms(value: Optional[float]) -> str:
@@ -97,7 +93,7 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
         ("cpu_by_total", "Top CPU operators by total (inclusive) time", "total_us"),
         ("device_by_total", "Top GPU kernels and copies by time", "total_us"),
     ):
-        rows = [[_short(r["name"]), f"{r['calls']:.0f}", f"{r[field] / per / 1000:.2f}"] for r in agg["operators"][key]]
+        rows = [[short_name(r["name"]), f"{r['calls']:.0f}", f"{r[field] / per / 1000:.2f}"] for r in agg["operators"][key]]
         if rows:
             out += ["", _title(title, color)]
             out.append(table(counted, rows, color))
@@ -105,23 +101,6 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
     if notes:
         out += ["", "Notes:"] + [f"  {n}" for n in notes]
     return "\n".join(out)
-
-
-def short_summary(agg: dict[str, Any]) -> str:
-    """One line for the end of ``fit``: the step's make-up, data wait, GPU idle and the costliest operator,
-    under the names of ``profkit summary``."""
-    fig = agg["figures"]
-    if fig.get("step_time_ms") is None:
-        return "no step figures (the windows hold no ProfilerStep)"
-    shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in ROLES + ("Other",)), reverse=True)
-    parts = ", ".join(f"{role} {100 * v:.0f}%" for v, role in shares if v >= 0.005)
-    line = f"step {fig['step_time_ms']:.1f} ms = {parts}; data_wait_share {_pct(fig['data_wait_share'])}"
-    if fig["gpu_idle_share"] is not None:
-        line += f", gpu_idle_share {_pct(fig['gpu_idle_share'])}"
-    ops = agg["operators"]["cpu_by_self"]
-    if ops:
-        line += f"; most CPU self time: {_short(ops[0]['name'], 60)} ({ops[0]['self_us'] / max(agg['traces'], 1) / 1000:.1f} ms per window)"
-    return line
 
 
 def fmt(key: str) -> Callable[[Optional[float]], str]:
@@ -154,7 +133,7 @@ def compare_text(cmp: dict[str, Any], color: bool = False) -> str:
     out = [_title(f"A: {cmp['traces']['a']} trace(s), B: {cmp['traces']['b']} trace(s); means over traces "
                   "(B - A of a % in percentage points, pp)", color)]
     out.append(table(["figure", "A", "B", "B - A"], rows, color))
-    ops = [[_short(r["name"]), _ms(_div(r["a_self_us"])), _ms(_div(r["b_self_us"]))] for r in cmp["cpu_by_self_per_trace"]]
+    ops = [[short_name(r["name"]), _ms(_div(r["a_self_us"])), _ms(_div(r["b_self_us"]))] for r in cmp["cpu_by_self_per_trace"]]
     if ops:
         out += ["", _title("Top CPU operators by self time, ms per trace", color)]
         out.append(table(["name", "A", "B"], ops, color))
@@ -163,43 +142,6 @@ def compare_text(cmp: dict[str, Any], color: bool = False) -> str:
 
 def _div(us: Optional[float]) -> Optional[float]:
     return None if us is None else us / 1000
-
-
-# where a name may be cut: after a separator ("::" whole), never inside a word or a collapsed group
-_BREAK = re.compile(r"(?:(?<=[#./ (_])|(?<=::))(?![…:])")
-
-
-def _short(name: str, width: int = 70) -> str:
-    """``name`` in at most ``width`` characters, cut between words: C++ template arguments and a trailing
-    parameter list become ``<…>`` and ``(…)``, then the start gives way to the distinctive end."""
-    if len(name) <= width:
-        return name
-    name = _collapse(name, "<", ">")
-    if len(name) > width and name.endswith(")"):
-        name = _collapse(name, "(", ")", last_only=True)
-    if len(name) <= width:
-        return name
-    for cut in (m.start() for m in _BREAK.finditer(name)):
-        if len(name) - cut + 1 <= width:
-            return "…" + name[cut:]
-    return "…" + name[len(name) - width + 1:]  # one word longer than the width
-
-
-def _collapse(name: str, open_: str, close: str, last_only: bool = False) -> str:
-    """Outermost ``open_ … close`` groups shown as ``open_…close`` (only the one ending the name, if ``last_only``)."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(name):
-        if ch == open_:
-            depth += 1
-            if depth == 1:
-                start = i
-        elif ch == close and depth:
-            depth -= 1
-            if depth == 0 and (not last_only or i == len(name) - 1):
-                out.append((start, i))
-    for start, end in reversed(out[-1:] if last_only else out):
-        name = name[: start + 1] + "…" + name[end:]
-    return name
 
 
 def write(text: str, stream: Optional[TextIO] = None) -> None:

@@ -116,10 +116,8 @@ class FetchTimer:
             for name in _PAIR
         )
         self._own_pair = (train._on_before_fetch, train._on_after_fetch) if overridden else None
-        from lightning.pytorch.profilers import PassThroughProfiler  # here: the module stays importable alone
-
-        profiler = self._trainer.profiler
-        self._idle = profiler if type(profiler) is PassThroughProfiler else None
+        profiler = self._trainer.profiler  # by class name: lightning.pytorch's and pytorch_lightning's alike
+        self._idle = profiler if type(profiler).__name__ == "PassThroughProfiler" else None
         self._val_pair = (val._on_before_fetch, val._on_after_fetch)
         for loop, name, ours in ((train, _PAIR[0], self._train_before), (train, _PAIR[1], self._train_after),
                                  (val, _PAIR[0], self._val_before), (val, _PAIR[1], self._val_after)):

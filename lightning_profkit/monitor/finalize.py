@@ -24,8 +24,8 @@ from typing import Any, Optional, TextIO
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.load import load
 from lightning_profkit.trace.vocabulary import is_step, step_number
-from lightning_profkit.monitor.writer import temporary_name
-from lightning_profkit.monitor.capture_request import MARKER, REQUEST, write_atomic
+from lightning_profkit.atomic_files import write_atomic
+from lightning_profkit.capture_request import MARKER, REQUEST
 from lightning_profkit.store import StoreError, join, read, remove, upload, write
 from lightning_profkit.trace.summary import summarize_trace
 
@@ -47,15 +47,7 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
     # Default separators: HTA finds the rank with the pattern '"rank":\s+(\d+)'.
     text = json.dumps(trace).encode("utf-8")
     data = gzip.compress(text, compresslevel=6)
-    tmp = temporary_name(final_path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, final_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    write_atomic(final_path, data)
     os.remove(raw_path)
     del trace, events
     # the figures from the text just written, by the reader of `profkit summary`

@@ -17,13 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
+from lightning_profkit.atomic_files import temporary_name
 from lightning_profkit.monitor.finalizer import Finalizer
-
-def temporary_name(final_path: str) -> str:
-    """A sibling name that does not match torch-tb-profiler's ``*.pt.trace.json(.gz)`` pattern."""
-    head, tail = os.path.split(final_path)
-    return os.path.join(head, f".{tail}.tmp")
-
 
 @dataclass
 class WindowJob:

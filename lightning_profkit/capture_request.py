@@ -1,4 +1,5 @@
-"""Ask a running PerformanceMonitor for a window from another process: a request file in its trace folder.
+"""The capture-request protocol, shared by the callback and ``profkit capture``: ask a running
+PerformanceMonitor for a window from another process with a request file in its trace folder.
 
 The callback (rank zero) looks for ``capture.request`` at most once a second, from the step-end hook: one
 clock read per step, one ``stat`` per second. For a trace folder on object storage the folder looked in is the
@@ -18,15 +19,10 @@ import socket
 import time
 from typing import Any, Optional
 
+from lightning_profkit.atomic_files import write_atomic
+
 REQUEST = "capture.request"
 MARKER = ".profkit-run"
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{os.path.join(os.path.dirname(path), '.profkit-' + os.path.basename(path))}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:

@@ -1,0 +1,69 @@
+"""The end-of-fit line over a fit's windows, and operator names shortened for a line or a table column. Pure."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from lightning_profkit.trace.step_breakdown import ROLES
+
+ABSENT = "-"
+
+
+def percent(value: Optional[float]) -> str:
+    """A fraction as a percentage with one decimal; ``-`` when absent."""
+    return ABSENT if value is None else f"{100 * value:.1f}%"
+
+
+def fit_line(agg: dict[str, Any]) -> str:
+    """One line for the end of ``fit``: the step's make-up, data wait, GPU idle and the costliest operator,
+    under the names of ``profkit summary``."""
+    fig = agg["figures"]
+    if fig.get("step_time_ms") is None:
+        return "no step figures (the windows hold no ProfilerStep)"
+    shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in ROLES + ("Other",)), reverse=True)
+    parts = ", ".join(f"{role} {100 * v:.0f}%" for v, role in shares if v >= 0.005)
+    line = f"step {fig['step_time_ms']:.1f} ms = {parts}; data_wait_share {percent(fig['data_wait_share'])}"
+    if fig["gpu_idle_share"] is not None:
+        line += f", gpu_idle_share {percent(fig['gpu_idle_share'])}"
+    ops = agg["operators"]["cpu_by_self"]
+    if ops:
+        line += f"; most CPU self time: {short_name(ops[0]['name'], 60)} ({ops[0]['self_us'] / max(agg['traces'], 1) / 1000:.1f} ms per window)"
+    return line
+
+
+# where a name may be cut: after a separator ("::" whole), never inside a word or a collapsed group
+_BREAK = re.compile(r"(?:(?<=[#./ (_])|(?<=::))(?![…:])")
+
+
+def short_name(name: str, width: int = 70) -> str:
+    """``name`` in at most ``width`` characters, cut between words: C++ template arguments and a trailing
+    parameter list become ``<…>`` and ``(…)``, then the start gives way to the distinctive end."""
+    if len(name) <= width:
+        return name
+    name = _collapse(name, "<", ">")
+    if len(name) > width and name.endswith(")"):
+        name = _collapse(name, "(", ")", last_only=True)
+    if len(name) <= width:
+        return name
+    for cut in (m.start() for m in _BREAK.finditer(name)):
+        if len(name) - cut + 1 <= width:
+            return "…" + name[cut:]
+    return "…" + name[len(name) - width + 1:]  # one word longer than the width
+
+
+def _collapse(name: str, open_: str, close: str, last_only: bool = False) -> str:
+    """Outermost ``open_ … close`` groups shown as ``open_…close`` (only the one ending the name, if ``last_only``)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(name):
+        if ch == open_:
+            depth += 1
+            if depth == 1:
+                start = i
+        elif ch == close and depth:
+            depth -= 1
+            if depth == 0 and (not last_only or i == len(name) - 1):
+                out.append((start, i))
+    for start, end in reversed(out[-1:] if last_only else out):
+        name = name[: start + 1] + "…" + name[end:]
+    return name
