@@ -74,11 +74,11 @@ def child(config: str, steps: int, poll_interval: float, switch: str) -> None:
     sys.path.insert(0, HERE)
     from overhead import make_fit
 
-    from lightning_profkit import callback
     from lightning_profkit.capture_request import RequestPoller
+    from lightning_profkit.monitor import fit as fit_run
 
     RequestPoller.__init__.__defaults__ = (poll_interval,)
-    callback.OWNER_CHECK_S = poll_interval  # the ownership check (every 10 s of a real fit) comes with a look
+    fit_run.OWNER_CHECK_S = poll_interval  # the ownership check (every 10 s of a real fit) comes with a look
     torch.set_num_threads(1)
     lib = ctypes.CDLL(switch)
     fit = make_fit(config, steps, tempfile.mkdtemp(prefix="profkit-cg-"))

@@ -58,7 +58,7 @@ class FirstTraceWritten(Callback):
         self.monitor = monitor
 
     def on_train_epoch_start(self, trainer, pl_module):
-        while trainer.current_epoch == 1 and not self.monitor._output.has_written:
+        while trainer.current_epoch == 1 and not self.monitor._fit.output.has_written:
             time.sleep(0.01)
 
 

@@ -26,3 +26,17 @@ def warn(message: str, category: type[Warning] = RuntimeWarning, stacklevel: int
         warnings.warn(message, category, stacklevel=stacklevel + 1)
     finally:
         warnings.formatwarning = previous
+
+
+class Notices:
+    """One callback's problems, each said once (``key``, default the message itself), as a RuntimeWarning
+    ``PerformanceMonitor: ...``. Kept across fits: a problem said in one fit is not said again in the next."""
+
+    def __init__(self) -> None:
+        self.said: set[str] = set()
+
+    def __call__(self, message: str, key: str = "") -> None:
+        key = key or message
+        if key not in self.said:
+            self.said.add(key)
+            warn(f"PerformanceMonitor: {message}", RuntimeWarning, stacklevel=3)

@@ -79,7 +79,7 @@ class WaitForTraces(Callback):
         self.monitor, self.epoch = monitor, epoch
 
     def on_train_epoch_start(self, trainer, pl_module):
-        output = self.monitor._output
+        output = self.monitor._fit.output
         while trainer.current_epoch == self.epoch and output._writer.pending:
             time.sleep(0.01)
 

@@ -8,9 +8,8 @@ import time
 import warnings
 
 import pytest
-import torch
 from lightning.pytorch.loggers import CSVLogger
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from conftest import (
     SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps, read_trace, trace_files,
@@ -37,21 +36,6 @@ class Busy(TinyModel):
                           persistent_workers=self.num_workers > 0)
 
 
-class Switch(Dataset):
-    """Sample i (= batch i with batch_size 1) sleeps ``delay`` inside the ``slow`` ranges."""
-
-    def __init__(self, size, slow, delay=0.01):
-        self.size, self.slow, self.delay = size, slow, delay
-
-    def __len__(self):
-        return self.size
-
-    def __getitem__(self, i):
-        if any(lo <= i <= hi for lo, hi in self.slow):
-            time.sleep(self.delay)
-        return torch.full((8,), float(i))
-
-
 def fit(tmp_path, monitor, model, **kwargs):
     trainer = make_trainer(tmp_path, [monitor], **kwargs)
     with warnings.catch_warnings(record=True) as caught:
@@ -75,25 +59,6 @@ def test_data_bound_run_alerts_once_with_advice_and_fed_run_not_at_all(tmp_path)
     # even when other processes take CPU from the workers (at 10 ms a step such a run read 0.22 once)
     _, warned = fit(tmp_path / "b", fed, Busy(SleepDataset(120, delay=0.004), work=0.016, num_workers=2))
     assert fed.alerts == [] and warned == []
-
-
-@pytest.mark.parametrize(
-    "slow, patience, cooldown, expected",
-    [
-        ([(20, 79)], 2, 0, 1),  # one long episode: one alert
-        ([(20, 29)], 2, 0, 0),  # one slow block: patience holds it back
-        ([(20, 59), (120, 159)], 2, 0, 2),  # two episodes
-        ([(20, 59), (120, 159)], 2, 200, 1),  # the second is inside the cooldown
-    ],
-    ids=["episode", "burst", "two-episodes", "cooldown"],
-)
-def test_patience_and_cooldown_with_switching_sleeps(tmp_path, slow, patience, cooldown, expected):
-    monitor = PerformanceMonitor(profile=False, alert_window=10, alert_patience=patience,
-                                 alert_cooldown=cooldown, capture_on_alert=False)
-    _, warned = fit(tmp_path, monitor, Busy(Switch(200, slow), batch_size=1))
-    assert len(monitor.alerts) == expected == len(warned), [(a.step, a.checked, round(a.ratio, 2)) for a in monitor.alerts]
-    for alert, (lo, hi) in zip(monitor.alerts, slow):
-        assert lo + 10 <= alert.step <= hi  # fired inside its slow stretch, after two slow blocks
 
 
 def test_alert_points_to_a_trace_of_the_steps_after_it(tmp_path):

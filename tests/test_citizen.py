@@ -76,7 +76,7 @@ def test_pickle_and_deepcopy_at_every_point_of_a_fit(tmp_path):
     for when, (_, copies) in spy.copies.items():
         for c in copies:
             assert same_configuration(c, monitor), when
-            assert c._output is None and c._timer is None and c._runner is None and c._trainer is None, when
+            assert c._fit is None and c._trainer is None, when
             assert "on_train_batch_end" not in vars(c), when
     assert all(same_configuration(c, monitor) for c in before + after)
     assert all(c.state_dict() == monitor.state_dict() for c in after)
@@ -168,7 +168,7 @@ def test_loops_that_run_without_us_get_their_fetch_callbacks_back(tmp_path):
     monitor = PerformanceMonitor(steps="2-3")
     trainer = make_trainer(tmp_path, [monitor, Swap()], max_epochs=2)
     # its steps take long enough for the ownership check (1 s here) to come due before the failure
-    with mock.patch("lightning_profkit.callback.OWNER_CHECK_S", 1.0), pytest.raises(RuntimeError, match="diverged"):
+    with mock.patch("lightning_profkit.monitor.fit.OWNER_CHECK_S", 1.0), pytest.raises(RuntimeError, match="diverged"):
         trainer.fit(Slow(SleepDataset(40)))
     assert monitor not in trainer.callbacks and window_names(monitor) == ["step=000002-000003-epoch=0"]
     assert fetch_timing_removed(trainer) and not torch.autograd.profiler._is_profiler_enabled

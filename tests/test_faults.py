@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
@@ -15,7 +16,6 @@ from conftest import (
     SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps, read_trace, trace_files,
 )
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.callback import _guarded
 
 
 class Boom(RuntimeError):
@@ -78,15 +78,22 @@ def test_keyboard_interrupt_inside_a_window(tmp_path):
 
 
 def test_a_bug_in_the_callback_stops_the_profiler_and_training_goes_on(tmp_path):
-    class Faulty(PerformanceMonitor):
-        @_guarded
-        def _advance_windows(self, trainer, batch_idx):
-            PerformanceMonitor._advance_windows.__wrapped__(self, trainer, batch_idx)
-            if batch_idx == 12:  # a session is open here
-                raise ValueError("bug in our callback")
+    class Faulty(Callback):
+        """Puts a bug into the window runner of the fit, at the end of step 12 (a session is open there)."""
 
-    monitor = Faulty(steps="11-14,17", alert_threshold=None)
-    trainer = make_trainer(tmp_path, [monitor])
+        def on_train_start(self, trainer, pl_module):
+            runner = monitor._fit.runner
+            step_end = runner.step_end
+
+            def buggy(step, batch_idx, *args):
+                step_end(step, batch_idx, *args)
+                if batch_idx == 12:
+                    raise ValueError("bug in our callback")
+
+            runner.step_end = buggy
+
+    monitor = PerformanceMonitor(steps="11-14,17", alert_threshold=None)
+    trainer = make_trainer(tmp_path, [monitor, Faulty()])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(TinyModel(SleepDataset(40)))

@@ -61,7 +61,7 @@ FORBIDDEN = {
 
 def part(name):
     """The layer of a module, by its path in the package."""
-    if name == "callback.py":
+    if name in ("callback.py", "lightning_glue.py"):
         return "callback"
     return name.split(os.sep)[0] if os.sep in name else "shared"
 
@@ -80,6 +80,12 @@ def test_every_import_of_every_module_keeps_to_its_layer():
             continue  # the package's lazy PerformanceMonitor
         bad = [m for m in imports(tree) if banned(m, part(name))]
         assert not bad, (name, bad)
+
+
+def test_the_fit_and_what_it_owns_load_no_lightning():
+    loaded = fresh("import sys, lightning_profkit.monitor.fit\n"
+                   "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')) or 'none')")
+    assert loaded == ["none"]
 
 
 def test_the_layer_check_sees_an_import_inside_a_function():

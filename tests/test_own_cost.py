@@ -1,17 +1,13 @@
-"""What profiling cost a run, logged every epoch: against step times taken independently; a slowdown after the
-windows (injected here) shows in the figure and gives one warning, a clean run none."""
+"""What profiling cost a run: the pure figures, and the CPU off the training thread in a real fit against the reaped
+finalizing process's. The figures inside a fit, exactly against a fake clock: tests/test_fit.py."""
 
-import gc
 import resource
-import statistics
 import time
 import warnings
 
 import pytest
-import torch
 from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor import windows
 from lightning_profkit.monitor.own_cost import SLOW_AFTER, own_cost, slow_epochs
 from test_metrics import Recorder
 
@@ -64,60 +60,6 @@ def test_two_slow_epochs_running_are_counted_and_one_fast_epoch_resets_them():
         running = slow_epochs(running, ratio, SLOW_AFTER["cuda"])
         assert running == want, (ratio, running)
     assert slow_epochs(1, 1.3, SLOW_AFTER["cpu"]) == 0
-
-
-def test_the_figures_match_an_independent_timing_and_a_clean_run_is_not_warned(tmp_path):
-    data = ClockedData()
-    rows, warned = fit(tmp_path, data)
-    assert len(rows) == 3 and warned == [] and len(data.starts) == 90
-    step = {s: data.starts[s + 1] - data.starts[s] for s in range(89)}
-    baseline = statistics.median(step[s] for s in range(5, 10))  # epoch 0's steps before its window (10-13)
-    for epoch, row in enumerate(rows):
-        first = 30 * epoch
-        on = [step[s] for s in range(first + 10, first + 14)]  # the warm-up step and the 3 recorded
-        off = [step[s] for s in range(first, first + 29) if not first + 10 <= s <= first + 13]
-        truth = (sum(on) / len(on)) / (sum(off) / len(off))
-        assert row["profkit/overhead/profiled_step_ratio"] == pytest.approx(truth, rel=0.15), (rows, truth)
-        after = statistics.median(step[s] for s in range(first + 14, first + 29)) / baseline
-        # a median of 5 baseline steps: under load a preemption falls in one step or its neighbour, as the
-        # two clocks (the fetch's start, the first sample's) are microseconds apart; 24% seen with 2 busy loops
-        assert row["profkit/overhead/after_window_ratio"] == pytest.approx(after, rel=0.3), (rows, after)
-
-
-def test_steps_slower_after_the_window_warn_once(tmp_path):
-    data = ClockedData(slow_from=20, extra=0.01)  # after epoch 0's window (steps 10-13), 10 ms more a step
-    rows, warned = fit(tmp_path, data)
-    assert all(row["profkit/overhead/after_window_ratio"] > SLOW_AFTER["cpu"] for row in rows), rows
-    assert len(warned) == 1 and "2 epochs running" in warned[0] and "profile=False" in warned[0], warned
-
-
-def test_window_ms_is_the_time_in_the_profilers_calls(tmp_path, monkeypatch):
-    """Independently: torch.profiler.profile's construction, start, step and stop, and our reads of the heap's
-    size (the trace size estimate; glibc's mallinfo2 walks the heap's free chunks, up to about 0.6 ms where
-    there are many, as in a long test run), timed around the real calls (``quiet=False``: without the
-    redirection of stderr around them, which window_ms counts too)."""
-    spent = []
-
-    def timing(real):
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return real(*args, **kwargs)
-            finally:
-                spent.append(time.perf_counter() - start)
-        return timed
-
-    for name in ("__init__", "start", "step", "stop"):
-        monkeypatch.setattr(torch.profiler.profile, name, timing(getattr(torch.profiler.profile, name)))
-    monkeypatch.setattr(windows, "heap_bytes", timing(windows.heap_bytes))
-    gc.disable()  # a collection inside our calls but outside torch's would count in ours only
-    try:
-        rows, _ = fit(tmp_path, ClockedData(), epochs=2, quiet=False)
-    finally:
-        gc.enable()
-    truth = 1000 * sum(spent)  # ms, both windows (one an epoch)
-    ours = sum(row["profkit/overhead/window_ms"] for row in rows)
-    assert truth < ours < truth * 1.1 + 2, (ours, truth)
 
 
 def test_helper_cpu_s_is_the_cpu_of_the_writer_and_the_finalizing_process(tmp_path):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.monitor.retention import Retention
 from lightning_profkit.monitor.writer import TraceWriter, WindowJob
-from lightning_profkit.store import is_url, join, staging_dir
+from lightning_profkit.store import is_url, join, probe, staging_dir
 
 SUMMARIZED = 50  # windows in the end-of-fit summary (the newest)
 
@@ -57,6 +57,17 @@ class WrittenWindow:
     json_bytes: Optional[int] = None  # the trace's JSON, uncompressed
     growth_bytes: Optional[int] = None  # what the size estimate was made from (see WindowSession)
     validation: bool = False  # validation batches (first and last are then the training step it followed)
+
+
+def check_trace_dir(trace_dir: str) -> None:
+    """Fail now, before any training step, if traces could not be written to ``trace_dir``: a URL's store is
+    probed (in a child process) and its local staging folder checked; a local folder is checked."""
+    if is_url(trace_dir):  # written locally in full, then uploaded by the finalizing process
+        from lightning_profkit.monitor.finalizer import child_env
+
+        probe(trace_dir, env=child_env())
+        trace_dir = staging_dir(trace_dir)
+    check_writable(trace_dir)
 
 
 def check_writable(folder: str) -> None:

@@ -253,10 +253,11 @@ class WindowRunner:
         self.profiled: list[tuple[int, int]] = []  # this epoch's windows: first and last step with a session
         self.spent: list[float] = []  # this epoch's ended windows: seconds of each in its session's calls
         self._cut_through = -1  # the last step of a window ended early (max_trace_mb): none opens before it
+        self._paused = False  # a window ended by validation, to go on after it
 
     def epoch_start(self, next_step: int, next_batch_idx: int, num_batches: Optional[int]) -> None:
         self.stop()
-        self.profiled, self.spent, self._cut_through = [], [], -1  # windows never span epochs
+        self.profiled, self.spent, self._cut_through, self._paused = [], [], -1, False  # windows never span epochs
         self.selection = self.selection.for_epoch(num_batches)
         self._maybe_open(next_step, next_batch_idx)
 
@@ -313,11 +314,20 @@ class WindowRunner:
             finally:
                 self.spent.append(session.spent_s)
 
-    def resume(self, next_step: int, next_batch_idx: int) -> None:
-        """After validation inside the epoch, which ended the window open then (:meth:`stop`): the steps of
-        it still to come get a window of their own from ``next_step`` on."""
-        if self.session is None:
+    def pause(self) -> None:
+        """Validation begins inside the epoch, between two steps: the open window ends there (the step the
+        profiler is in has not run), and :meth:`resume` goes on with it after validation."""
+        if self.session is not None:
+            self.stop(ran_current=False)
+            self._paused = True
+
+    def resume(self, next_step: int, next_batch_idx: int) -> bool:
+        """After validation: the steps still to come of the window :meth:`pause` ended get a window of their own
+        from ``next_step`` on. Returns whether one was paused."""
+        paused, self._paused = self._paused, False
+        if paused and self.session is None:
             self._maybe_open(next_step, next_batch_idx)
+        return paused
 
     def _maybe_open(self, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
         warmup = self.selection.warmup_before(step, batch_idx) if step > self._cut_through else None

@@ -1,0 +1,99 @@
+"""The callback's Lightning glue, no logic: what it reads of a Trainer (the plain facts a
+:class:`~lightning_profkit.monitor.fit.FitRun` is driven by), an :class:`~lightning_profkit.monitor.fit.Outcome`
+applied to it, and what a hook does when the callback itself fails."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
+from lightning_profkit.monitor.fit import Outcome, Rank
+
+
+def guarded(hook: Callable) -> Callable:
+    """Every hook's guard: a failure inside the callback warns once, turns profiling off and never stops
+    training (an alert with ``alert_action="raise"`` is the one error meant to reach the user)."""
+
+    @functools.wraps(hook)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return hook(self, *args, **kwargs)
+        except DataWaitAlertError:
+            raise
+        except Exception as err:
+            if self._fit is not None:
+                self._fit.fail(hook.__name__, err)
+            else:
+                self._notices(f"profiling is off for the rest of this run after an error in `{hook.__name__}`: {err!r}")
+            return None
+
+    return wrapper
+
+
+def rank_of(trainer: Trainer) -> Rank:
+    return Rank(trainer.global_rank, trainer.world_size, trainer.world_size // max(trainer.num_nodes, 1))
+
+
+def train_loader(trainer: Trainer) -> Any:
+    """The training DataLoader (the first of several)."""
+    loader = trainer.train_dataloader
+    if isinstance(loader, dict):
+        return next(iter(loader.values()), None)
+    if isinstance(loader, (list, tuple)):
+        return loader[0] if loader else None
+    return loader
+
+
+def cuda_uuid(pl_module: Any) -> Optional[str]:
+    """The UUID of the CUDA device the model is on; None off CUDA."""
+    if pl_module.device.type != "cuda":
+        return None
+    import torch
+
+    return str(torch.cuda.get_device_properties(pl_module.device).uuid)
+
+
+def runs_pytorch_profiler(trainer: Trainer) -> bool:
+    return any(cls.__name__ == "PyTorchProfiler" for cls in type(trainer.profiler).__mro__)
+
+
+def apply(trainer: Trainer, outcome: Outcome) -> None:
+    """What a call on the fit asks of the trainer."""
+    for line in outcome.lines:
+        rank_zero_info(f"lightning_profkit: {line}")
+    if trainer.is_global_zero:
+        for step, metrics in outcome.metrics:
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step)
+    if outcome.stop:
+        trainer.should_stop = True
+    if outcome.raise_ is not None:
+        raise outcome.raise_
+
+
+def tensorboard_loggers(trainer: Trainer) -> list[Any]:
+    # by class name: pytorch_lightning's TensorBoardLogger is another class than lightning.pytorch's
+    return [lg for lg in trainer.loggers if any(c.__name__ == "TensorBoardLogger" for c in type(lg).__mro__)]
+
+
+def alert_to_tensorboard(trainer: Trainer, alert: DataWaitAlert) -> None:
+    """An alert in TensorBoard's Text tab (``profkit/alerts``) at its step, for each TensorBoardLogger."""
+    for logger in tensorboard_loggers(trainer):
+        logger.experiment.add_text("profkit/alerts", alert.markdown, global_step=alert.step)
+
+
+def run_dir(trainer: Trainer) -> str:
+    """First TensorBoardLogger's log_dir, else trainer.log_dir, else default_root_dir (same on all ranks)."""
+    tb = next(iter(tensorboard_loggers(trainer)), None)
+    if tb is not None:
+        return trainer.strategy.broadcast(tb.log_dir)
+    return trainer.log_dir or trainer.default_root_dir
+
+
+def epoch_length(trainer: Trainer) -> Optional[int]:
+    n = trainer.num_training_batches
+    return int(n) if n != float("inf") else None

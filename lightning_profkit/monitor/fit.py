@@ -1,0 +1,528 @@
+"""One fit's machinery on one rank, with no Lightning: :class:`FitRun`.
+
+The callback creates a FitRun at ``setup`` and closes it at ``teardown``; each of its hooks reads the few facts
+of the trainer it needs (step, batch index, epoch, whether the batch is the epoch's last) and makes one call
+here. What the trainer must do in return (log metrics at a step, print a line on rank zero, stop, raise an
+alert) comes back as an :class:`Outcome`. Time is read from ``clock`` (``time.perf_counter`` by default, the
+clock the fetch timer reads), so that tests drive a fit with a fake one.
+
+A FitRun owns the step scheduler (:meth:`FitRun._schedule`: the one place that knows the next step with work
+at its end), the window runners, the epoch's spans, the rolling checks' exchange, alert delivery, the capture
+requests and the trace output.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any, Callable, Optional
+
+from lightning_profkit import capture_request
+from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
+from lightning_profkit.monitor.advice import LoaderFacts, data_wait_advice, gpu_idle_notice
+from lightning_profkit.monitor.checks import RollingChecks
+from lightning_profkit.monitor.delivery import AlertDelivery
+from lightning_profkit.monitor.epoch_figures import (PREFIX, EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
+                                                    to_vector, window_metrics)
+from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group
+from lightning_profkit.monitor.fetch_timer import FetchTimer
+from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
+from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
+from lightning_profkit.monitor.output import TraceOutput
+from lightning_profkit.monitor.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
+from lightning_profkit.monitor.selection import Selection
+from lightning_profkit.notices import warn
+from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, ValidationWindows,
+                                               WindowRunner, WindowSession, learned_json_per_byte, profiler_activities,
+                                               session_opener)
+
+OWNER_CHECK_S = 10.0  # seconds of training between checks that the callback is still among the trainer's callbacks
+INF = float("inf")
+
+
+@dataclass
+class Outcome:
+    """What the trainer does after a call: ``metrics`` to log (``(step, {name: value})``, rank zero), ``lines``
+    to print on rank zero, whether to ``stop`` training, and an alert to ``raise_`` (``alert_action="raise"``)."""
+
+    metrics: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    stop: bool = False
+    raise_: Optional[DataWaitAlertError] = None
+
+
+@dataclass(frozen=True)
+class Rank:
+    """Where this process stands among the fit's processes."""
+
+    rank: int = 0
+    world_size: int = 1
+    processes_per_node: int = 1
+
+    @property
+    def is_zero(self) -> bool:
+        return self.rank == 0
+
+
+class FitRun:
+    """One fit on one rank. ``report(message, key)`` warns once per kind of problem; ``to_loggers(alert)`` writes an
+    alert where the run's loggers show text; ``wake()`` asks the trainer to call :meth:`step_end` at the end of the
+    step now beginning (the fetch timer calls it at the first fetch of a step with work). ``checks``, ``traces``
+    and ``alerts`` outlive the fit: they are the callback's."""
+
+    def __init__(self, options: Options, selection: Selection, checks: RollingChecks, trace_dir: str, rank: Rank,
+                 report: Callable[..., None], to_loggers: Callable[[DataWaitAlert], None], wake: Callable[[], None],
+                 traces: list[str], alerts: list[DataWaitAlert], other_profiler: bool = False,
+                 clock: Callable[[], float] = perf_counter) -> None:
+        self.options, self.selection, self.checks, self.trace_dir, self.rank = options, selection, checks, trace_dir, rank
+        self.report, self.wake, self.clock = report, wake, clock
+        self.traces, self.alerts = traces, alerts
+        self.other_profiler = other_profiler  # Lightning's PyTorchProfiler runs: torch allows one session at a time
+        self.delivery = AlertDelivery(options.on_alert, report, to_loggers)
+        self.delivery.to_user = rank.is_zero
+        self.group = exchange_group(rank.world_size)
+        checks.start_fit()
+        if other_profiler and options.profiles_rank(rank.rank) and rank.is_zero:
+            warn("PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
+                 "session at a time; PerformanceMonitor records no windows in this run.", UserWarning)
+        self.timer: Optional[FetchTimer] = None
+        self.output: Optional[TraceOutput] = None
+        self.runner: Optional[WindowRunner] = None
+        self.validation: Optional[ValidationWindows] = None
+        self.live: Optional[capture_request.LiveRun] = None
+        self.sampler: Optional[UtilizationSampler] = None
+        self.loader: Callable[[], LoaderFacts] = LoaderFacts
+        self.spans = EpochSpans()
+        self.broken = False
+        self.on_cuda = False
+        self.batch_size: Optional[int] = None
+        self.epoch = 0
+        self.in_epoch = False
+        self.epoch_first_step = 0
+        self.windows_at = INF  # the next step at whose end the window runner has work
+        self.validation_after = 0  # the training step the running validation follows
+        self.step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
+        self.slow_epochs = 0  # epochs running with unprofiled steps slower after a window
+        self.helper_cpu_s = 0.0  # the fit's trace writing off the training thread, as of the last epoch's end
+        self.json_per_byte = FIRST_JSON_PER_BYTE_WITH_STACK if options.with_stack else FIRST_JSON_PER_BYTE
+
+    # ------------------------------------------------------------------ arming and closing
+    @property
+    def armed(self) -> bool:
+        return self.timer is not None
+
+    def arm(self, timer: FetchTimer, on_cuda: bool, batch_size: Optional[int],
+            loader: Callable[[], LoaderFacts] = LoaderFacts) -> None:
+        """Training starts (or starts again after loops that ran without us): ``timer`` times its fetches;
+        ``loader()`` reads the training DataLoader's settings, for advice."""
+        o = self.options
+        self.timer, self.on_cuda, self.batch_size, self.loader = timer, on_cuda, batch_size, loader
+        self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report)
+        if o.profiles_rank(self.rank.rank) and not self.other_profiler:
+            activities = profiler_activities(o.activities, on_cuda)
+            limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
+
+            def opener(trace_ready: Callable) -> Callable:
+                return session_opener(activities, o.profiler_options(), trace_ready, o.quiet, self.report, limit,
+                                      lambda: self.json_per_byte)
+
+            self.runner = WindowRunner(self.selection, opener(self._trace_ready))
+            batches = o.validation_selection()
+            if batches is not None:
+                self.validation = ValidationWindows(batches, opener(self._validation_trace_ready))
+        if self.rank.is_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
+            self.live = capture_request.LiveRun(self.output.local_dir)
+            if self.output.remote:  # the finalizing process announces the run there and brings requests in
+                self.output.announce(capture_request.this_run())
+
+    def start_sampler(self, cuda_uuid: Optional[str]) -> Optional[str]:
+        """Sample the utilization of the GPU ``cuda_uuid`` (None: the model is not on CUDA) through NVML; returns
+        why GPU figures will be absent, when they will."""
+        if cuda_uuid is None:
+            return "the model is not on a CUDA device; GPU idle and memory are not logged"
+        if self.sampler is None:
+            read, why = nvml_reader(cuda_uuid)
+            if read is None:
+                return why
+            self.sampler = UtilizationSampler(read).start()
+        return None
+
+    def disarm(self, wait: bool = True) -> Outcome:
+        """End the machinery: the profiler sessions, the fetch timer, the sampler, the writer (waiting up to
+        ``flush_timeout``, with ``wait``) and the live-run marker. Safe to call again. The windows written
+        meanwhile come back to be logged."""
+        out = Outcome()
+        self.end_windows()
+        if self.timer is not None:
+            self.timer.uninstall()
+            self.timer = None
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler = None
+        if self.output is not None:
+            timeout = self.options.flush_timeout if wait else 0.0
+            left, unsent = self.output.close(timeout)
+            if left and wait:
+                self.report(f"{left} profiler trace(s) were still being written after {timeout:.0f}s")
+            if unsent:
+                self.report(f"{len(unsent)} profiler trace(s) could not be uploaded to {self.trace_dir}; they are kept "
+                            f"on this machine: {', '.join(unsent)}", "unsent")
+            self._take_windows(out)
+        if self.live is not None:
+            self.live.end()
+            self.live = None
+        return out
+
+    def end_windows(self) -> None:
+        """End the training and validation windows' profiler sessions, keeping what they recorded."""
+        for name in ("runner", "validation"):
+            runner = getattr(self, name)
+            setattr(self, name, None)
+            if runner is not None:
+                try:
+                    runner.stop()
+                except Exception as err:  # the runner has let go of the session already
+                    self.report(f"stopping the profiler failed: {err!r}")
+
+    def fail(self, where: str, err: BaseException) -> None:
+        """An error inside the callback: profiling is off for the rest of the fit; the hooks still run, so that
+        every rank keeps taking part in the same exchanges."""
+        self.broken = True
+        self.report(f"profiling is off for the rest of this run after an error in `{where}`: {err!r}")
+        self.end_windows()
+
+    def close(self, wait: bool = True) -> None:
+        """The fit is over (teardown, or an exception): nothing of it is left running."""
+        self.disarm(wait)
+        group, self.group = self.group, None
+        close_group(group)
+        self.delivery.held = []
+        self.checks.end_fit()
+
+    def plan(self, epoch_length: Optional[int]) -> str:
+        """The line that says what this fit will record."""
+        o = self.options
+        if not o.profile:
+            return "metrics only (profile=False), no profiler windows"
+        ranks = "all ranks" if o.ranks is None else f"ranks {','.join(map(str, o.ranks))}"
+        disabled = "" if self.runner is not None or self.rank.world_size > 1 else " (disabled, see warning)"
+        return f"profiling {self.selection.for_epoch(epoch_length).describe()} on {ranks}; traces -> {self.trace_dir}{disabled}"
+
+    # ------------------------------------------------------------------ epochs and steps
+    def epoch_start(self, epoch: int, step: int, batch_idx: int, epoch_length: Optional[int]) -> None:
+        """Epoch ``epoch`` begins at ``step`` (its batch ``batch_idx``: 0, or more when resuming inside it)."""
+        assert self.timer is not None
+        self.epoch = epoch
+        self.timer.reset()
+        now = self.clock()
+        self.in_epoch = True
+        self.spans = EpochSpans(now, self.sampler.clear() if self.sampler is not None else None)
+        if self.on_cuda:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+        self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch)
+        self.epoch_first_step = step
+        if self.runner is not None:
+            self.runner.epoch_start(step, batch_idx, epoch_length)
+        self._windows_from(step, batch_idx)
+        self._schedule()
+
+    def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool) -> Outcome:
+        """The end of a step we were woken for (``stopping()``: training ends after it)."""
+        out = Outcome()
+        now = self.clock()
+        if self.checks.due(step):
+            self._rolling_check(out, now, step)  # every rank at the same step: it may exchange figures
+        if self.live is not None and now >= self.live.next_poll:
+            self._poll_requests(out, now, step)
+        if self.output is not None and self.output.has_written:
+            self._take_windows(out)
+        if step >= self.windows_at:
+            try:
+                if self.runner is not None:
+                    self.runner.step_end(step, batch_idx, last_in_epoch, stopping)
+            except Exception as err:
+                self.fail("on_train_batch_end", err)
+            self._windows_from(step + 1, batch_idx + 1)
+        self._schedule()
+        return out
+
+    def validation_start(self, after_step: int) -> None:
+        """A validation run begins after training step ``after_step``: no validation inside a training window."""
+        self.validation_after = max(after_step, 0)
+        if self.in_epoch:
+            self.spans.validation_start(self.clock(), self._gpu_mark())
+            if self.runner is not None:
+                self.runner.pause()
+        if self.validation is not None:
+            self.validation.run_start()
+
+    def validation_end(self, step: int, batch_idx: int) -> None:
+        """The validation run ended; training goes on at ``step`` (batch ``batch_idx``)."""
+        if self.validation is not None:
+            self.validation.stop()
+        seconds = self.spans.validation_end(self.clock(), self._gpu_mark())
+        if seconds and self.timer is not None:
+            self.timer.stats.exclude(seconds)
+        if self.runner is not None and self.runner.resume(step, batch_idx):
+            self._windows_from(step, batch_idx)
+            self._schedule()
+
+    def validation_batch_start(self, batch_idx: int) -> None:
+        if self.validation is not None:
+            self.validation.batch_start(batch_idx)
+
+    def validation_batch_end(self) -> None:
+        if self.validation is not None:
+            self.validation.batch_end()
+
+    def epoch_end(self, step: int, completed: int, log_step: int) -> Outcome:
+        """The epoch ended after ``step`` (``completed`` steps in all); its figures are logged at ``log_step``."""
+        out = Outcome()
+        end = self.clock()
+        self.in_epoch = False
+        if self.runner is not None:
+            self.runner.stop()
+        if self.timer is None:
+            return out
+        self.timer.stats.end_step(end, completed)
+        self.checks.epoch_end(end, self.timer.stats.train_s, self.spans.validation)
+        if self.options.log_metrics or self.checks.rule is not None:
+            # every rank takes part in the same collective here, whatever happened to its profiling
+            metrics = reduce_ranks(exchange(self.group, self._epoch_vector(end)))  # over gloo: the device is untouched
+            self._watch_after_window(metrics.get(PREFIX + "overhead/after_window_ratio"))
+            if self.checks.rule is not None:
+                ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
+                if ratio is not None:
+                    worst = metrics.get(PREFIX + "data_wait_worst_rank")
+                    self._judge(out, ratio, None if worst is None else int(worst), f"epoch {self.epoch}", step)
+                metrics[PREFIX + "data_wait_alert"] = float(self.checks.episode_in_epoch)
+            if self.options.log_metrics and metrics and self.rank.is_zero:
+                out.metrics.append((log_step, {**metrics, "epoch": float(self.epoch)}))
+            if self.output is not None:
+                self._take_windows(out)
+        return out
+
+    def end(self) -> Outcome:
+        """Training ended: the traces still being written are waited for, and rank zero gets the end-of-fit line
+        (with the cross-rank verdict: an exchange, on every rank)."""
+        output = self.output
+        out = self.disarm()
+        self.delivery.window_written()
+        summaries = output.summaries if output is not None else []
+        slowest = self._slowest_rank(summaries) if self.group is not None and self.options.profile else None
+        if summaries and self.rank.is_zero:
+            from lightning_profkit.trace.headline import fit_line  # the analysis side, only here
+            from lightning_profkit.trace.summary import aggregate
+
+            out.lines.append(f"last {len(summaries)} window(s) of rank 0: {fit_line(aggregate(summaries))}"
+                             f"{slowest or ''}. More: profkit summary {self.trace_dir}")
+        self.output = None
+        return out
+
+    # ------------------------------------------------------------------ the step scheduler
+    def _windows_from(self, step: int, batch_idx: int) -> None:
+        self.windows_at = self.runner.next_step_end(step, batch_idx) if self.runner is not None else INF
+
+    def _schedule(self) -> None:
+        """Have the fetch timer wake us at the next step with work at its end: a window's, a rolling check's, or
+        the next capture-request poll (or ownership check)."""
+        if self.timer is not None:
+            check_at = self.checks.check_at
+            due = min(self.windows_at, INF if check_at is None else check_at)
+            at = self.clock() + OWNER_CHECK_S
+            if self.live is not None:
+                at = min(at, self.live.next_poll)
+            self.timer.wake(due, at, self.wake)
+
+    # ------------------------------------------------------------------ traces
+    def _trace_ready(self, session: WindowSession, prof: Any) -> None:
+        if session.last_recorded is None or self.output is None:
+            return
+        first, last = session.first_active, session.last_recorded
+        notes: dict[str, Any] = {}
+        if session.estimate_bytes is not None:
+            notes.update(estimated_mb=round(session.estimate_bytes / 1e6, 3), memory_growth_bytes=session.growth_bytes)
+        if session.planned_last is not None:
+            notes["cut"] = {"reason": "max_trace_mb", "max_trace_mb": self.options.max_trace_mb,
+                            "planned_steps": [first, session.planned_last]}
+            self.report(self._cut_message(first, last, session), "max_trace_mb")
+        path = self.output.submit(prof.profiler.kineto_results, self.epoch, first, last, session.offset, notes)
+        if self.delivery.held:
+            self.delivery.window_written(path, first)
+
+    def _validation_trace_ready(self, session: WindowSession, prof: Any) -> None:
+        if session.last_recorded is None or self.output is None:
+            return
+        self.output.submit(prof.profiler.kineto_results, self.epoch, session.first_active, session.last_recorded, 0,
+                           validation_after=self.validation_after)
+
+    def _cut_message(self, first: int, last: int, session: WindowSession) -> str:
+        o = self.options
+        heavy = [name for name in ("with_stack", "record_shapes", "profile_memory", "with_modules") if getattr(o, name)]
+        fewer = f"record fewer steps (active={o.active}, `steps=`)"
+        advice = f"turn off {', '.join(f'{n}=True' for n in heavy)} or {fewer}" if heavy else fewer
+        return (f"the trace of steps {first}-{session.planned_last} would pass max_trace_mb={o.max_trace_mb:g}, so the "
+                f"window ended after step {last} with the steps recorded (about {(session.estimate_bytes or 0) / 1e6:.0f} "
+                f"MB of JSON so far, estimated from the memory the profiler took). To record whole windows: {advice}, "
+                "or raise max_trace_mb")
+
+    def _take_windows(self, out: Outcome) -> None:
+        """The windows written since the last look: their traces listed and, on rank zero, their figures logged."""
+        assert self.output is not None
+        done = self.output.take_written(self.traces)
+        for window in done:  # the size estimate's factor, from the fit's latest window (same model, same options)
+            if window.json_bytes and window.growth_bytes:
+                self.json_per_byte = learned_json_per_byte(window.json_bytes, window.growth_bytes)
+        if not self.rank.is_zero:
+            return
+        threshold = self.options.alert_threshold or DEFAULT_ALERT_THRESHOLD
+        for window in done:
+            notice = None if window.validation else gpu_idle_notice(window.figures, os.path.dirname(window.path), threshold)
+            if notice:
+                self.report(notice, "gpu_idle")
+            metrics = window_metrics(window.figures, window.validation) if self.options.log_metrics else {}
+            if metrics:
+                out.metrics.append((window.last, metrics))
+
+    def _slowest_rank(self, summaries: list[dict[str, Any]]) -> Optional[str]:
+        """On every rank (an exchange): the verdict over the ranks' newest windows, for rank zero's line."""
+        from lightning_profkit.trace.ranks import RankFigures, rank_figures, verdict
+
+        mine = rank_figures(summaries)
+        rows = exchange(self.group, mine[0].as_values() if mine else [math.nan] * len(RankFigures.__dataclass_fields__))
+        found = verdict([RankFigures.from_values(row) for row in rows if not math.isnan(row[0])])  # NaN: no windows
+        return f"; across ranks, {found.line}" if found is not None else None
+
+    # ------------------------------------------------------------------ metrics, alerts and captures
+    def _epoch_vector(self, end: float) -> list[float]:
+        """This rank's figures of the epoch, measured and what profiling cost, in the exchange's order."""
+        try:
+            peak = None
+            if self.on_cuda:
+                import torch
+
+                peak = torch.cuda.max_memory_allocated()
+            assert self.timer is not None
+            stats = self.timer.stats
+            figures = epoch_figures(stats, self.spans.start, end, self.spans.validation_s, self.batch_size, peak,
+                                    self._gpu_idle())
+            runner, helper = self.runner, None
+            if self.output is not None and self.output.helper_cpu_s:  # from the fit's first trace on
+                helper, self.helper_cpu_s = self.output.helper_cpu_s - self.helper_cpu_s, self.output.helper_cpu_s
+            cost, baseline = own_cost(stats.step_times, self.epoch_first_step, runner.profiled if runner else [],
+                                      self.step_baseline, runner.spent if runner else [], helper)
+            self.step_baseline = self.step_baseline or baseline
+            return to_vector({**figures, **cost})
+        except Exception as err:
+            self.report(f"epoch metrics failed: {err!r}", "metrics")
+            return to_vector({})
+
+    def _watch_after_window(self, ratio: Optional[float]) -> None:
+        """Warn once when unprofiled steps stay slower after the windows than before them."""
+        self.slow_epochs = slow_epochs(self.slow_epochs, ratio, SLOW_AFTER["cuda" if self.on_cuda else "cpu"])
+        if self.slow_epochs < SLOW_EPOCHS or not self.rank.is_zero:
+            return
+        if self.on_cuda:
+            cause = ("This is usually CUPTI left attached after a window: kineto keeps it unless TEARDOWN_CUPTI=1 "
+                     "(torch sets TEARDOWN_CUPTI=0 with CUDA graphs on CUDA older than 12.6); set TEARDOWN_CUPTI=1 "
+                     "in the environment before the first window, or record fewer windows (`steps=`, `profile=False`)")
+        else:
+            cause = ("On CPU nothing of torch.profiler is known to outlive a window: a fit with `profile=False` "
+                     "tells whether the windows are the cause (its after_window_ratio is absent, its step_time_ms_mean "
+                     "comparable) or the machine is")
+        self.report(
+            f"unprofiled steps after the profiler windows took {ratio:.2f}x the time of those before the first "
+            f"window, {self.slow_epochs} epochs running (profkit/overhead/after_window_ratio). {cause}",
+            "after_window",
+        )
+
+    def _rolling_check(self, out: Outcome, now: float, step: int) -> None:
+        """This block's data wait on every rank (exchanged off the device), then the rule."""
+        assert self.timer is not None
+        checked = self.checks.span(step)
+        rows = exchange(self.group, self.checks.take_block(now, self.timer.stats.train_s, self.spans.validation, step))
+        asked = int(max(row[2] for row in rows))
+        if asked:
+            self._capture(out, step, asked, "requested from outside")
+        if self.options.log_metrics and self.rank.is_zero:  # the curve grows while a long epoch runs
+            metrics = rolling_metrics(rows, self.options.alert_window)
+            if metrics:
+                out.metrics.append((step, metrics))
+        worst = self.checks.worst(rows)
+        if self.checks.rule is not None and worst is not None:
+            self._judge(out, worst[0], worst[1] if len(rows) > 1 else None, checked, step)
+
+    def _judge(self, out: Outcome, ratio: float, worst_rank: Optional[int], checked: str, step: int) -> None:
+        """Feed one check to the rule; on an alert, act on it (every rank decides alike)."""
+        if not self.checks.judge(ratio, step):
+            return
+        assert self.checks.rule is not None
+        alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, self._advice())
+        self.alerts.append(alert)
+        o = self.options
+        out.stop = o.alert_action == "stop"
+        if o.alert_action == "raise":
+            out.raise_ = DataWaitAlertError(alert)
+        window = self._start_capture(step, o.active) if o.alert_action == "warn" and o.capture_on_alert else None
+        if window is not None:
+            out.lines.append(f"data-wait alert at step {step}: recording steps {window[0]}-{window[1]} for it; the "
+                             "alert follows when their trace is written")
+            self.delivery.hold(alert)  # delivered with its trace folder when the window ends
+        else:
+            self.delivery.send(alert)
+
+    def _advice(self) -> list[str]:
+        try:
+            stats = self.timer.stats if self.timer is not None else None
+            startup = stats.first_fetch - self.spans.start if stats is not None and stats.first_fetch else None
+            return data_wait_advice(self.loader(), startup, self.clock() - self.spans.start)
+        except Exception as err:
+            self.report(f"advice failed: {err!r}", "advice")
+            return []
+
+    def _capture(self, out: Outcome, step: int, steps: int, why: str) -> None:
+        window = self._start_capture(step, steps)
+        if window is not None:
+            out.lines.append(f"recording steps {window[0]}-{window[1]} ({why})")
+
+    def _start_capture(self, step: int, steps: int) -> Optional[tuple[int, int]]:
+        """Record ``steps`` steps from the step after ``step`` on; None when this rank cannot (or the budget is
+        spent)."""
+        if self.runner is None or self.broken:
+            return None
+        if not self.checks.spend_capture():
+            self.report(f"no more captures: `max_captures={self.options.max_captures}` windows were recorded", "budget")
+            return None
+        first, last = self.runner.capture(step + 1, steps)
+        self.windows_at = min(self.windows_at, step)  # the runner opens it at this step's end
+        return first, last
+
+    def _poll_requests(self, out: Outcome, now: float, step: int) -> None:
+        assert self.live is not None
+        try:
+            request = self.live.poll(now)
+        except OSError as err:
+            self.report(f"cannot read capture requests: {err!r}", "request")
+            return
+        if request is not None:
+            steps = request["steps"] or self.options.active
+            if self.rank.world_size > 1:
+                self.checks.requested = steps  # all ranks start it together at the next rolling check
+            else:
+                self._capture(out, step, steps, "requested from outside")
+
+    def _gpu_mark(self) -> Optional[float]:
+        return self.sampler.mark() if self.sampler is not None else None
+
+    def _gpu_idle(self) -> Optional[float]:
+        """NVML idle ratio of this epoch's training time, between marks in NVML's own clock."""
+        if self.sampler is None or self.spans.gpu_start is None:
+            return None
+        ratio = self.sampler.idle_ratio(self.spans.gpu_start, self.sampler.mark(), self.spans.gpu_validation)
+        if self.sampler.error is not None:
+            self.report(f"NVML sampling stopped: {self.sampler.error!r}", "nvml")
+        return ratio

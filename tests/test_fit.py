@@ -1,0 +1,180 @@
+"""FitRun, the fit's logic, driven without a Trainer by plain facts and a fake clock (tests/fake_fit.py): every
+figure below is known exactly in advance from the seconds the test gives each fetch and step."""
+
+import pytest
+import torch
+from fake_fit import FakeFit
+from lightning_profkit.capture_request import request_capture
+from lightning_profkit.monitor.advice import LoaderFacts
+
+NO_WINDOWS = dict(profile=False, max_captures=0)
+
+
+def epoch_row(fit):
+    return [m for out in fit.outcomes for _, m in out.metrics if "profkit/data_wait_ratio" in m]
+
+
+def test_epoch_figures_are_the_fetch_and_step_seconds_given(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, **NO_WINDOWS)
+    steps = [(0.25, 0.75)] * 6 + [(0.5, 1.5)] * 4  # 10 steps: 3.5 s of 14 s waiting for data
+    fit.epoch(0, steps, startup=2.0)
+    fit.epoch(1, [(0.0, 1.0)] * 10)
+    fit.end()
+    first, second = epoch_row(fit)
+    assert first["profkit/train_s"] == 16.0  # the epoch's time, worker start-up included
+    assert first["profkit/data_wait_s"] == 3.5
+    assert first["profkit/data_wait_ratio"] == 3.5 / 16.0
+    assert first["profkit/dataloader_startup_s"] == 2.0
+    assert first["profkit/step_time_ms_mean"] == pytest.approx(1400.0)  # from one fetch to the next
+    assert first["profkit/step_time_ms_p90"] == pytest.approx(2000.0)
+    assert first["profkit/samples_per_s"] == 10 * 2 / 16.0
+    assert first["epoch"] == 0.0 and second["epoch"] == 1.0
+    assert second["profkit/data_wait_ratio"] == 0.0 and second["profkit/step_time_ms_mean"] == pytest.approx(1000.0)
+    assert [step for step, m in fit.logged() if "profkit/data_wait_ratio" in m] == [10, 20]  # the log step given
+    assert not any(k.startswith(("profkit/overhead", "profkit/peak_memory", "profkit/gpu_idle")) for k in first)
+
+
+def test_validation_is_left_out_of_training_time_and_step_times(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, **NO_WINDOWS)
+    fit.epoch(0, [(0.5, 0.5)] * 4, validation={1: 10.0})  # 10 s of validation after batch 1
+    fit.end()
+    (row,) = epoch_row(fit)
+    assert row["profkit/train_s"] == 4.0 and row["profkit/data_wait_ratio"] == 0.5
+    assert row["profkit/step_time_ms_mean"] == pytest.approx(1000.0)
+
+
+def test_rolling_checks_log_their_block_and_an_episode_alerts_once(monkeypatch, tmp_path):
+    loader = LoaderFacts(num_workers=0, cpus=8)
+    fit = FakeFit(monkeypatch, str(tmp_path), loader=loader, alert_window=5, alert_patience=2, alert_cooldown=1000,
+                  capture_on_alert=False, **NO_WINDOWS)
+    fast, slow = (0.1, 0.9), (0.6, 0.4)
+    fit.epoch(0, [fast] * 5 + [slow] * 15 + [fast] * 5 + [slow] * 10)
+    fit.end()
+    rolling = [(step, m["profkit/rolling/data_wait_ratio"]) for step, m in fit.logged("profkit/rolling/")]
+    assert [step for step, _ in rolling] == [4, 9, 14, 19, 24, 29, 34]
+    assert [round(r, 12) for _, r in rolling] == [0.1, 0.6, 0.6, 0.6, 0.1, 0.6, 0.6]
+    assert all(m["profkit/rolling/step_time_ms"] == pytest.approx(1000.0) for _, m in fit.logged("profkit/rolling/"))
+    # the second slow check (step 14) starts the episode; the one at step 34 starts a new episode, but within
+    # the cooldown of 1000 steps: one alert in all
+    (alert,) = fit.alerts
+    assert (alert.step, alert.ratio, alert.checked) == (14, pytest.approx(0.6), "steps 10-14 (epoch 0)")
+    assert any("num_workers=0" in line for line in alert.advice)
+    assert sum("waiting for the DataLoader" in w for w in fit.warnings) == 1
+    assert epoch_row(fit)[0]["profkit/data_wait_alert"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "slow, patience, cooldown, expected",
+    [
+        ([(20, 79)], 2, 0, [39]),  # one long episode: one alert, at its second slow check
+        ([(20, 29)], 2, 0, []),  # one slow block: patience holds it back
+        ([(20, 59), (120, 159)], 2, 0, [39, 139]),  # two episodes
+        ([(20, 59), (120, 159)], 2, 200, [39]),  # the second is inside the cooldown
+        ([(20, 59), (120, 159)], 3, 0, [49, 149]),
+    ],
+    ids=["episode", "burst", "two-episodes", "cooldown", "patience-3"],
+)
+def test_patience_and_cooldown(monkeypatch, tmp_path, slow, patience, cooldown, expected):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_window=10, alert_patience=patience, alert_cooldown=cooldown,
+                  capture_on_alert=False, **NO_WINDOWS)
+    fit.epoch(0, [(0.01 if any(lo <= i <= hi for lo, hi in slow) else 0.0, 0.002) for i in range(200)])
+    fit.end()
+    assert [alert.step for alert in fit.alerts] == expected
+    assert sum("waiting for the DataLoader" in w for w in fit.warnings) == len(expected)
+
+
+def test_a_check_block_runs_on_across_an_epoch_end(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_window=4, alert_threshold=0.5, **NO_WINDOWS)
+    fit.epoch(0, [(0.2, 0.8)] * 6)  # checks at step 3; steps 4-5 carried into the next epoch's block
+    fit.epoch(1, [(0.8, 0.2)] * 6)  # checks at 7 (steps 4-7: 2 fast, 2 slow) and 11
+    fit.end()
+    rolling = {step: m["profkit/rolling/data_wait_ratio"] for step, m in fit.logged("profkit/rolling/")}
+    assert rolling == {3: pytest.approx(0.2), 7: pytest.approx(0.5), 11: pytest.approx(0.8)}
+
+
+def test_the_step_hook_is_woken_only_for_steps_with_work(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_window=10, **NO_WINDOWS)
+    fit.epoch(0, [(0.0, 0.1)] * 40)
+    fit.end()
+    assert fit.woken_at == [9, 19, 29, 39]  # the rolling checks: nothing else has work at a step's end
+
+
+def test_capture_requests_are_looked_for_once_a_second_and_recorded(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, steps="100", warmup=1, active=2, max_captures=1)
+    fit.epoch(0, [(0.0, 0.5)] * 12)  # polls at steps 0, 3, 6 and 9: the first fetch 1 s of the clock after the last
+    assert fit.woken_at == [0, 3, 6, 9]
+    request_capture(str(tmp_path))
+    fit.epoch(1, [(0.0, 0.5)] * 12)  # the poll at step 12 takes it: warm-up 13, steps 14-15 recorded
+    request_capture(str(tmp_path))
+    fit.epoch(2, [(0.0, 0.5)] * 12)  # a second request finds the budget spent
+    fit.end()
+    assert fit.woken_at[4:9] == [12, 13, 14, 15, 17]  # the window (13-15; a poll at 14, 1 s after 12), a poll at 17
+    lines = [line for out in fit.outcomes for line in out.lines]
+    assert "recording steps 14-15 (requested from outside)" in lines
+    assert fit.checks.captures_left == 0
+    assert any("no more captures: `max_captures=1`" in w for w in fit.warnings)
+    assert [p.split("/")[-2] for p in fit.traces] == ["step=000014-000015-epoch=1"]
+
+
+class AdvancingProfiler:
+    """torch.profiler.profile's calls, each moving the fake clock by a known number of seconds."""
+
+    def __init__(self, monkeypatch, clock, seconds):
+        self.total = 0.0
+        for name in ("__init__", "start", "step", "stop"):
+            monkeypatch.setattr(torch.profiler.profile, name, self.advancing(getattr(torch.profiler.profile, name),
+                                                                             clock, seconds[name]))
+
+    def advancing(self, real, clock, seconds):
+        def call(*args, **kwargs):
+            clock.advance(seconds)
+            self.total += seconds
+            return real(*args, **kwargs)
+        return call
+
+
+def test_own_cost_is_the_profiled_steps_and_the_profilers_calls(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, steps="10-12", warmup=1, max_captures=0)
+    profiler = AdvancingProfiler(monkeypatch, fit.clock, {"__init__": 0.001, "start": 0.002, "step": 0.003, "stop": 0.004})
+    # steps 9-12 run inside the session (9: warm-up), 2 s each; the others 1 s; after the window, 1.5 s
+    steps = [(0.0, 1.0)] * 9 + [(0.0, 2.0)] * 4 + [(0.0, 1.5)] * 7
+    fit.epoch(0, steps)
+    fit.end()
+    (row,) = epoch_row(fit)
+    times = [b - a for a, b in zip(fit.fetch_starts, fit.fetch_starts[1:])]  # each step, the profiler's calls in it
+    on = [times[i] for i in range(9, 13)]
+    off = [t for i, t in enumerate(times) if not 9 <= i <= 12]
+    assert row["profkit/overhead/profiled_step_ratio"] == pytest.approx((sum(on) / 4) / (sum(off) / len(off)))
+    after, before = sorted(times[13:])[3], sorted(times[5:9])
+    assert row["profkit/overhead/after_window_ratio"] == pytest.approx(after / ((before[1] + before[2]) / 2))
+    assert row["profkit/overhead/window_ms"] == pytest.approx(1000 * profiler.total)
+    assert [p.split("/")[-2] for p in fit.traces] == ["step=000010-000012-epoch=0"]
+
+
+def test_window_ms_is_absent_from_an_epoch_without_a_window(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, steps="30-31", max_captures=0)
+    fit.epoch(0, [(0.0, 1.0)] * 20)
+    fit.end()
+    (row,) = epoch_row(fit)
+    assert not any(k.startswith("profkit/overhead/") for k in row)
+
+
+def test_a_clean_run_reads_1_and_is_not_warned(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)  # windows at batches 11-13
+    for epoch in range(3):
+        fit.epoch(epoch, [(0.001, 0.01)] * 30)
+    fit.end()
+    rows = epoch_row(fit)
+    assert [(r["profkit/overhead/profiled_step_ratio"], r["profkit/overhead/after_window_ratio"]) for r in rows] == [
+        (1.0, 1.0)] * 3
+    assert not [w for w in fit.warnings if "after_window_ratio" in w]
+
+
+def test_steps_slower_after_the_window_warn_once(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)
+    for epoch in range(3):  # after epoch 0's window (steps 10-13), each step 2x as long
+        fit.epoch(epoch, [(0.001, 0.01 if 30 * epoch + i < 20 else 0.021) for i in range(30)])
+    fit.end()
+    assert [r["profkit/overhead/after_window_ratio"] for r in epoch_row(fit)] == [2.0] * 3
+    warned = [w for w in fit.warnings if "after_window_ratio" in w]
+    assert len(warned) == 1 and "2.00x" in warned[0] and "2 epochs running" in warned[0] and "profile=False" in warned[0]
