@@ -14,7 +14,7 @@ Checks, on one GPU with a real Trainer, for a data-bound run (a DataLoader that 
    holds GPU kernels; ``profkit/window/gpu_idle_share`` is logged within [0, 1]; peak memory is logged.
 3. No device synchronisation on unprofiled steps: both fits run under
    ``torch.cuda.set_sync_debug_mode("warn")``; every synchronising call is attributed by its Python stack,
-   and none may come from lightning_profkit outside a window's start and stop (``monitor/windows.py``).
+   and none may come from lightning_profkit outside a window's start and stop (``monitor/profiling/windows.py``).
    A deliberate ``.item()`` first proves that the detection works. Other warnings are passed on.
 4. What profiling costs, on the compute-bound model: the default windows' wall time against no callback
    (fits interleaved); the unprofiled steps after a window against those before the first one
@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from lightning_profkit import PerformanceMonitor  # noqa: E402
 
 # where lightning_profkit may synchronise: a window's profiler session starting or ending
-ALLOWED_FILES = ("monitor/windows.py",)  # paths in the package, with /
+ALLOWED_FILES = ("monitor/profiling/windows.py",)  # paths in the package, with /
 ALLOWED_FUNCTIONS: tuple[str, ...] = ()
 SKIP_FIRST, WARMUP, ACTIVE = 5, 1, 3
 failures: list[str] = []

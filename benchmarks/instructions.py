@@ -19,7 +19,7 @@ every ``--poll-every`` steps (625: one second of 1.6 ms steps). The default wind
 1, record 3) falls in both fits, so it counts in the fixed cost: one window per fit of ``--steps`` steps,
 as one window per epoch. What the window's save hands to the finalizing process (the JSON rewrite, gzip and
 figures) is counted apart, whole: a fit's window is written as usual (outside callgrind), its trace is
-handed again to ``python -m lightning_profkit.monitor.finalize`` run under callgrind from its start, and that
+handed again to ``python -m lightning_profkit.monitor.writing.child`` run under callgrind from its start, and that
 count (the process's start-up and imports, once a fit, and the window's work) is added to the default
 window's fit in the "all processes" columns. The training process's threads (the writer's save too) are
 counted in its own figures.
@@ -121,7 +121,7 @@ def finalizer_counts(folder: str) -> dict[str, int]:
     sys.path.insert(0, HERE)
     from overhead import make_fit
 
-    from lightning_profkit.monitor.finalizer import CHILD, _child_env
+    from lightning_profkit.monitor.writing.process import CHILD, _child_env
 
     run = os.path.join(folder, "trace-fit")
     make_fit("windows", 100, run)()

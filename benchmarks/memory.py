@@ -30,7 +30,7 @@ def raw_torch(sessions: int, save: bool, steps: int = 1) -> float:
 
     import torch
 
-    from lightning_profkit.monitor.windows import without_usdt_lines
+    from lightning_profkit.monitor.profiling.windows import without_usdt_lines
 
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -50,8 +50,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lightning_profkit import PerformanceMonitor  # noqa: E402
-from lightning_profkit.monitor.windows import without_usdt_lines  # noqa: E402
-from lightning_profkit.monitor.writer import TraceWriter, WindowJob  # noqa: E402
+from lightning_profkit.monitor.profiling.windows import without_usdt_lines  # noqa: E402
+from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob  # noqa: E402
 
 
 class MLP(LightningModule):
@@ -164,7 +164,7 @@ def inside_us(steps: int, root: str) -> dict[str, float]:
     in a fit with metrics only."""
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
-    from lightning_profkit.monitor import fetch_timer
+    from lightning_profkit.monitor.timing import fetch_timer
 
     spent: dict = {}
     lightning_pair = (_TrainingEpochLoop, ("_on_before_fetch", "_on_after_fetch"))

@@ -7,7 +7,7 @@ __all__ = ["PerformanceMonitor"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so that `python -m lightning_profkit.monitor.finalize` and the CLI start without importing torch.
+    # Lazy, so that `python -m lightning_profkit.monitor.writing.child` and the CLI start without importing torch.
     if name == "PerformanceMonitor":
         from lightning_profkit.callback import PerformanceMonitor
 

@@ -11,17 +11,17 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
-from lightning_profkit.monitor import fetch_timer
-from lightning_profkit.monitor.advice import loader_facts
-from lightning_profkit.monitor.checks import RollingChecks
-from lightning_profkit.monitor.fit import FitRun
-from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
-from lightning_profkit.monitor.output import check_trace_dir
-from lightning_profkit.monitor.selection import StepRanges
-from lightning_profkit.notices import Notices
-from lightning_profkit.store import join
 from lightning_profkit.lightning_glue import (alert_to_tensorboard, apply, cuda_uuid, epoch_length, guarded, rank_of,
                                               run_dir, runs_pytorch_profiler, train_loader)
+from lightning_profkit.monitor.alerting.advice import loader_facts
+from lightning_profkit.monitor.alerting.checks import RollingChecks
+from lightning_profkit.monitor.fit import FitRun
+from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
+from lightning_profkit.monitor.profiling.selection import StepRanges
+from lightning_profkit.monitor.timing import fetch_timer
+from lightning_profkit.monitor.writing.output import check_trace_dir
+from lightning_profkit.notices import Notices
+from lightning_profkit.store import join
 
 __all__ = ["PerformanceMonitor", "DataWaitWarning"]
 

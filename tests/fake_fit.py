@@ -10,11 +10,12 @@ import warnings
 from types import SimpleNamespace
 from typing import Any, Optional, Sequence
 
-from lightning_profkit.monitor import fetch_timer, windows
-from lightning_profkit.monitor.advice import LoaderFacts
-from lightning_profkit.monitor.checks import RollingChecks
+from lightning_profkit.monitor.alerting.advice import LoaderFacts
+from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.fit import FitRun, Outcome, Rank
 from lightning_profkit.monitor.options import Options
+from lightning_profkit.monitor.profiling import windows
+from lightning_profkit.monitor.timing import fetch_timer
 from lightning_profkit.notices import Notices
 
 

@@ -6,14 +6,13 @@ import json
 
 import pytest
 
-
-from lightning_profkit.monitor.advice import LoaderFacts, data_wait_advice, gpu_idle_advice, gpu_idle_notice
+from lightning_profkit.alerts import DataWaitAlert
+from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice, gpu_idle_advice, gpu_idle_notice
+from lightning_profkit.monitor.alerting.checks import AlertRule, CheckBlock, RollingChecks
+from lightning_profkit.monitor.options import Options
 from lightning_profkit.trace.columns import columns
 from lightning_profkit.trace.events import from_dicts
 from lightning_profkit.trace.host_steps import window_figures
-from lightning_profkit.alerts import DataWaitAlert
-from lightning_profkit.monitor.checks import AlertRule, CheckBlock, RollingChecks
-from lightning_profkit.monitor.options import Options
 
 
 def run(rule, ratios, every=10):

@@ -8,12 +8,11 @@ import time
 import warnings
 
 import pytest
+from conftest import (SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps,
+                      read_trace, trace_files)
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
-from conftest import (
-    SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps, read_trace, trace_files,
-)
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.alerts import DataWaitAlertError, DataWaitWarning
 
@@ -137,7 +136,7 @@ def test_capture_command_refuses_a_folder_without_a_run(tmp_path):
 
 
 def test_rolling_checks_log_a_curve_while_the_epoch_runs(tmp_path, monkeypatch):
-    from lightning_profkit.monitor.checks import RollingChecks
+    from lightning_profkit.monitor.alerting.checks import RollingChecks
 
     seen = []  # the checks' own figures: (ratio, rank) of each check, as the rule gets them
     worst = RollingChecks.worst

@@ -4,11 +4,11 @@ killed mid-run, it costs no training step and the next windows are written by a 
 import os
 import signal
 
+from conftest import SleepDataset, TinyModel, leftovers, make_trainer, trace_files
 from lightning.pytorch import Callback
 
-from conftest import SleepDataset, TinyModel, leftovers, make_trainer, trace_files
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor.finalizer import CHILD
+from lightning_profkit.monitor.writing.process import CHILD
 
 
 def finalizers():

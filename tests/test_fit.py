@@ -4,8 +4,9 @@ figure below is known exactly in advance from the seconds the test gives each fe
 import pytest
 import torch
 from fake_fit import FakeFit
+
 from lightning_profkit.capture_request import request_capture
-from lightning_profkit.monitor.advice import LoaderFacts
+from lightning_profkit.monitor.alerting.advice import LoaderFacts
 
 NO_WINDOWS = dict(profile=False, max_captures=0)
 

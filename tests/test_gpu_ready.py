@@ -9,15 +9,15 @@ import re
 import weakref
 
 import torch
+from conftest import SleepDataset, TinyModel, make_trainer
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import CSVLogger
 from torch.profiler import ProfilerAction, ProfilerActivity
 
-from conftest import SleepDataset, TinyModel, make_trainer
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor.epoch_figures import PREFIX, reduce_ranks, to_vector
 from lightning_profkit.monitor.options import Options
-from lightning_profkit.monitor.windows import WindowSession
+from lightning_profkit.monitor.profiling.windows import WindowSession
+from lightning_profkit.monitor.timing.epoch_figures import PREFIX, reduce_ranks, to_vector
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "lightning_profkit")

@@ -2,11 +2,10 @@
 
 import time
 
+import pynvml
 import pytest
 
-import pynvml
-
-from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, idle_ratio, nvml_reader
+from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, idle_ratio, nvml_reader
 
 
 def test_idle_ratio_over_the_epoch_leaves_out_validation():

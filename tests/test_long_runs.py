@@ -4,12 +4,12 @@ import gc
 import os
 import threading
 
+from conftest import SleepDataset, TinyModel, leftovers, make_trainer, trace_files
 from lightning.pytorch import Callback
 
-from conftest import SleepDataset, TinyModel, leftovers, make_trainer, trace_files
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor.retention import Retention
-from lightning_profkit.monitor.windows import WindowSession
+from lightning_profkit.monitor.profiling.windows import WindowSession
+from lightning_profkit.monitor.writing.retention import Retention
 
 
 def rss_mb():

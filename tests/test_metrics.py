@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+from conftest import SleepDataset, SleepIterable, TinyModel, fetch_timing_removed, make_trainer
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
@@ -13,10 +14,9 @@ from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 from lightning.pytorch.utilities.combined_loader import CombinedLoader
 from torch.utils.data import ConcatDataset, DataLoader
 
-from conftest import SleepDataset, SleepIterable, TinyModel, fetch_timing_removed, make_trainer
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor import fetch_timer
-from lightning_profkit.monitor.fetch_timer import STEP_CHUNK
+from lightning_profkit.monitor.timing import fetch_timer
+from lightning_profkit.monitor.timing.fetch_timer import STEP_CHUNK
 
 
 class TruthLoader(DataLoader):

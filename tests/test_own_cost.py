@@ -7,9 +7,10 @@ import warnings
 
 import pytest
 from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer
-from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor.own_cost import SLOW_AFTER, own_cost, slow_epochs
 from test_metrics import Recorder
+
+from lightning_profkit import PerformanceMonitor
+from lightning_profkit.monitor.timing.own_cost import SLOW_AFTER, own_cost, slow_epochs
 
 
 class ClockedData(SleepDataset):

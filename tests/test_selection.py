@@ -3,8 +3,9 @@
 import pytest
 
 from lightning_profkit.monitor.options import Options
-from lightning_profkit.monitor.selection import EpochWindow, WithCaptures, parse_step_ranges
-from lightning_profkit.monitor.windows import WindowRunner
+from lightning_profkit.monitor.profiling.selection import EpochWindow, StepList, WithCaptures, parse_step_ranges
+from lightning_profkit.monitor.profiling.windows import ValidationWindows, WindowRunner
+
 
 def make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile=True):
     """The selection of a PerformanceMonitor built with these arguments (checked as at construction)."""
@@ -113,7 +114,7 @@ class Recorder:
         self.left -= 1
         return self.left > 0
 
-    def finish(self):
+    def finish(self, ran_current=True):
         self.log.append(("finish",))
 
 
@@ -160,3 +161,43 @@ def test_the_runner_notes_the_steps_each_window_held():
     assert runner.profiled == [(10, 13)]  # the warm-up step and the 3 recorded
     runner.epoch_start(30, 0, 30)
     assert runner.profiled == []
+
+
+def test_a_window_paused_by_validation_goes_on_after_it():
+    sel = make_selection(10, 1, 3, None, None, None)  # warm-up 10, batches 11-13 recorded
+    log = []
+    runner = WindowRunner(sel, lambda selection, step, batch_idx, warmup: Recorder(log, step, warmup, 3))
+    runner.epoch_start(0, 0, 30)
+    for step in range(12):
+        runner.step_end(step, step, False)
+    assert log == [("open", 10, 1)] and runner.session is not None
+    runner.pause()  # validation after step 11: step 12 has not run
+    assert runner.session is None and log[-1] == ("finish",)
+    assert runner.resume(12, 12) and log[-1] == ("open", 12, 0)  # the rest of the window, without a warm-up
+    assert not runner.resume(12, 12)  # nothing paused now
+    runner.pause()
+    runner.epoch_start(30, 0, 30)  # a new epoch forgets a pause
+    assert not runner.resume(30, 0)
+
+
+def test_validation_windows_record_the_batches_asked_for_in_every_run():
+    log = []
+
+    def open_session(selection, step, batch_idx, warmup):
+        length = 1
+        while selection.is_active(step + warmup + length, batch_idx + warmup + length):
+            length += 1
+        return Recorder(log, step, warmup, length)
+
+    windows = ValidationWindows(StepList(((2, 3),), 1), open_session)
+    for run in range(2):
+        windows.run_start()
+        for batch_idx in range(6):
+            windows.batch_start(batch_idx)
+            windows.batch_end()
+        windows.stop()
+    assert log == [("open", 1, 1), ("open", 1, 1)]  # opened at batch 1 to warm up, done after batch 3
+    windows.run_start()
+    windows.batch_start(1)
+    windows.run_start()  # a run that ended without its end (an exception in validation): the next one starts clean
+    assert log[-1] == ("finish",)

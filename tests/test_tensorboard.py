@@ -6,14 +6,14 @@ import logging
 import os
 import shutil
 
+from conftest import SleepDataset, TinyModel, make_trainer, read_trace, trace_files
+from torch_tb_profiler import io as tb_io
 from torch_tb_profiler.profiler.data import RunProfileData
 from torch_tb_profiler.profiler.event_parser import ProfileRole
 from torch_tb_profiler.profiler.loader import RunLoader
-from torch_tb_profiler import io as tb_io
 
-from conftest import SleepDataset, TinyModel, make_trainer, read_trace, trace_files
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor.finalize import finalize_trace
+from lightning_profkit.monitor.writing.child import finalize_trace
 
 CONTROL = "hta/trace_diff_control/control.json.gz"
 

@@ -6,10 +6,10 @@ import os
 import warnings
 
 import torch
-
 from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer, read_trace
+
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor.output import window_name
+from lightning_profkit.monitor.writing.output import window_name
 
 
 class DeepModel(TinyModel):

@@ -21,22 +21,23 @@ from typing import Any, Callable, Optional
 
 from lightning_profkit import capture_request
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
-from lightning_profkit.monitor.advice import LoaderFacts, data_wait_advice, gpu_idle_notice
-from lightning_profkit.monitor.checks import RollingChecks
-from lightning_profkit.monitor.delivery import AlertDelivery
-from lightning_profkit.monitor.epoch_figures import (PREFIX, EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
-                                                    to_vector, window_metrics)
+from lightning_profkit.metric_names import PREFIX
+from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice, gpu_idle_notice
+from lightning_profkit.monitor.alerting.checks import RollingChecks
+from lightning_profkit.monitor.alerting.delivery import AlertDelivery
 from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group
-from lightning_profkit.monitor.fetch_timer import FetchTimer
-from lightning_profkit.monitor.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
-from lightning_profkit.monitor.output import TraceOutput
-from lightning_profkit.monitor.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
-from lightning_profkit.monitor.selection import Selection
+from lightning_profkit.monitor.profiling.selection import Selection
+from lightning_profkit.monitor.profiling.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK,
+                                                         ValidationWindows, WindowRunner, WindowSession,
+                                                         learned_json_per_byte, profiler_activities, session_opener)
+from lightning_profkit.monitor.timing.epoch_figures import (EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
+                                                            to_vector, window_metrics)
+from lightning_profkit.monitor.timing.fetch_timer import FetchTimer
+from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
+from lightning_profkit.monitor.timing.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
+from lightning_profkit.monitor.writing.output import TraceOutput
 from lightning_profkit.notices import warn
-from lightning_profkit.monitor.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK, ValidationWindows,
-                                               WindowRunner, WindowSession, learned_json_per_byte, profiler_activities,
-                                               session_opener)
 
 OWNER_CHECK_S = 10.0  # seconds of training between checks that the callback is still among the trainer's callbacks
 INF = float("inf")

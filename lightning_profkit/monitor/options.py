@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from lightning_profkit.alerts import DataWaitAlert
-from lightning_profkit.monitor.selection import (
-    EpochWindow, EveryNSteps, NoSteps, Selection, StepFilter, StepList, StepRanges, parse_step_ranges,
-)
+from lightning_profkit.monitor.profiling.selection import (EpochWindow, EveryNSteps, NoSteps, Selection, StepFilter,
+                                                           StepList, StepRanges, parse_step_ranges)
 
 ACTIVITIES = ("cpu", "cuda")
 ALERT_ACTIONS = ("warn", "stop", "raise")

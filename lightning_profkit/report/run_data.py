@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from lightning_profkit.metric_names import PREFIX
+
 EPOCH_METRICS = ("data_wait_ratio", "gpu_idle_ratio", "step_time_ms_mean", "step_time_ms_p90", "data_wait_alert")
 ALERT_TAG = "profkit/alerts/text_summary"  # what add_text("profkit/alerts") writes
 
@@ -53,10 +55,10 @@ def from_csv(path: str) -> RunData:
     data = RunData(path)
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            ratio = _number(row.get("profkit/data_wait_ratio", ""))
+            ratio = _number(row.get(PREFIX + "data_wait_ratio", ""))
             if ratio is None:
                 continue
-            values = {k: _number(row.get(f"profkit/{k}", "")) for k in EPOCH_METRICS}
+            values = {k: _number(row.get(PREFIX + k, "")) for k in EPOCH_METRICS}
             epoch = _number(row.get("epoch", ""))
             data.epochs.append(Epoch(int(epoch) if epoch is not None else len(data.epochs),
                                      int(_number(row.get("step", "")) or 0), **values))
@@ -70,11 +72,11 @@ def from_events(folder: str) -> RunData:
     events = ea.EventAccumulator(folder, size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
     events.Reload()
     tags = events.Tags()
-    scalars = {t: {e.step: e.value for e in events.Scalars(t)} for t in tags.get("scalars", []) if t.startswith("profkit/") or t == "epoch"}
+    scalars = {t: {e.step: e.value for e in events.Scalars(t)} for t in tags.get("scalars", []) if t.startswith(PREFIX) or t == "epoch"}
     data = RunData(folder)
     epoch_of = scalars.get("epoch", {})
-    for k, step in enumerate(sorted(scalars.get("profkit/data_wait_ratio", {}))):
-        values = {m: scalars.get(f"profkit/{m}", {}).get(step) for m in EPOCH_METRICS}
+    for k, step in enumerate(sorted(scalars.get(PREFIX + "data_wait_ratio", {}))):
+        values = {m: scalars.get(PREFIX + m, {}).get(step) for m in EPOCH_METRICS}
         data.epochs.append(Epoch(int(epoch_of.get(step, k)), step, **values))
     if ALERT_TAG in tags.get("tensors", []):
         for e in events.Tensors(ALERT_TAG):

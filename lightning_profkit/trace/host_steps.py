@@ -1,6 +1,6 @@
 """Figures of one profiled window, from its trace events: interval math only, no torch.
 
-Definitions (``../shared/traces/README.md``, "host_step", with two changes): steps are the host-side
+Definitions (the figures under "host_step" in ``tests/data/traces/reference.json``, with two changes): steps are the host-side
 ``ProfilerStep#N`` spans; device activity is kernels, memcpy and memset on a GPU's streams, and the GPU idle
 share is averaged over the GPUs in the trace (a trace of one process driving two GPUs is not "busy" while
 one of them idles); blocking calls are counted on the threads that run the steps only (NCCL's watchdog

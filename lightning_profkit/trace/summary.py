@@ -1,7 +1,7 @@
 """Where the time went in one trace, in many, and between two sets: the figures behind ``profkit summary``.
 
 One trace's summary holds torch-tb-profiler's step breakdown (:mod:`step_breakdown`), HTA's temporal
-breakdown (:mod:`temporal_breakdown`), the host-step figures the callback logs (:mod:`trace_metrics`) and
+breakdown (:mod:`temporal_breakdown`), the host-step figures the callback logs (:mod:`host_steps`) and
 the top operators (:mod:`operator_times`). :func:`key_figures` flattens it to the numbers that are
 averaged over traces and compared between runs. A figure a trace cannot support is None, with a note.
 """

@@ -1,6 +1,6 @@
 """Turn raw profiler dumps into final trace files; runs in one child process per fit, off the training loop.
 
-``python -m lightning_profkit.monitor.finalize`` (started by :mod:`~lightning_profkit.monitor.finalizer`)
+``python -m lightning_profkit.monitor.writing.child`` (started by :mod:`~lightning_profkit.monitor.writing.process`)
 takes one job per line: for each, it reads the raw JSON that torch saved,
 applies the TensorBoard fix, adds our labels under the ``"profkit"`` key (and ``distributedInfo`` with the
 rank and world size where torch wrote none), writes gzip under a
@@ -21,13 +21,13 @@ import threading
 import time
 from typing import Any, Optional, TextIO
 
-from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
-from lightning_profkit.trace.load import load
-from lightning_profkit.trace.vocabulary import is_step, step_number
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.capture_request import MARKER, REQUEST
 from lightning_profkit.store import StoreError, join, read, remove, upload, write
+from lightning_profkit.trace.load import load
 from lightning_profkit.trace.summary import summarize_trace
+from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
+from lightning_profkit.trace.vocabulary import is_step, step_number
 
 
 def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Optional[str] = None) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Where a fit's traces go and what becomes of them: ``<trace dir>/<window>/<worker>.<ns>.pt.trace.json.gz``,
-written off the training thread (:mod:`~lightning_profkit.monitor.writer`), the newest windows kept
-(:mod:`~lightning_profkit.monitor.retention`), and the written windows handed back to the training thread,
+written off the training thread (:mod:`~lightning_profkit.monitor.writing.writer`), the newest windows kept
+(:mod:`~lightning_profkit.monitor.writing.retention`), and the written windows handed back to the training thread,
 which alone updates what the callback shows (its list of traces, the summaries of the end of ``fit``). A trace
 folder on object storage (a URL) is mirrored by a local staging folder: windows are written there in full and
 uploaded by the finalizing process."""
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from lightning_profkit.figures import HostFigures
-from lightning_profkit.monitor.retention import Retention
-from lightning_profkit.monitor.writer import TraceWriter, WindowJob
+from lightning_profkit.monitor.writing.retention import Retention
+from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob
 from lightning_profkit.store import is_url, join, probe, staging_dir
 
 SUMMARIZED = 50  # windows in the end-of-fit summary (the newest)
@@ -63,7 +63,7 @@ def check_trace_dir(trace_dir: str) -> None:
     """Fail now, before any training step, if traces could not be written to ``trace_dir``: a URL's store is
     probed (in a child process) and its local staging folder checked; a local folder is checked."""
     if is_url(trace_dir):  # written locally in full, then uploaded by the finalizing process
-        from lightning_profkit.monitor.finalizer import child_env
+        from lightning_profkit.monitor.writing.process import child_env
 
         probe(trace_dir, env=child_env())
         trace_dir = staging_dir(trace_dir)

@@ -2,7 +2,7 @@
 
 The training thread only queues the profiler's results. A writer thread saves them (torch's save
 holds the GIL for a few milliseconds; it is the only part that can touch training) and hands the
-rewrite, gzip and rename to the fit's finalizing process (:mod:`~lightning_profkit.monitor.finalizer`),
+rewrite, gzip and rename to the fit's finalizing process (:mod:`~lightning_profkit.monitor.writing.process`),
 which holds no lock of ours. Files appear under their final name only when complete. A window bound for object
 storage is written in full to a local staging folder and uploaded by the same process; an upload that fails is
 kept there and retried with every later job and once more at the end.
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 from lightning_profkit.atomic_files import temporary_name
-from lightning_profkit.monitor.finalizer import Finalizer
+from lightning_profkit.monitor.writing.process import FinalizingProcess
+
 
 @dataclass
 class WindowJob:
@@ -53,7 +54,7 @@ class TraceWriter:
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._pending = 0  # windows submitted and not yet written or dropped
-        self._finalizer = Finalizer()  # its process starts with the first window, ends with the thread
+        self._finalizer = FinalizingProcess()  # its process starts with the first window, ends with the thread
         self._thread_cpu_s = 0.0
         self.unsent: list[list[str]] = []  # [local, url]: uploads that failed, retried with every later job
 
@@ -78,7 +79,7 @@ class TraceWriter:
 
     def watch(self, url: str, local: str, marker: dict[str, Any]) -> None:
         """Start the finalizing process now, keeping ``marker`` on the store at ``url`` and moving capture requests
-        left there into ``local`` for as long as it runs (:class:`~lightning_profkit.monitor.finalize.RequestMirror`)."""
+        left there into ``local`` for as long as it runs (:class:`~lightning_profkit.monitor.writing.child.RequestMirror`)."""
         self._finalizer.watch = {"url": url, "local": local, "marker": marker}
         self.submit({})
 

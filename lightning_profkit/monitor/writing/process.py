@@ -1,5 +1,5 @@
 """The one finalizing process of a fit: started with the first window, reused for every window, ended at
-teardown. It rewrites each raw profiler dump into its trace (:mod:`~lightning_profkit.monitor.finalize`)
+teardown. It rewrites each raw profiler dump into its trace (:mod:`~lightning_profkit.monitor.writing.child`)
 at idle priority (``SCHED_IDLE`` where the OS has it, else the lowest nice), so that it takes a core only
 when training leaves one free.
 
@@ -15,10 +15,10 @@ import subprocess
 import sys
 from typing import Any, Optional
 
-CHILD = "lightning_profkit.monitor.finalize"  # by name: its analysis imports stay out of the training process
+CHILD = "lightning_profkit.monitor.writing.child"  # by name: its analysis imports stay out of the training process
 
 
-class Finalizer:
+class FinalizingProcess:
     """Parent side of the finalizing process; used by one thread (the trace writer's)."""
 
     def __init__(self) -> None:
@@ -33,7 +33,7 @@ class Finalizer:
         return self._ended_cpu_s + self._cpu_s
 
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Do ``job`` (see :func:`~lightning_profkit.monitor.finalize.serve`); returns the reply. Raises
+        """Do ``job`` (see :func:`~lightning_profkit.monitor.writing.child.serve`); returns the reply. Raises
         ``OSError`` when it could not."""
         proc = self._proc if self._proc is not None and self._proc.poll() is None else None
         if proc is None:

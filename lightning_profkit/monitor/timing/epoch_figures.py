@@ -6,27 +6,8 @@ import math
 from typing import Optional, Sequence
 
 from lightning_profkit.figures import HostFigures
-from lightning_profkit.monitor.fetch_timer import FetchStats
-
-PREFIX = "profkit/"
-# the order of values exchanged between ranks; every rank sends all of them (NaN = absent)
-EPOCH_KEYS = (
-    "data_wait_ratio",
-    "data_wait_s",
-    "train_s",
-    "step_time_ms_mean",
-    "step_time_ms_p90",
-    "dataloader_startup_s",
-    "samples_per_s",
-    "val_data_wait_ratio",
-    "peak_memory_mb",
-    "gpu_idle_ratio",
-    "overhead/profiled_step_ratio",
-    "overhead/after_window_ratio",
-    "overhead/window_ms",
-    "overhead/helper_cpu_s",
-)
-
+from lightning_profkit.metric_names import EXCHANGED, LARGEST, PREFIX
+from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (as numpy's default) of a non-empty sequence."""
@@ -72,23 +53,18 @@ def epoch_figures(
 
 
 def to_vector(figures: dict[str, float]) -> list[float]:
-    return [figures.get(k, math.nan) for k in EPOCH_KEYS]
-
-
-# reduced by the maximum over ranks, not the mean: the rank that runs out of memory is the one with the most;
-# the rank that profiling slows most, or costs most
-MAX_KEYS = frozenset({"peak_memory_mb", "overhead/profiled_step_ratio", "overhead/after_window_ratio",
-                      "overhead/window_ms", "overhead/helper_cpu_s"})
+    """The figures in the exchange's order, NaN for an absent one (every rank sends every value)."""
+    return [figures.get(k, math.nan) for k in EXCHANGED]
 
 
 def reduce_ranks(rows: Sequence[Sequence[float]]) -> dict[str, float]:
-    """Per-rank vectors (``EPOCH_KEYS`` order) to logged metrics: the mean over ranks that have a value
-    (the maximum for ``MAX_KEYS``); with several ranks also the data-wait maximum and the rank that has it."""
+    """Per-rank vectors (``EXCHANGED`` order) to logged metrics: the mean over ranks that have a value
+    (the maximum for ``LARGEST``); with several ranks also the data-wait maximum and the rank that has it."""
     out: dict[str, float] = {}
-    for i, key in enumerate(EPOCH_KEYS):
+    for i, key in enumerate(EXCHANGED):
         present = [row[i] for row in rows if not math.isnan(row[i])]
         if present:
-            out[PREFIX + key] = max(present) if key in MAX_KEYS else sum(present) / len(present)
+            out[PREFIX + key] = max(present) if key in LARGEST else sum(present) / len(present)
     if len(rows) > 1:
         waits = [(row[0], rank) for rank, row in enumerate(rows) if not math.isnan(row[0])]
         if waits:
@@ -126,7 +102,7 @@ def window_metrics(figures: HostFigures, validation: bool = False) -> dict[str, 
 
 class EpochSpans:
     """When the epoch started and the validation runs inside it, in ``perf_counter`` seconds and, where GPU
-    utilization is sampled, in NVML's clock (marks: see :mod:`~lightning_profkit.monitor.gpu_sampler`)."""
+    utilization is sampled, in NVML's clock (marks: see :mod:`~lightning_profkit.monitor.timing.gpu_sampler`)."""
 
     def __init__(self, start: float = 0.0, gpu_start: Optional[float] = None) -> None:
         self.start, self.gpu_start = start, gpu_start

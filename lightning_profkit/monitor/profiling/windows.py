@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
-from lightning_profkit.monitor.selection import Selection, StepList, WithCaptures
+from lightning_profkit.monitor.profiling.selection import Selection, StepList, WithCaptures
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 

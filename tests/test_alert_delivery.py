@@ -1,0 +1,56 @@
+"""AlertDelivery without a Trainer: what rank zero sends, what it holds for a capture window, and that a
+failing ``on_alert`` or logger never reaches training."""
+
+import warnings
+
+from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
+from lightning_profkit.monitor.alerting.delivery import AlertDelivery
+
+
+def alert(step):
+    return DataWaitAlert(0.5, 0.2, 0, step, f"steps {step - 9}-{step} (epoch 0)", advice=["try num_workers=1"])
+
+
+def deliver(delivery, *calls):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for call, *args in calls:
+            getattr(delivery, call)(*args)
+    return [str(w.message) for w in caught if w.category is DataWaitWarning]
+
+
+def test_sent_alerts_warn_and_reach_the_hook_and_the_loggers():
+    got, logged, problems = [], [], []
+    delivery = AlertDelivery(got.append, lambda message, key: problems.append(key), logged.append)
+    warned = deliver(delivery, ("send", alert(19)))
+    assert warned == ["PerformanceMonitor: " + alert(19).message] and got == logged == [alert(19)] and not problems
+
+
+def test_other_ranks_decide_alike_but_say_nothing():
+    got = []
+    delivery = AlertDelivery(got.append, lambda *a: None)
+    delivery.to_user = False
+    assert deliver(delivery, ("send", alert(19))) == [] and got == []
+
+
+def test_held_alerts_go_with_the_first_window_wholly_after_them():
+    got = []
+    delivery = AlertDelivery(got.append, lambda *a: None)
+    deliver(delivery, ("hold", alert(19)), ("hold", alert(59)), ("window_written", "/r/step=000021-000023-epoch=0/t.json.gz", 21))
+    assert [(a.step, a.trace_dir) for a in got] == [(19, "/r/step=000021-000023-epoch=0")]
+    assert [a.step for a in delivery.held] == [59]
+    deliver(delivery, ("window_written",))  # the fit's end: whatever is held goes, without a trace
+    assert [(a.step, a.trace_dir) for a in got][1:] == [(59, None)] and delivery.held == []
+
+
+def test_a_failing_hook_or_logger_is_reported_and_delivery_goes_on():
+    problems = []
+
+    def broken(_):
+        raise ValueError("user bug")
+
+    delivery = AlertDelivery(broken, lambda message, key: problems.append((key, message)), broken)
+    warned = deliver(delivery, ("send", alert(19)), ("send", alert(39)))
+    assert len(warned) == 2
+    assert [key for key, _ in problems] == ["to_loggers", "on_alert"] * 2  # said once each by the callback's notices
+    assert "ValueError('user bug')" in problems[1][1] and "training continues" in problems[1][1]

@@ -1,0 +1,69 @@
+"""The epoch's figures from plain timings, the ranks' reduction and the spans of an epoch, without a Trainer."""
+
+import math
+
+import pytest
+from lightning_profkit.metric_names import EXCHANGED
+from lightning_profkit.monitor.timing.epoch_figures import (EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
+                                                            to_vector)
+from lightning_profkit.monitor.timing.fetch_timer import FetchStats
+
+
+def stats(waits, steps, first_fetch=None):
+    s = FetchStats()
+    s.train_s, s.train_count, s.first_fetch = sum(waits), len(waits), first_fetch
+    s.recent_steps.extend(steps)
+    return s
+
+
+def test_figures_of_an_epoch():
+    got = epoch_figures(stats([0.5, 0.5], [1.0, 3.0], first_fetch=12.0), 10.0, 20.0, 2.0, 4, 3 * 2**20, 0.25)
+    assert got == {"train_s": 8.0, "data_wait_s": 1.0, "data_wait_ratio": 0.125, "samples_per_s": 1.0,
+                   "step_time_ms_mean": 2000.0, "step_time_ms_p90": pytest.approx(2800.0),
+                   "dataloader_startup_s": 2.0, "peak_memory_mb": 3.0, "gpu_idle_ratio": 0.25}
+
+
+def test_what_cannot_be_known_is_absent_not_zero():
+    got = epoch_figures(stats([], []), 10.0, 10.0, 0.0, None, None)
+    assert got == {"train_s": 0.0, "data_wait_s": 0.0}
+    assert all(math.isnan(v) for k, v in zip(EXCHANGED, to_vector(got)) if k not in got)
+
+
+def test_ranks_are_reduced_by_the_mean_the_largest_and_the_worst():
+    a, b = to_vector({"data_wait_ratio": 0.1, "peak_memory_mb": 100.0}), to_vector({"data_wait_ratio": 0.3})
+    got = reduce_ranks([a, b])
+    assert got["profkit/data_wait_ratio"] == pytest.approx(0.2)
+    assert got["profkit/peak_memory_mb"] == 100.0  # the largest, of the ranks that have it
+    assert got["profkit/data_wait_ratio_max"] == 0.3 and got["profkit/data_wait_worst_rank"] == 1.0
+    assert "profkit/data_wait_ratio_max" not in reduce_ranks([a])  # one rank: no worst rank
+    assert "profkit/gpu_idle_ratio" not in got
+
+
+def test_rolling_metrics_of_a_check():
+    got = rolling_metrics([[1.0, 4.0, 0.0], [3.0, 4.0, 0.0], [0.0, 0.0, 0.0]], 10)  # the third rank did not train
+    assert got == {"profkit/rolling/data_wait_ratio": 0.5, "profkit/rolling/step_time_ms": 400.0,
+                   "profkit/rolling/data_wait_ratio_max": 0.75}
+    assert rolling_metrics([[0.0, 0.0, 0.0]], 10) == {}
+
+
+def test_epoch_spans_hold_the_validation_runs():
+    spans = EpochSpans(100.0, gpu_start=5.0)
+    assert spans.validation_end(101.0) == 0.0  # none open
+    spans.validation_start(102.0, 6.0)
+    assert spans.validation_end(104.5, 7.0) == 2.5
+    spans.validation_start(110.0)
+    assert spans.validation_end(111.0) == 1.0
+    assert spans.validation == [(102.0, 104.5), (110.0, 111.0)] and spans.validation_s == 3.5
+    assert spans.gpu_validation == [(6.0, 7.0)]
+
+
+def test_fetch_stats_close_a_step_once_and_leave_validation_out():
+    s = FetchStats()
+    s.step_start, s.steps_done = 10.0, 4
+    s.exclude(2.0)  # a validation run of 2 s after the step
+    s.end_step(15.0, 5)
+    s.end_step(16.0, 5)  # closed already
+    assert list(s.step_times) == [3.0]
+    s.step_start, s.steps_done = 20.0, 5
+    s.end_step(21.0, 5)  # the step had not completed: not a step
+    assert list(s.step_times) == [3.0]

@@ -1,0 +1,22 @@
+"""The report page from plain run data, without a Trainer or a browser: what each section shows, and that every
+name from the run is escaped."""
+
+from lightning_profkit.report.page import page
+from lightning_profkit.report.run_data import Alert, Epoch, RunData
+
+
+def test_epochs_alerts_and_the_empty_sections():
+    data = RunData("metrics.csv", [Epoch(0, 9, 0.41, None, 12.5, 20.0, 1.0), Epoch(1, 19, 0.12, None, 10.0, 11.0, 0.0)],
+                   [Alert(9, "**41% of the training time ... waiting for the DataLoader**")])
+    html = page("/runs/r1", data, [], None, "/runs", None)
+    assert "<h1>Run report: r1</h1>" in html and "0 trace(s) in 0 window(s)" in html
+    assert "41.0%" in html and "12.0%" in html and "waiting for the DataLoader" in html
+    assert "No profiled window in this run." in html and "tensorboard --logdir /runs/r1" in html
+    assert "<script" not in html and "http://" not in html
+
+
+def test_names_from_the_run_are_escaped():
+    data = RunData("<b>metrics</b>.csv", [], [Alert(3, "<img src=x onerror=alert(1)>")])
+    html = page("/runs/<script>x</script>", data, [], None, "/runs", None)
+    assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+    assert "<img" not in html and "<b>metrics" not in html
