@@ -121,7 +121,7 @@ def finalizer_counts(folder: str) -> dict[str, int]:
     sys.path.insert(0, HERE)
     from overhead import make_fit
 
-    from lightning_profkit.monitor.writing.process import CHILD, _child_env
+    from lightning_profkit.monitor.writing.process import CHILD, child_env
 
     run = os.path.join(folder, "trace-fit")
     make_fit("windows", 100, run)()
@@ -134,7 +134,7 @@ def finalizer_counts(folder: str) -> dict[str, int]:
     fixed = ["setarch", os.uname().machine, "--addr-no-randomize"] if shutil.which("setarch") else []
     subprocess.run([*fixed, "valgrind", "--tool=callgrind", "--cache-sim=yes", f"--callgrind-out-file={out}",
                     sys.executable, "-m", CHILD], input=job + "\n", text=True, check=True,
-                   env={**_child_env(), "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   env={**child_env(), "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return totals(out)
 
 

@@ -315,12 +315,10 @@ class FitRun:
         self.delivery.window_written()
         summaries = output.summaries if output is not None else []
         slowest = self._slowest_rank(summaries) if self.group is not None and self.options.profile else None
-        if summaries and self.rank.is_zero:
-            from lightning_profkit.trace.headline import fit_line  # the analysis side, only here
-            from lightning_profkit.trace.summary import aggregate
-
-            out.lines.append(f"last {len(summaries)} window(s) of rank 0: {fit_line(aggregate(summaries))}"
-                             f"{slowest or ''}. More: profkit summary {self.trace_dir}")
+        line = output.fit_line if output is not None else None  # made by the finalizing process
+        if line is not None and self.rank.is_zero:
+            out.lines.append(f"last {line[0]} window(s) of rank 0: {line[1]}{slowest or ''}. "
+                             f"More: profkit summary {self.trace_dir}")
         self.output = None
         return out
 

@@ -23,9 +23,11 @@ from typing import Any, Optional, TextIO
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.capture_request import MARKER, REQUEST
+from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.store import StoreError, join, read, remove, upload, write
+from lightning_profkit.trace.headline import fit_line
 from lightning_profkit.trace.load import load
-from lightning_profkit.trace.summary import summarize_trace
+from lightning_profkit.trace.summary import aggregate, summarize_trace
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.vocabulary import is_step, step_number
 
@@ -141,9 +143,10 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
     """One JSON job per line in, one reply per line out, until the input ends. A job has a window to finalize
     (``raw``, ``final``, ``meta``, ``url``), store work (``uploads``, ``removals``, see :func:`store_work`) and/or
     a :class:`RequestMirror` to start (``watch``: its arguments; it ends with the input);
-    its reply has ``done`` (the window's figures) or ``error``, what the store work left, and ``cpu_s``
-    (this process's CPU seconds so far)."""
-    mirror = None
+    its reply has ``done`` (the window's figures and, for a training window, the end-of-fit line over the
+    newest ``SUMMARIZED`` of them: the training process need not load the analysis side for it) or ``error``,
+    what the store work left, and ``cpu_s`` (this process's CPU seconds so far)."""
+    mirror, recent = None, []
     for line in jobs:
         reply: dict[str, Any] = {}
         try:
@@ -151,7 +154,10 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
             if "watch" in job and mirror is None:
                 mirror = RequestMirror(**job["watch"])
             if "raw" in job:
-                reply["done"] = finalize_trace(job["raw"], job["final"], job["meta"], job.get("url"))
+                reply["done"] = done = finalize_trace(job["raw"], job["final"], job["meta"], job.get("url"))
+                if not job["meta"].get("validation"):  # the end-of-fit line, over the newest training windows
+                    recent = recent[-(SUMMARIZED - 1):] + [done["summary"]]
+                    done["fit_line"] = [len(recent), fit_line(aggregate(recent))]
             if job.get("uploads") or job.get("removals"):
                 reply.update(store_work(job.get("uploads", []), job.get("removals", [])))
         except Exception as err:  # reported to the parent, which warns once

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from lightning_profkit.figures import HostFigures
+from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.monitor.writing.retention import Retention
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob
 from lightning_profkit.store import is_url, join, probe, staging_dir
-
-SUMMARIZED = 50  # windows in the end-of-fit summary (the newest)
 
 
 def worker_name(rank: int, host: Optional[str] = None) -> str:
@@ -101,6 +100,7 @@ class TraceOutput:
         self.local_dir = staging_dir(trace_dir) if self.remote else trace_dir  # where files are written first
         self.rank, self.world_size = rank, world_size
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
+        self.fit_line: Optional[tuple[int, str]] = None  # the end-of-fit line over the newest windows, and their count
         self._retention = Retention(keep_last, self._delete_remote if self.remote else None) if keep_last else None
         self._on_error = on_error
         self._writer: Optional[TraceWriter] = None  # started with the first window
@@ -170,6 +170,7 @@ class TraceOutput:
             traces.append(window["path"])
             if window.get("summary") and not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
+                self.fit_line = tuple(window["fit_line"]) if window.get("fit_line") else self.fit_line
         removed = set()
         while self._removed:
             removed.add(self._removed.popleft())

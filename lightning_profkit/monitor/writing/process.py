@@ -15,6 +15,8 @@ import subprocess
 import sys
 from typing import Any, Optional
 
+import lightning_profkit
+
 CHILD = "lightning_profkit.monitor.writing.child"  # by name: its analysis imports stay out of the training process
 
 
@@ -88,7 +90,7 @@ class FinalizingProcess:
 def child_env() -> dict[str, str]:
     """The child imports this package from wherever the parent found it, and uses one thread."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(lightning_profkit.__file__)))  # the folder holding the package
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     for threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[threads] = "1"  # one core for the rewrite; the others stay with training

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for conftest
 from conftest import SleepDataset, TinyModel, make_trainer  # noqa: E402
 
 from lightning.pytorch import Callback  # noqa: E402

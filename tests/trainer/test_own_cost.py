@@ -1,5 +1,5 @@
 """What profiling cost a run: the pure figures, and the CPU off the training thread in a real fit against the reaped
-finalizing process's. The figures inside a fit, exactly against a fake clock: tests/test_fit.py."""
+finalizing process's. The figures inside a fit, exactly against a fake clock: tests/monitor/test_fit.py."""
 
 import resource
 import time

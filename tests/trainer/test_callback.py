@@ -4,6 +4,8 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -127,7 +129,7 @@ def test_lightning_dispatches_our_step_end_hook_only_on_steps_with_work(tmp_path
                              "on_validation_batch_end"}
     assert calls["on_train_epoch_end"] == 1
     # rolling checks at steps 9, 19, 29, 39; the window's steps 18 (its session opens), 19 (warm-up), 20, 21: 7
-    # steps (the polls' and the ownership checks' cadence: tests/test_fit.py, against a fake clock)
+    # steps (the polls' and the ownership checks' cadence: tests/monitor/test_fit.py, against a fake clock)
     assert calls["on_train_batch_end"] == 7
     assert windows(tmp_path) == {"step=000020-000021-epoch=0": [20, 21]}
     assert trainer.profiler is user_profiler and fetch_timing_removed(trainer)  # the user's profiler is untouched
@@ -171,3 +173,19 @@ def test_write_failure_warns_once_and_training_completes(tmp_path):
     assert len(ours) == 1
     assert trainer.global_step == 20 and trainer.state.finished
     assert leftovers(tmp_path) == []
+
+
+def test_a_fit_with_windows_loads_no_analysis_in_the_training_process(tmp_path):
+    """The end-of-fit line comes made from the finalizing process: the training process never imports the trace
+    readers (about 20 ms of CPU, most of what a short fit's window cost it)."""
+    code = ("import sys, warnings; sys.path.insert(0, sys.argv[1]); warnings.simplefilter('ignore')\n"
+            "from conftest import SleepDataset, TinyModel, make_trainer\n"
+            "from lightning_profkit import PerformanceMonitor\n"
+            "make_trainer(sys.argv[2], [PerformanceMonitor(steps='2-3')]).fit(TinyModel(SleepDataset(16)))\n"
+            "print('LOADED', ' '.join(m for m in sys.modules if m == 'msgspec' or m.startswith(('lightning_profkit.trace.', "
+            "'lightning_profkit.cli'))) or 'none')")
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", code, tests, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "last 1 window(s) of rank 0: step " in done.stderr  # the line is still there
+    assert done.stdout.split("LOADED")[-1].split() == ["none"], done.stdout

@@ -4,11 +4,15 @@ a few CPU steps go in; whole traces under their final names, their figures, and 
 import gzip
 import json
 import os
+import subprocess
+import sys
 import time
 
 import torch
 from conftest import leftovers
+
 from lightning_profkit.monitor.writing.output import TraceOutput, window_name, worker_name
+from lightning_profkit.monitor.writing.process import child_env
 
 
 def recorded(steps):
@@ -54,3 +58,12 @@ def test_a_window_that_cannot_be_written_is_reported_and_nothing_is_left(tmp_pat
     assert output.close(timeout=120) == (0, [])
     assert output.take_written([]) == [] and len(errors) == 1 and str(tmp_path / "traces") in errors[0]
     assert leftovers(tmp_path) == []
+
+
+def test_the_finalizing_process_finds_this_package_wherever_it_is(tmp_path):
+    """Its PYTHONPATH leads to this checkout's package, also where the package is not installed."""
+    first = child_env()["PYTHONPATH"].split(os.pathsep)[0]
+    assert os.path.isfile(os.path.join(first, "lightning_profkit", "monitor", "writing", "child.py"))
+    done = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path[:0] = sys.argv[1:]; import lightning_profkit.monitor.writing.child as c; print(c.__file__)", first],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(first), done.stderr

@@ -7,7 +7,7 @@ import sys
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for conftest
 from conftest import SleepDataset, TinyModel, make_trainer  # noqa: E402
 
 from lightning_profkit import PerformanceMonitor  # noqa: E402

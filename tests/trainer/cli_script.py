@@ -3,7 +3,7 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for conftest
 from lightning.pytorch.cli import LightningCLI  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 

@@ -18,7 +18,7 @@ from lightning_profkit.alerts import DataWaitWarning
 from lightning_profkit.trace.headline import short_name as _short
 from lightning_profkit.notices import warn
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 WINDOW = re.compile(r"^step=(\d{6})(?:-(\d{6}))?-epoch=(\d+)$")
 
