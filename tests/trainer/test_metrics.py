@@ -7,6 +7,7 @@ import time
 
 import pytest
 from conftest import SleepDataset, SleepIterable, TinyModel, fetch_timing_removed, make_trainer
+from fake_fit import Clock
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
@@ -173,18 +174,21 @@ def test_data_wait_ratio_matches_the_truth(tmp_path, case):
         assert 0 < logged[0]["profkit/val_data_wait_ratio"] <= 1
 
 
-def test_the_wait_leaves_out_our_own_work_at_the_fetch(tmp_path):
+def test_the_wait_leaves_out_our_own_work_at_the_fetch(tmp_path, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(fetch_timer, "perf_counter", clock)
     trainer = make_trainer(tmp_path, [])
-    timer = fetch_timer.install(trainer)
+    timer = fetch_timer.install(trainer)  # on Lightning's own loop
     loop = trainer.fit_loop.epoch_loop
     try:
-        timer.wake(0, float("inf"), lambda: time.sleep(0.05))  # the callback's work, due at this step's first fetch
+        timer.wake(0, float("inf"), lambda: clock.advance(0.05))  # the callback's work, due at this step's first fetch
         loop._on_before_fetch()
-        time.sleep(0.01)  # the DataLoader
+        clock.advance(0.01)  # the DataLoader
         loop._on_after_fetch()
     finally:
         timer.uninstall()
-    assert 0.01 <= timer.stats.train_s < 0.03 and timer.stats.train_count == 1
+    assert timer.stats.train_s == pytest.approx(0.01) and timer.stats.train_count == 1
+    assert timer.stats.first_fetch == clock.now - 0.06  # the step begins before our work
 
 
 def test_csv_and_tensorboard_loggers_hold_the_metrics(tmp_path):
