@@ -118,10 +118,9 @@ class Recorder:
         self.log.append(("finish",))
 
 
-def drive(sel, steps, epoch_len, every_step):
-    """Run a WindowRunner over ``steps`` steps; with ``every_step`` False, call step_end only where
-    next_step_end says it has work. Returns what the runner did."""
-    log = []
+def recording_into(log):
+    """A session opener whose sessions note in ``log`` what they are driven through, each as long as the
+    selection's run of active steps."""
 
     def open_session(selection, step, batch_idx, warmup):
         length = 1
@@ -129,7 +128,14 @@ def drive(sel, steps, epoch_len, every_step):
             length += 1
         return Recorder(log, step, warmup, length)
 
-    runner = WindowRunner(sel, open_session)
+    return open_session
+
+
+def drive(sel, steps, epoch_len, every_step):
+    """Run a WindowRunner over ``steps`` steps; with ``every_step`` False, call step_end only where
+    next_step_end says it has work. Returns what the runner did."""
+    log = []
+    runner = WindowRunner(sel, recording_into(log))
     due = None
     for step in range(steps):
         batch_idx = step % epoch_len
@@ -182,14 +188,7 @@ def test_a_window_paused_by_validation_goes_on_after_it():
 
 def test_validation_windows_record_the_batches_asked_for_in_every_run():
     log = []
-
-    def open_session(selection, step, batch_idx, warmup):
-        length = 1
-        while selection.is_active(step + warmup + length, batch_idx + warmup + length):
-            length += 1
-        return Recorder(log, step, warmup, length)
-
-    windows = ValidationWindows(StepList(((2, 3),), 1), open_session)
+    windows = ValidationWindows(StepList(((2, 3),), 1), recording_into(log))
     for run in range(2):
         windows.run_start()
         for batch_idx in range(6):
