@@ -31,7 +31,10 @@ CPython's type cache, so a change in any code that runs can move a step's count 
 Needs valgrind, its header (``valgrind/callgrind.h``) and a C compiler, for the two-function library that
 switches collection on and off.
 
-    python benchmarks/instructions.py [--short 100] [--long 400] [--steps 3000] [--jobs 2]
+With ``--after-a-first-fit`` each counted fit follows a first, uncounted 30-step fit of the same configuration in
+its process: what a process's first window sets up once is then outside the count.
+
+    python benchmarks/instructions.py [--short 100] [--long 400] [--steps 3000] [--jobs 2] [--after-a-first-fit]
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ def child(config: str, steps: int, poll_interval: float, switch: str) -> None:
     RequestPoller.__init__.__defaults__ = (poll_interval,)
     fit_run.OWNER_CHECK_S = poll_interval  # the ownership check (every 10 s of a real fit) comes with a look
     torch.set_num_threads(1)
+    if os.environ.get("PROFKIT_CG_AFTER_A_FIRST_FIT"):  # --after-a-first-fit: what a process's first fit sets up once
+        make_fit(config, 30, tempfile.mkdtemp(prefix="profkit-cg-"))()
     lib = ctypes.CDLL(switch)
     fit = make_fit(config, steps, tempfile.mkdtemp(prefix="profkit-cg-"))
     lib.collect_on()
@@ -153,6 +158,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000, help="the fit length the ratios are for")
     parser.add_argument("--poll-every", type=float, default=625, help="steps between two looks for a request")
     parser.add_argument("--jobs", type=int, default=2, help="fits counted at once (the counts do not change)")
+    parser.add_argument("--after-a-first-fit", action="store_true",
+                        help="count each fit after a first 30-step fit of the same configuration in its process")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -161,6 +168,8 @@ def main() -> None:
     if args.long <= args.short:
         parser.error("--long must be more steps than --short")
 
+    if args.after_a_first_fit:
+        os.environ["PROFKIT_CG_AFTER_A_FIRST_FIT"] = "1"  # read by each fit's process
     folder = tempfile.mkdtemp(prefix="profkit-callgrind-")
     switch = build_switch(folder)
     polls = {c: list(POLLS) if c == "metrics" else ["never"] for c in CONFIGS}
@@ -180,7 +189,8 @@ def main() -> None:
 
     base, metrics = figures("none"), figures("metrics")
     per_poll = {k: step - metrics[k][0] for k, (step, _) in figures("metrics", "every step").items()}
-    print(f"# {datetime.date.today()}, callgrind, fits of {args.short} and {args.long} steps "
+    after = ", each after a first fit in its process" if args.after_a_first_fit else ""
+    print(f"# {datetime.date.today()}, callgrind, fits of {args.short} and {args.long} steps{after} "
           f"(1 thread); ratios for a fit of {args.steps} steps")
     print("| configuration | instructions a step | added a step | estimated cycles a step | added a step "
           f"| {args.steps}-step fit, instructions | {args.steps}-step fit, estimated cycles | all processes, instructions "
