@@ -11,8 +11,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
-from lightning_profkit.lightning_glue import (alert_to_tensorboard, apply, cuda_uuid, epoch_length, guarded, rank_of,
-                                              run_dir, runs_pytorch_profiler, train_loader)
+from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
+                                              guarded, rank_of, run_dir, runs_pytorch_profiler, train_loader, unhook)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.fit import FitRun
@@ -190,7 +190,7 @@ class PerformanceMonitor(Callback):
 
     @guarded
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.on_train_batch_end = self.on_validation_batch_start = self.on_validation_batch_end = None  # type: ignore[assignment]
+        unhook(self)
         if self._fit is not None:
             apply(trainer, self._fit.end())
 
@@ -213,7 +213,7 @@ class PerformanceMonitor(Callback):
     def __getstate__(self) -> dict[str, Any]:
         """Configuration and resumable state; not the running fit's machinery, which a copy neither shares nor disturbs."""
         state = dict(self.__dict__, _fit=None, _trainer=None)
-        for hook in ("on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end"):
+        for hook in SET_WHILE_NEEDED:
             state.pop(hook, None)  # bound methods of this object, set while a fit runs
         return state
 
@@ -233,7 +233,7 @@ class PerformanceMonitor(Callback):
         """From the fetch timer, at the first fetch of a step with work at its end (and every ``OWNER_CHECK_S`` s):
         have Lightning call us there; loops that run without us in ``trainer.callbacks`` are given back."""
         if self._trainer is not None and self not in self._trainer.callbacks:
-            self.on_train_batch_end = self.on_validation_batch_start = self.on_validation_batch_end = None  # type: ignore[assignment]
+            unhook(self)
             if self._fit is not None:
                 self._fit.disarm(wait=False)
             return
@@ -241,7 +241,7 @@ class PerformanceMonitor(Callback):
 
     def _end(self, wait: bool = True) -> None:
         """Nothing of the fit left: hooks, profiler sessions, timer, writer, marker, exchange group."""
-        self.on_train_batch_end = self.on_validation_batch_start = self.on_validation_batch_end = None  # type: ignore[assignment]
+        unhook(self)
         fit, self._fit, self._trainer = self._fit, None, None
         if fit is not None:
             fit.close(wait)

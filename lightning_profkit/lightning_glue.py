@@ -34,6 +34,16 @@ def guarded(hook: Callable) -> Callable:
     return wrapper
 
 
+# the hooks the callback sets only while it needs them (else None, so that Lightning skips them)
+SET_WHILE_NEEDED = ("on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end")
+
+
+def unhook(callback: Any) -> None:
+    """None again for each of :data:`SET_WHILE_NEEDED`."""
+    for hook in SET_WHILE_NEEDED:
+        setattr(callback, hook, None)
+
+
 def rank_of(trainer: Trainer) -> Rank:
     return Rank(trainer.global_rank, trainer.world_size, trainer.world_size // max(trainer.num_nodes, 1))
 
