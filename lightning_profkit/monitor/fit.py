@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable, Optional
 
+import torch
+
 from lightning_profkit import capture_request
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.metric_names import PREFIX
@@ -221,8 +223,6 @@ class FitRun:
         self.in_epoch = True
         self.spans = EpochSpans(now, self.sampler.clear() if self.sampler is not None else None)
         if self.on_cuda:
-            import torch
-
             torch.cuda.reset_peak_memory_stats()
         self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch)
         self.epoch_first_step = step
@@ -400,11 +400,7 @@ class FitRun:
     def _epoch_vector(self, end: float) -> list[float]:
         """This rank's figures of the epoch, measured and what profiling cost, in the exchange's order."""
         try:
-            peak = None
-            if self.on_cuda:
-                import torch
-
-                peak = torch.cuda.max_memory_allocated()
+            peak = torch.cuda.max_memory_allocated() if self.on_cuda else None
             assert self.timer is not None
             stats = self.timer.stats
             figures = epoch_figures(stats, self.spans.start, end, self.spans.validation_s, self.batch_size, peak,
