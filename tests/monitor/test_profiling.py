@@ -25,6 +25,24 @@ def test_epoch_window_default_and_short_epoch():
     # an epoch of 6 batches cannot hold skip 10 + warmup 1 + active 3: the window moves to fit
     assert active_steps(sel, 6, 6) == [3, 4, 5]
     assert sel.for_epoch(6).warmup_before(2, 2) == 1
+    assert "earlier than skip_first=10, to fit an epoch of 6 batches" in sel.for_epoch(6).describe()
+    assert sel.for_epoch(100).describe() == "batches 11-13 of every epoch (after 1 warm-up)"
+
+
+@pytest.mark.parametrize("length, recorded, warmup, said", [
+    (1, [0], 0, "batch 0 of every epoch (no warm-up: an epoch has 1 batch(es), fewer than the warmup=1 + active=3"),
+    (2, [1], 1, "batch 1 of every epoch (after 1 warm-up: an epoch has 2 batch(es)"),
+    (3, [1, 2], 1, "batches 1-2 of every epoch (after 1 warm-up: an epoch has 3 batch(es)"),
+    (4, [1, 2, 3], 1, "batches 1-3 of every epoch (after 1 warm-up; earlier than skip_first=10"),
+    (0, [], 0, "no batches (an epoch has 0 batches)"),
+])
+def test_an_epoch_shorter_than_the_window_records_what_it_can_and_says_so(length, recorded, warmup, said):
+    """Lightning's bug_report_model.py has epochs of 1 batch: it records that batch, and the plan says so."""
+    sel = make_selection(10, 1, 3, None, None, None)
+    fitted = sel.for_epoch(length)
+    assert active_steps(sel, length, length) == recorded
+    assert fitted.warmup == warmup and fitted.describe().startswith(said), fitted.describe()
+    assert fitted.for_epoch(100) == sel.for_epoch(100)  # the next epoch of a full length gets the whole window
 
 
 def test_ranges_parse_merge_and_lookup():

@@ -63,19 +63,28 @@ class EpochWindow(Selection):
     """One window in every epoch: skip ``skip_first`` batches, warm up ``warmup``, record ``active``.
 
     When an epoch is too short for ``skip_first + warmup + active`` batches the window moves earlier so
-    that it still fits (short epochs under ``limit_train_batches`` still get profiled).
+    that it still fits (short epochs under ``limit_train_batches`` still get profiled). An epoch shorter than
+    ``warmup + active`` batches records what it can: the warm-up where a recorded batch can follow it, then
+    every batch left (an epoch of 1 batch records it, without warm-up). :meth:`describe` says which.
     """
 
     skip_first: int
     warmup: int
     active: int
     _start: Optional[int] = None  # effective first warm-up batch in the current epoch
+    _asked: Optional[tuple[int, int]] = None  # (warmup, active) asked, where this epoch's are fewer
+    _length: Optional[int] = None  # the epoch's batches, where known
 
     def for_epoch(self, num_batches: Optional[int]) -> "EpochWindow":
-        start = self.skip_first
-        if num_batches is not None:
-            start = min(start, max(0, num_batches - self.warmup - self.active))
-        return EpochWindow(self.skip_first, self.warmup, self.active, start)
+        warmup, active = self._asked or (self.warmup, self.active)
+        if num_batches is None:
+            return EpochWindow(self.skip_first, warmup, active, self.skip_first)
+        fitted_warmup = warmup if num_batches > warmup else 0  # a warm-up needs a recorded batch after it
+        fitted_active = max(0, min(active, num_batches - fitted_warmup))
+        start = min(self.skip_first, num_batches - fitted_warmup - fitted_active)
+        shorter = (fitted_warmup, fitted_active) != (warmup, active)
+        return EpochWindow(self.skip_first, fitted_warmup, fitted_active, start,
+                           (warmup, active) if shorter else None, num_batches)
 
     @property
     def _first(self) -> int:
@@ -90,8 +99,18 @@ class EpochWindow(Selection):
         return _within(step + b - batch_idx, step, horizon) if b < self._first + self.active else None
 
     def describe(self) -> str:
-        first = self._first
-        return f"batches {first}-{first + self.active - 1} of every epoch (after {self.warmup} warm-up)"
+        first, last = self._first, self._first + self.active - 1
+        if self.active == 0:
+            return "no batches (an epoch has 0 batches)"
+        batches = f"batch {first}" if first == last else f"batches {first}-{last}"
+        warmup = f"after {self.warmup} warm-up" if self.warmup else "no warm-up"
+        if self._asked is not None:
+            return (f"{batches} of every epoch ({warmup}: an epoch has {self._length} batch(es), fewer than the "
+                    f"warmup={self._asked[0]} + active={self._asked[1]} asked)")
+        if self._start is not None and self._start < self.skip_first:
+            return (f"{batches} of every epoch ({warmup}; earlier than skip_first={self.skip_first}, to fit an "
+                    f"epoch of {self._length} batches)")
+        return f"{batches} of every epoch ({warmup})"
 
 
 @dataclass(frozen=True)
