@@ -12,7 +12,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
 from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
-                                              guarded, rank_of, run_dir, runs_pytorch_profiler, train_loader, unhook)
+                                              guarded, log_step, rank_of, run_dir, runs_pytorch_profiler,
+                                              train_loader, unhook)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.fit import FitRun
@@ -30,9 +31,9 @@ class PerformanceMonitor(Callback):
     r"""Profile selected training steps with ``torch.profiler``, stream each window's trace, and log where the
     training time went.
 
-    A *step* is one training batch, numbered from 0 across epochs (``trainer.global_step`` unless
-    ``accumulate_grad_batches > 1``); the trace's ``ProfilerStep#N`` markers carry it. By default one window
-    per epoch; outside windows no profiler session exists. Each window goes to
+    A *step* is one training batch, numbered from 0 across epochs; the trace's ``ProfilerStep#N`` markers carry
+    it. Metrics are logged at the step Lightning logs ``self.log`` at. One window per epoch by default; outside
+    windows no profiler session exists. Each window goes to
     ``<run dir>/profiler/step=AAAAAA-BBBBBB-epoch=E/<host>_rank<R>.<ns>.pt.trace.json.gz`` (the run dir: the
     first TensorBoardLogger's ``log_dir``, else ``trainer.log_dir``), so ``tensorboard --logdir <run dir>``
     shows every window in the PyTorch Profiler tab. Metrics go to the trainer's loggers under ``profkit/``
@@ -154,12 +155,12 @@ class PerformanceMonitor(Callback):
         loop = trainer.fit_loop.epoch_loop
         if self._fit is not None:
             apply(trainer, self._fit.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch,
-                                               lambda: loop.done))
+                                               lambda: loop.done, log_step(trainer)))
 
     @guarded
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._fit is not None:
-            self._fit.validation_start(trainer.fit_loop.epoch_loop.total_batch_idx)
+            self._fit.validation_start(trainer.fit_loop.epoch_loop.total_batch_idx, log_step(trainer))
 
     @guarded
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -186,7 +187,7 @@ class PerformanceMonitor(Callback):
         loop = trainer.fit_loop.epoch_loop
         if self._fit is not None:
             apply(trainer, self._fit.epoch_end(loop.total_batch_idx, loop.batch_progress.total.completed,
-                                                trainer.global_step))
+                                                log_step(trainer, epoch_end=True)))
 
     @guarded
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -218,8 +219,7 @@ class PerformanceMonitor(Callback):
         return state
 
     def _arm(self, trainer: Trainer, on_cuda: bool) -> None:
-        """The fetch timer on the loops, the fit's machinery in place: when training starts, not at ``setup`` (a
-        tuner's loop run from ``on_fit_start``, ``lr_find``, that fails never calls our ``teardown``)."""
+        """Timer and machinery in place when training starts, not at ``setup``: a failing tuner's loop skips teardown."""
         assert self._fit is not None
         processes = self._fit.rank.processes_per_node
         self._fit.arm(fetch_timer.install(trainer), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),

@@ -48,6 +48,14 @@ def rank_of(trainer: Trainer) -> Rank:
     return Rank(trainer.global_rank, trainer.world_size, trainer.world_size // max(trainer.num_nodes, 1))
 
 
+def log_step(trainer: Trainer, epoch_end: bool = False) -> int:
+    """The step Lightning logs the user's own ``self.log`` metrics at now: the batches that stepped an optimizer
+    (``global_step`` counts optimizer steps: two a batch with two optimizers). At ``epoch_end`` the last batch's,
+    as Lightning logs epoch metrics (it steps the counter back for them)."""
+    stepped = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
+    return max(stepped - 1, 0) if epoch_end else stepped
+
+
 def train_loader(trainer: Trainer) -> Any:
     """The training DataLoader (the first of several)."""
     loader = trainer.train_dataloader
@@ -91,9 +99,9 @@ def tensorboard_loggers(trainer: Trainer) -> list[Any]:
 
 
 def alert_to_tensorboard(trainer: Trainer, alert: DataWaitAlert) -> None:
-    """An alert in TensorBoard's Text tab (``profkit/alerts``) at its step, for each TensorBoardLogger."""
+    """An alert in TensorBoard's Text tab (``profkit/alerts``) at the step it is delivered, for each TensorBoardLogger."""
     for logger in tensorboard_loggers(trainer):
-        logger.experiment.add_text("profkit/alerts", alert.markdown, global_step=alert.step)
+        logger.experiment.add_text("profkit/alerts", alert.markdown, global_step=log_step(trainer))
 
 
 def run_dir(trainer: Trainer) -> str:

@@ -75,12 +75,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("data_wait_ratio_max", "fraction", EPOCH, "with several ranks: the worst rank's data-wait ratio", ""),
     Metric("data_wait_worst_rank", "rank", EPOCH, "with several ranks: the rank with that ratio", ""),
     Metric("data_wait_alert", "0 or 1", EPOCH, "1 when the epoch was in a data-wait episode; with alerts on", ""),
-    # every rolling check (`alert_window` steps), at its step
+    # every rolling check (`alert_window` steps), at the step of its last batch
     Metric("rolling/data_wait_ratio", "fraction", ROLLING, "the data-wait ratio of the check's block of steps"),
     Metric("rolling/step_time_ms", "ms", ROLLING, "the block's training time per step"),
     Metric("rolling/data_wait_ratio_max", "fraction", ROLLING,
            "with several ranks: the worst rank's block, the figure the alert rule reads", ""),
-    # every window, from rank zero's trace, at the window's last step (`val_window/`: validation windows)
+    # every window, from rank zero's trace, at the step of the window's last batch (`val_window/`: validation windows)
     Metric("window/host_step_ms", "ms", WINDOW, "mean duration of the window's `ProfilerStep` spans on the host", ""),
     Metric("window/data_wait_share", "fraction", WINDOW, "DataLoader time inside the steps / step time", ""),
     Metric("window/blocking_sync_ms_per_step", "ms", WINDOW,

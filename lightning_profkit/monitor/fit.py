@@ -3,7 +3,9 @@
 The callback creates a FitRun at ``setup`` and closes it at ``teardown``; each of its hooks reads the few facts
 of the trainer it needs (step, batch index, epoch, whether the batch is the epoch's last) and makes one call
 here. What the trainer must do in return (log metrics at a step, print a line on rank zero, stop, raise an
-alert) comes back as an :class:`Outcome`. Time is read from ``clock`` (``time.perf_counter`` by default, the
+alert) comes back as an :class:`Outcome`. Metrics are logged on one step axis, the one Lightning logs the user's
+own ``self.log`` metrics on (``log_step``: the batches that stepped an optimizer, not ``global_step``, which counts
+optimizer steps); the steps the fit's logic counts are batches. Time is read from ``clock`` (``time.perf_counter`` by default, the
 clock the fetch timer reads), so that tests drive a fit with a fake one.
 
 A FitRun owns the step scheduler (:meth:`FitRun._schedule`: the one place that knows the next step with work
@@ -104,6 +106,7 @@ class FitRun:
         self.epoch = 0
         self.in_epoch = False
         self.epoch_first_step = 0
+        self.log_step = 0  # the axis value of the latest step we were called at (see the module's docstring)
         self.windows_at = INF  # the next step at whose end the window runner has work
         self.validation_after = 0  # the training step the running validation follows
         self.step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
@@ -231,10 +234,13 @@ class FitRun:
         self._windows_from(step, batch_idx)
         self._schedule()
 
-    def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool) -> Outcome:
-        """The end of a step we were woken for (``stopping()``: training ends after it)."""
+    def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool,
+                 log_step: Optional[int] = None) -> Outcome:
+        """The end of a step we were woken for (``stopping()``: training ends after it; ``log_step``: its value on
+        the logging axis, ``step`` where not given)."""
         out = Outcome()
         now = self.clock()
+        self.log_step = step if log_step is None else log_step
         if self.checks.due(step):
             self._rolling_check(out, now, step)  # every rank at the same step: it may exchange figures
         if self.live is not None and now >= self.live.next_poll:
@@ -251,9 +257,11 @@ class FitRun:
         self._schedule()
         return out
 
-    def validation_start(self, after_step: int) -> None:
-        """A validation run begins after training step ``after_step``: no validation inside a training window."""
+    def validation_start(self, after_step: int, log_step: Optional[int] = None) -> None:
+        """A validation run begins after training step ``after_step`` (``log_step`` on the logging axis): no
+        validation inside a training window."""
         self.validation_after = max(after_step, 0)
+        self.log_step = self.validation_after if log_step is None else log_step
         if self.in_epoch:
             self.spans.validation_start(self.clock(), self._gpu_mark())
             if self.runner is not None:
@@ -342,7 +350,7 @@ class FitRun:
         if session.last_recorded is None or self.output is None:
             return
         first, last = session.first_active, session.last_recorded
-        notes: dict[str, Any] = {}
+        notes: dict[str, Any] = {"log_step": self.log_step}  # of the window's last step (or the epoch's end)
         if session.estimate_bytes is not None:
             notes.update(estimated_mb=round(session.estimate_bytes / 1e6, 3), memory_growth_bytes=session.growth_bytes)
         if session.planned_last is not None:
@@ -357,7 +365,7 @@ class FitRun:
         if session.last_recorded is None or self.output is None:
             return
         self.output.submit(prof.profiler.kineto_results, self.epoch, session.first_active, session.last_recorded, 0,
-                           validation_after=self.validation_after)
+                           {"log_step": self.log_step}, validation_after=self.validation_after)
 
     def _cut_message(self, first: int, last: int, session: WindowSession) -> str:
         o = self.options
@@ -385,7 +393,7 @@ class FitRun:
                 self.report(notice, "gpu_idle")
             metrics = window_metrics(window.figures, window.validation) if self.options.log_metrics else {}
             if metrics:
-                out.metrics.append((window.last, metrics))
+                out.metrics.append((window.log_step, metrics))
 
     def _slowest_rank(self, summaries: list[dict[str, Any]]) -> Optional[str]:
         """On every rank (an exchange): the verdict over the ranks' newest windows, for rank zero's line."""
@@ -446,7 +454,7 @@ class FitRun:
         if self.options.log_metrics and self.rank.is_zero:  # the curve grows while a long epoch runs
             metrics = rolling_metrics(rows, self.options.alert_window)
             if metrics:
-                out.metrics.append((step, metrics))
+                out.metrics.append((self.log_step, metrics))
         worst = self.checks.worst(rows)
         if self.checks.rule is not None and worst is not None:
             self._judge(out, worst[0], worst[1] if len(rows) > 1 else None, checked, step)

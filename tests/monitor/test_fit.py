@@ -1,11 +1,9 @@
 """FitRun, the fit's logic, driven without a Trainer by plain facts and a fake clock (tests/fake_fit.py): every
 figure below is known exactly in advance from the seconds the test gives each fetch and step."""
 
-import gzip
-import json
-
 import pytest
 import torch
+from conftest import profiler_steps, read_trace
 from fake_fit import FakeFit
 
 from lightning_profkit.capture_request import request_capture
@@ -184,13 +182,6 @@ def test_steps_slower_after_the_window_warn_once(monkeypatch, tmp_path):
     assert len(warned) == 1 and "2.00x" in warned[0] and "2 epochs running" in warned[0] and "profile=False" in warned[0]
 
 
-def profiler_steps(path):
-    """The ``ProfilerStep#N`` spans of a written trace, counted over its raw events."""
-    with gzip.open(path, "rt") as f:
-        events = json.load(f)["traceEvents"]
-    return sorted(e["name"] for e in events if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#"))
-
-
 def test_epochs_of_one_batch_record_that_batch(monkeypatch, tmp_path):
     """Lightning's bug_report_model.py: epochs of 1 batch each get a window of that batch, as the plan says."""
     fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)
@@ -199,4 +190,4 @@ def test_epochs_of_one_batch_record_that_batch(monkeypatch, tmp_path):
         fit.epoch(epoch, [(0.001, 0.01)])
     fit.end()
     assert [p.split("/")[-2] for p in fit.traces] == [f"step={s:06d}-epoch={s}" for s in range(3)]
-    assert [profiler_steps(p) for p in fit.traces] == [[f"ProfilerStep#{s}"] for s in range(3)]
+    assert [profiler_steps(read_trace(p)) for p in fit.traces] == [[s] for s in range(3)]

@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+import torch
 from conftest import SleepDataset, SleepIterable, TinyModel, fetch_timing_removed, make_trainer
 from fake_fit import Clock
 from lightning.pytorch import Callback
@@ -326,3 +327,51 @@ def test_fetch_timing_keeps_the_loops_attribute_layout(tmp_path):
     if all(seen[0]):
         pytest.skip("this Python keeps these attributes in a dict anyway")
     assert seen[1] == seen[0]  # (Lightning itself makes the validation loop's dict, not the training loop's)
+
+
+class LoggingModel(TinyModel):
+    """Logs the batch's global index at every step and the epoch's batches at its end, as a user's metrics: the
+    steps Lightning logs them at are the axis ours must share. ``manual``: two optimizers stepped by hand (two
+    optimizer steps, so two ``global_step``, a batch)."""
+
+    def __init__(self, manual: bool, **kwargs):
+        super().__init__(**kwargs)
+        self.automatic_optimization = not manual
+        self.other = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch, batch_idx):
+        self.log("user/batch", float(self.trainer.fit_loop.epoch_loop.total_batch_idx), on_step=True, on_epoch=False)
+        self.log("user/epoch_batches", float(batch_idx + 1), on_step=False, on_epoch=True, reduce_fx="max")
+        loss = self.layer(batch).pow(2).mean() + self.other(batch).pow(2).mean()
+        if self.automatic_optimization:
+            return loss
+        for opt in self.optimizers():
+            opt.zero_grad()
+        self.manual_backward(loss)
+        for opt in self.optimizers():
+            opt.step()
+
+    def configure_optimizers(self):
+        sgd = torch.optim.SGD
+        return sgd(self.parameters(), lr=0.01) if self.automatic_optimization else [
+            sgd(self.layer.parameters(), lr=0.01), sgd(self.other.parameters(), lr=0.01)]
+
+
+@pytest.mark.parametrize("manual, trainer_args", [(True, {}), (False, {"accumulate_grad_batches": 2})],
+                         ids=["two optimizers by hand", "accumulated gradients"])
+def test_every_metric_is_on_the_step_axis_of_the_users_own(tmp_path, manual, trainer_args):
+    """Epoch, rolling-check and window metrics are logged at the step Lightning logs the user's ``self.log`` of
+    the same batch (or epoch) at, whether ``global_step`` counts two optimizer steps a batch or one per two."""
+    logger = CSVLogger(tmp_path, name="csv")
+    monitor = PerformanceMonitor(alert_window=10, max_captures=0)  # checks after batches 9, 19, 29 of 30
+    make_trainer(tmp_path, [monitor], max_epochs=2, logger=logger, log_every_n_steps=1, **trainer_args).fit(
+        LoggingModel(manual, dataset=SleepDataset(60)))
+    with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    at_batch = {int(float(r["user/batch"])): int(r["step"]) for r in rows if r["user/batch"]}
+    user_epochs = [int(r["step"]) for r in rows if r["user/epoch_batches"]]
+    ours = {name: [int(r["step"]) for r in rows if r.get(name)] for name in (
+        "profkit/data_wait_ratio", "profkit/rolling/data_wait_ratio", "profkit/window/host_step_ms")}
+    assert ours["profkit/data_wait_ratio"] == user_epochs and len(user_epochs) == 2
+    assert ours["profkit/rolling/data_wait_ratio"] == [at_batch[k] for k in range(9, 60, 10)]
+    assert ours["profkit/window/host_step_ms"] == [at_batch[13], at_batch[43]]  # windows: batches 11-13 of each epoch

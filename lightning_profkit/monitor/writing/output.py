@@ -56,6 +56,7 @@ class WrittenWindow:
     json_bytes: Optional[int] = None  # the trace's JSON, uncompressed
     growth_bytes: Optional[int] = None  # what the size estimate was made from (see WindowSession)
     validation: bool = False  # validation batches (first and last are then the training step it followed)
+    log_step: Optional[int] = None  # its last step on the axis the fit's metrics are logged on
 
 
 def check_trace_dir(trace_dir: str) -> None:
@@ -165,8 +166,10 @@ class TraceOutput:
             window = self._written.popleft()
             first, last = window["meta"]["steps"]
             validation = bool(window["meta"].get("validation"))
+            meta = window["meta"]
             done.append(WrittenWindow(window["path"], first, last, HostFigures.from_json(window["figures"]),
-                                      window.get("json_bytes"), window["meta"].get("memory_growth_bytes"), validation))
+                                      window.get("json_bytes"), meta.get("memory_growth_bytes"), validation,
+                                      meta.get("log_step", last)))
             traces.append(window["path"])
             if window.get("summary") and not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
