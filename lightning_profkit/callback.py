@@ -122,7 +122,7 @@ class PerformanceMonitor(Callback):
         check_trace_dir(self.trace_dir)
         self._fit = FitRun(self.options, self.selection, self._checks, self.trace_dir, rank_of(trainer), self._notices,
                            lambda alert: alert_to_tensorboard(trainer, alert), self._wake, self.traces, self.alerts,
-                           other_profiler=runs_pytorch_profiler(trainer))
+                           other_profiler=runs_pytorch_profiler(trainer), fit_loop=trainer.fit_loop)
 
     @guarded
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

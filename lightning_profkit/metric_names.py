@@ -52,7 +52,9 @@ METRICS: tuple[Metric, ...] = (
            "validation runs left out: everything the loop does for a step"),
     Metric("step_time_ms_p90", "ms", EPOCH, "the 90th percentile of those step times"),
     Metric("dataloader_startup_s", "s", EPOCH,
-           "epoch start to the first fetch: worker start-up, every epoch when `persistent_workers=False`"),
+           "epoch start to the first fetch: worker start-up, every epoch when `persistent_workers=False`; epoch 0 "
+           "also Lightning's making of the loader and its first iterator (`setup_data`: `train_dataloader()`, the "
+           "workers' start), before training starts"),
     Metric("samples_per_s", "1/s", EPOCH, "batches x `batch_size` / training time, where the loader has a `batch_size`"),
     Metric("val_data_wait_ratio", "fraction", EPOCH, "the data-wait ratio of the validation runs inside the epoch"),
     Metric("peak_memory_mb", "MiB", EPOCH, "peak CUDA memory allocated in the epoch (CUDA only)", "max"),
@@ -67,10 +69,11 @@ METRICS: tuple[Metric, ...] = (
            "CPU, two epochs running", "max"),
     Metric("overhead/window_ms", "ms", EPOCH,
            "the training thread's time in each window's own calls (the profiler's start, its step boundaries, its "
-           "stop and the hand-over to the writer), mean over the epoch's windows", "max"),
+           "stop and the hand-over to the writer), mean over the epoch's windows, training and validation", "max"),
     Metric("overhead/helper_cpu_s", "s", EPOCH,
            "CPU used in the epoch off the training thread (the trace writer's thread and the finalizing process), "
-           "from the fit's first trace on", "max"),
+           "read from the OS at the epoch's end; epochs that used some (what the fit used after its last epoch is in "
+           "the end-of-fit lines)", "max"),
     # every epoch, after the exchange
     Metric("data_wait_ratio_max", "fraction", EPOCH, "with several ranks: the worst rank's data-wait ratio", ""),
     Metric("data_wait_worst_rank", "rank", EPOCH, "with several ranks: the rank with that ratio", ""),

@@ -90,10 +90,10 @@ class FakeFit:
         self._woken = True
 
     def epoch(self, epoch: int, steps: Sequence[tuple[float, float]], startup: float = 0.0,
-              validation: Optional[dict[int, float]] = None) -> Outcome:
+              validation: Optional[dict[int, float]] = None, validation_batches: int = 1) -> Outcome:
         """One epoch of ``steps`` ``(fetch seconds, step seconds)``, ``startup`` seconds before the first fetch,
-        and validation runs of ``validation[batch_idx]`` seconds after those batches; returns the epoch end's
-        outcome."""
+        and validation runs of ``validation[batch_idx]`` seconds after those batches (``validation_batches``
+        batches, sharing those seconds); returns the epoch end's outcome."""
         self.run.epoch_start(epoch, self.step, 0, len(steps))
         self.clock.advance(startup)
         for batch_idx, (wait, work) in enumerate(steps):
@@ -109,7 +109,10 @@ class FakeFit:
             self.loop.batch_progress.total.completed += 1
             if validation and batch_idx in validation:
                 self.run.validation_start(self.step)
-                self.clock.advance(validation[batch_idx])
+                for val_batch in range(validation_batches):
+                    self.run.validation_batch_start(val_batch)
+                    self.clock.advance(validation[batch_idx] / validation_batches)
+                    self.run.validation_batch_end()
                 self.run.validation_end(self.step + 1, batch_idx + 1)
             self.step += 1
         self.fetch_starts.append(self.clock())

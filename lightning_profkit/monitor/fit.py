@@ -37,7 +37,7 @@ from lightning_profkit.monitor.profiling.windows import (FIRST_JSON_PER_BYTE, FI
                                                          learned_json_per_byte, profiler_activities, session_opener)
 from lightning_profkit.monitor.timing.epoch_figures import (EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
                                                             to_vector, window_metrics)
-from lightning_profkit.monitor.timing.fetch_timer import FetchTimer
+from lightning_profkit.monitor.timing.fetch_timer import FetchTimer, LoaderSetupTimer
 from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.timing.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.writing.output import TraceOutput
@@ -80,7 +80,7 @@ class FitRun:
     def __init__(self, options: Options, selection: Selection, checks: RollingChecks, trace_dir: str, rank: Rank,
                  report: Callable[..., None], to_loggers: Callable[[DataWaitAlert], None], wake: Callable[[], None],
                  traces: list[str], alerts: list[DataWaitAlert], other_profiler: bool = False,
-                 clock: Callable[[], float] = perf_counter) -> None:
+                 clock: Callable[[], float] = perf_counter, fit_loop: Any = None) -> None:
         self.options, self.selection, self.checks, self.trace_dir, self.rank = options, selection, checks, trace_dir, rank
         self.report, self.wake, self.clock = report, wake, clock
         self.traces, self.alerts = traces, alerts
@@ -93,6 +93,9 @@ class FitRun:
             warn("PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
                  "session at a time; PerformanceMonitor records no windows in this run.", UserWarning)
         self.timer: Optional[FetchTimer] = None
+        # epoch 0's loader start-up happens in the fit loop's setup_data, before training starts: timed until then
+        self.setup_timer = LoaderSetupTimer(fit_loop).install() if fit_loop is not None else None
+        self.startup_before_s = 0.0  # its seconds, added to the first epoch's start-up
         self.output: Optional[TraceOutput] = None
         self.runner: Optional[WindowRunner] = None
         self.validation: Optional[ValidationWindows] = None
@@ -111,7 +114,7 @@ class FitRun:
         self.validation_after = 0  # the training step the running validation follows
         self.step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
         self.slow_epochs = 0  # epochs running with unprofiled steps slower after a window
-        self.helper_cpu_s = 0.0  # the fit's trace writing off the training thread, as of the last epoch's end
+        self.helper_cpu_s = 0.0  # CPU s of the fit's trace writing off the training thread, to the last epoch's end
         self.json_per_byte = FIRST_JSON_PER_BYTE_WITH_STACK if options.with_stack else FIRST_JSON_PER_BYTE
 
     # ------------------------------------------------------------------ arming and closing
@@ -125,6 +128,9 @@ class FitRun:
         ``loader()`` reads the training DataLoader's settings, for advice."""
         o = self.options
         self.timer, self.on_cuda, self.batch_size, self.loader = timer, on_cuda, batch_size, loader
+        if self.setup_timer is not None:
+            self.startup_before_s = self.setup_timer.seconds
+            self._end_setup_timer()
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report)
         if o.profiles_rank(self.rank.rank) and not self.other_profiler:
             activities = profiler_activities(o.activities, on_cuda)
@@ -181,6 +187,11 @@ class FitRun:
             self.live = None
         return out
 
+    def _end_setup_timer(self) -> None:
+        timer, self.setup_timer = self.setup_timer, None
+        if timer is not None:
+            timer.uninstall()
+
     def end_windows(self) -> None:
         """End the training and validation windows' profiler sessions, keeping what they recorded."""
         for name in ("runner", "validation"):
@@ -201,6 +212,7 @@ class FitRun:
 
     def close(self, wait: bool = True) -> None:
         """The fit is over (teardown, or an exception): nothing of it is left running."""
+        self._end_setup_timer()
         self.disarm(wait)
         group, self.group = self.group, None
         close_group(group)
@@ -229,6 +241,8 @@ class FitRun:
             torch.cuda.reset_peak_memory_stats()
         self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch)
         self.epoch_first_step = step
+        if self.validation is not None:
+            self.validation.spent = []  # this epoch's validation windows
         if self.runner is not None:
             self.runner.epoch_start(step, batch_idx, epoch_length)
         self._windows_from(step, batch_idx)
@@ -327,6 +341,11 @@ class FitRun:
         if line is not None and self.rank.is_zero:
             out.lines.append(f"last {line[0]} window(s) of rank 0: {line[1]}{slowest or ''}. "
                              f"More: profkit summary {self.trace_dir}")
+        total = output.helper_cpu_s if output is not None else None  # closed: the writer's whole fit
+        if total is not None and self.rank.is_zero:
+            out.lines.append(f"trace writing off the training thread used {total:.3f} s of CPU on rank 0 (writer "
+                             f"thread and finalizing process), {max(total - self.helper_cpu_s, 0.0):.3f} s of it after "
+                             "the last epoch's end (not in profkit/overhead/helper_cpu_s)")
         self.output = None
         return out
 
@@ -412,12 +431,15 @@ class FitRun:
             assert self.timer is not None
             stats = self.timer.stats
             figures = epoch_figures(stats, self.spans.start, end, self.spans.validation_s, self.batch_size, peak,
-                                    self._gpu_idle())
+                                    self._gpu_idle(), self.startup_before_s)
+            self.startup_before_s = 0.0
             runner, helper = self.runner, None
-            if self.output is not None and self.output.helper_cpu_s:  # from the fit's first trace on
-                helper, self.helper_cpu_s = self.output.helper_cpu_s - self.helper_cpu_s, self.output.helper_cpu_s
+            total = self.output.helper_cpu_s if self.output is not None else None  # read now, not at the last window
+            if total is not None:
+                helper, self.helper_cpu_s = total - self.helper_cpu_s, total
+            spent = (runner.spent if runner else []) + (self.validation.spent if self.validation else [])
             cost, baseline = own_cost(stats.step_times, self.epoch_first_step, runner.profiled if runner else [],
-                                      self.step_baseline, runner.spent if runner else [], helper)
+                                      self.step_baseline, spent, helper)
             self.step_baseline = self.step_baseline or baseline
             return to_vector({**figures, **cost})
         except Exception as err:
@@ -481,7 +503,8 @@ class FitRun:
     def _advice(self) -> list[str]:
         try:
             stats = self.timer.stats if self.timer is not None else None
-            startup = stats.first_fetch - self.spans.start if stats is not None and stats.first_fetch else None
+            startup = (stats.first_fetch - self.spans.start + self.startup_before_s
+                       if stats is not None and stats.first_fetch else None)
             return data_wait_advice(self.loader(), startup, self.clock() - self.spans.start)
         except Exception as err:
             self.report(f"advice failed: {err!r}", "advice")

@@ -191,3 +191,17 @@ def test_epochs_of_one_batch_record_that_batch(monkeypatch, tmp_path):
     fit.end()
     assert [p.split("/")[-2] for p in fit.traces] == [f"step={s:06d}-epoch={s}" for s in range(3)]
     assert [profiler_steps(read_trace(p)) for p in fit.traces] == [[s] for s in range(3)]
+
+
+def test_window_ms_counts_validation_windows_too(monkeypatch, tmp_path):
+    """One training window (steps 10-12) and one validation window (batches 0-1 of the run after step 14): the
+    profiler's calls of both, as the fake clock moved in them, averaged over the 2 windows."""
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, steps="10-12", warmup=1, max_captures=0,
+                  validation_batches="0-1")
+    profiler = AdvancingProfiler(monkeypatch, fit.clock, {"__init__": 0.001, "start": 0.002, "step": 0.003, "stop": 0.004})
+    fit.epoch(0, [(0.0, 1.0)] * 20, validation={14: 0.5}, validation_batches=3)
+    fit.end()
+    (row,) = epoch_row(fit)
+    assert [p.split("/")[-2] for p in fit.traces] == ["step=000010-000012-epoch=0",
+                                                      "step=000014-val-batch=000000-000001-epoch=0"]
+    assert row["profkit/overhead/window_ms"] == pytest.approx(1000 * profiler.total / 2)

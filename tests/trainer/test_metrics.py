@@ -375,3 +375,35 @@ def test_every_metric_is_on_the_step_axis_of_the_users_own(tmp_path, manual, tra
     assert ours["profkit/data_wait_ratio"] == user_epochs and len(user_epochs) == 2
     assert ours["profkit/rolling/data_wait_ratio"] == [at_batch[k] for k in range(9, 60, 10)]
     assert ours["profkit/window/host_step_ms"] == [at_batch[13], at_batch[43]]  # windows: batches 11-13 of each epoch
+
+
+class SlowStartLoader(DataLoader):
+    """A DataLoader whose iterator takes ``start_s`` more to make (as workers that are slow to start), with the
+    time each ``iter()`` took: the ground truth of the start-up."""
+
+    def __init__(self, *args, start_s=0.3, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.start_s, self.iter_s = start_s, []
+
+    def __iter__(self):
+        t0 = time.perf_counter()
+        time.sleep(self.start_s)
+        try:
+            return super().__iter__()
+        finally:
+            self.iter_s.append(time.perf_counter() - t0)
+
+
+def test_dataloader_startup_s_holds_each_epochs_iterator_start_epoch_0s_too(tmp_path):
+    """Lightning makes epoch 0's iterator before ``on_train_start`` (later epochs' after ``on_train_epoch_start``):
+    every epoch's ``dataloader_startup_s`` holds its iterator's making, as the loader timed it."""
+    loader = SlowStartLoader(SleepDataset(8), batch_size=2)
+    recorder = Recorder()
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False, alert_threshold=None)], max_epochs=2,
+                           logger=[recorder])
+    trainer.fit(TinyModel(), train_dataloaders=loader)
+    startup = [m["profkit/dataloader_startup_s"] for _, m in recorder.rows if "profkit/dataloader_startup_s" in m]
+    assert len(startup) == len(loader.iter_s) == 2
+    for got, truth in zip(startup, loader.iter_s):
+        assert truth <= got < truth + 0.1, (startup, loader.iter_s)
+    assert "setup_data" not in vars(trainer.fit_loop)  # the timer is gone from the loop

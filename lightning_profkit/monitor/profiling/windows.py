@@ -344,6 +344,7 @@ class ValidationWindows:
         self.batches, self._open = batches, open_session
         self.session: Optional[WindowSession] = None
         self._cut_through = -1  # the last batch of a window ended early (max_trace_mb): none opens before it
+        self.spent: list[float] = []  # ended windows since the caller last emptied it: seconds of each in its calls
 
     def run_start(self) -> None:
         self.stop()
@@ -359,12 +360,16 @@ class ValidationWindows:
         if self.session is not None and not self.session.step():
             if self.session.planned_last is not None:
                 self._cut_through = self.session.planned_last
+            self.spent.append(self.session.spent_s)
             self.session = None
 
     def stop(self) -> None:
         session, self.session = self.session, None
         if session is not None:
-            session.finish()
+            try:
+                session.finish()
+            finally:
+                self.spent.append(session.spent_s)
 
 
 def profiler_activities(names: Optional[list[str]], on_cuda: bool) -> list[ProfilerActivity]:

@@ -25,8 +25,10 @@ def epoch_figures(
     batch_size: Optional[int],
     peak_memory_bytes: Optional[int],
     gpu_idle_ratio: Optional[float] = None,
+    startup_before_s: float = 0.0,
 ) -> dict[str, float]:
-    """Figures of one epoch on one rank; a figure that cannot be known is left out.
+    """Figures of one epoch on one rank; a figure that cannot be known is left out. ``startup_before_s``: the
+    loader's start-up before ``epoch_start`` (epoch 0's, in Lightning's ``setup_data``), added to its start-up.
 
     Training time is the epoch's wall time less the validation runs inside it; the data-wait ratio is the
     time spent in Lightning's fetches (the DataLoader's ``next()`` and its CombinedLoader) over that training time.
@@ -42,7 +44,7 @@ def epoch_figures(
         out["step_time_ms_mean"] = 1000 * sum(step_times) / len(step_times)
         out["step_time_ms_p90"] = 1000 * percentile(step_times, 0.9)
     if fetch.first_fetch is not None:
-        out["dataloader_startup_s"] = max(fetch.first_fetch - epoch_start, 0.0)
+        out["dataloader_startup_s"] = max(fetch.first_fetch - epoch_start, 0.0) + startup_before_s
     if validation_s > 0 and fetch.val_count:
         out["val_data_wait_ratio"] = fetch.val_s / validation_s
     if peak_memory_bytes is not None:

@@ -194,6 +194,38 @@ class FetchTimer:
         self._val_pair[1]()
 
 
+class LoaderSetupTimer:
+    """Times the fit loop's ``setup_data`` from :meth:`install` to :meth:`uninstall` into ``seconds``: where
+    Lightning makes the training DataLoader (``train_dataloader()``) and its first iterator, which starts the
+    workers of epoch 0 before ``on_train_start`` (later epochs start theirs after ``on_train_epoch_start``)."""
+
+    def __init__(self, fit_loop: Any) -> None:
+        self.seconds = 0.0
+        self._loop = fit_loop
+        self._before: Any = None
+
+    def install(self) -> "LoaderSetupTimer":
+        self._before = _own(self._loop, "setup_data")
+        self._loop.setup_data = self._timed
+        return self
+
+    def uninstall(self) -> None:
+        """Give the loop back what it had (where what it has now is still ours)."""
+        if _own(self._loop, "setup_data") == self._timed:
+            if self._before is None:
+                del self._loop.setup_data
+            else:
+                self._loop.setup_data = self._before
+
+    def _timed(self) -> None:
+        setup = self._before or type(self._loop).setup_data.__get__(self._loop)
+        start = perf_counter()
+        try:
+            setup()
+        finally:
+            self.seconds += perf_counter() - start
+
+
 def install(trainer: Any) -> FetchTimer:
     """Time the fetches of ``trainer.fit`` from now until :func:`uninstall`."""
     uninstall_stale(trainer)

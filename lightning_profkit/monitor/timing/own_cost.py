@@ -9,7 +9,7 @@ something behind for the rest of the run (on CUDA: CUPTI kept attached, see ``TE
 ``window_ms``: milliseconds of the training thread in each window's own calls (the profiler's start, its
 step boundaries, its stop and the hand-over of the results), the mean over the epoch's windows.
 ``helper_cpu_s``: CPU seconds used in the epoch off the training thread, by the trace writer's thread and
-the finalizing process.
+the finalizing process, read from the OS at the epoch's end; absent where none was used.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ def own_cost(step_times: Sequence[float], first_step: int, profiled: Sequence[tu
     """``overhead/...`` figures of an epoch whose step ``first_step + i`` took ``step_times[i]`` seconds and
     whose windows held the steps of ``profiled`` (inclusive ranges) and spent ``spent`` seconds each in their
     own calls, against ``baseline`` (seconds; default: this epoch's steps before its first window); and this
-    epoch's own baseline. Absent without a window; ``helper_cpu_s`` (None: no trace written in the fit yet)
-    in every epoch from the fit's first window on."""
+    epoch's own baseline. Absent without a window; ``helper_cpu_s`` where the epoch used some (None or 0: none)."""
     out: dict[str, float] = {}
-    if helper_cpu_s is not None:
+    if helper_cpu_s:
         out["overhead/helper_cpu_s"] = helper_cpu_s
     if spent:
         out["overhead/window_ms"] = 1000 * sum(spent) / len(spent)

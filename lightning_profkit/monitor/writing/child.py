@@ -145,7 +145,8 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
     a :class:`RequestMirror` to start (``watch``: its arguments; it ends with the input);
     its reply has ``done`` (the window's figures and, for a training window, the end-of-fit line over the
     newest ``SUMMARIZED`` of them: the training process need not load the analysis side for it) or ``error``,
-    what the store work left, and ``cpu_s`` (this process's CPU seconds so far)."""
+    what the store work left, and ``cpu_s`` (this process's CPU seconds so far). At the end of the input a last
+    line gives ``cpu_s`` alone."""
     mirror, recent = None, []
     for line in jobs:
         reply: dict[str, Any] = {}
@@ -167,6 +168,11 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
         replies.flush()
     if mirror is not None:
         mirror.end()
+    try:
+        replies.write(json.dumps({"cpu_s": time.process_time()}) + "\n")
+        replies.flush()
+    except OSError:  # the parent stopped listening
+        pass
 
 
 def main() -> int:

@@ -105,6 +105,7 @@ class TraceOutput:
         self._retention = Retention(keep_last, self._delete_remote if self.remote else None) if keep_last else None
         self._on_error = on_error
         self._writer: Optional[TraceWriter] = None  # started with the first window
+        self._closed_cpu_s: Optional[float] = None  # what the writer used in all, once closed
         # appended by the writer thread, taken by the training thread: windows written, and traces retention deleted
         self._written: deque[dict[str, Any]] = deque()
         self._removed: deque[str] = deque()
@@ -150,9 +151,10 @@ class TraceOutput:
         return urls
 
     @property
-    def helper_cpu_s(self) -> float:
-        """CPU seconds the fit's trace writing has used off the training thread so far."""
-        return self._writer.cpu_s if self._writer is not None else 0.0
+    def helper_cpu_s(self) -> Optional[float]:
+        """CPU seconds the fit's trace writing has used off the training thread so far (in all, once closed);
+        None before the first window."""
+        return self._writer.cpu_s if self._writer is not None else self._closed_cpu_s
 
     @property
     def has_written(self) -> bool:
@@ -189,4 +191,5 @@ class TraceOutput:
             return 0, []
         left = writer.close(timeout)
         self._writer = None  # after the last windows, whose retention may delete through it
+        self._closed_cpu_s = writer.cpu_s
         return left, [local for local, _ in writer.unsent]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 from typing import Any, Optional
@@ -31,8 +32,11 @@ class FinalizingProcess:
 
     @property
     def cpu_s(self) -> float:
-        """CPU seconds the finalizing processes of this object have used, as of their last replies."""
-        return self._ended_cpu_s + self._cpu_s
+        """CPU seconds the finalizing processes of this object have used so far: the running one's read from the
+        OS now where it can be (Linux), else as of its last reply; an ended one's as it reported at its exit."""
+        proc = self._proc
+        live = cpu_seconds_of(proc.pid) if proc is not None else None
+        return self._ended_cpu_s + max(self._cpu_s, live or 0.0)
 
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
         """Do ``job`` (see :func:`~lightning_profkit.monitor.writing.child.serve`); returns the reply. Raises
@@ -68,16 +72,21 @@ class FinalizingProcess:
         return self._proc
 
     def close(self, timeout: float = 5.0) -> None:
-        """End the process: it exits at the end of its input; killed if it has not within ``timeout``."""
+        """End the process: at the end of its input it reports its CPU seconds and exits; killed if it has not
+        within ``timeout``."""
         proc, self._proc = self._proc, None
-        self._ended_cpu_s, self._cpu_s = self._ended_cpu_s + self._cpu_s, 0.0
         if proc is None:
+            self._ended_cpu_s, self._cpu_s = self._ended_cpu_s + self._cpu_s, 0.0
             return
         try:
             if proc.stdin is not None:
                 proc.stdin.close()
-        except OSError:
+            assert proc.stdout is not None
+            if select.select([proc.stdout], [], [], timeout)[0]:
+                self._cpu_s = json.loads(proc.stdout.readline() or "{}").get("cpu_s", self._cpu_s)
+        except (OSError, ValueError):
             pass
+        self._ended_cpu_s, self._cpu_s = self._ended_cpu_s + self._cpu_s, 0.0
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -85,6 +94,17 @@ class FinalizingProcess:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def cpu_seconds_of(pid: int) -> Optional[float]:
+    """CPU seconds (user and system) process ``pid`` has used so far, from ``/proc`` (Linux: in clock ticks,
+    1/100 s); None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def child_env() -> dict[str, str]:

@@ -55,7 +55,8 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._pending = 0  # windows submitted and not yet written or dropped
         self._finalizer = FinalizingProcess()  # its process starts with the first window, ends with the thread
-        self._thread_cpu_s = 0.0
+        self._ended_thread_cpu_s = 0.0  # CPU seconds of this writer's threads that ended
+        self._thread_clock: Optional[int] = None  # the running thread's CPU clock, where the OS has one
         self.unsent: list[list[str]] = []  # [local, url]: uploads that failed, retried with every later job
 
     @property
@@ -64,9 +65,16 @@ class TraceWriter:
 
     @property
     def cpu_s(self) -> float:
-        """CPU seconds this writer's thread and finalizing process have used so far (the process's as of
-        its last reply)."""
-        return self._thread_cpu_s + self._finalizer.cpu_s
+        """CPU seconds this writer's thread and finalizing process have used so far, read now (see
+        :attr:`FinalizingProcess.cpu_s`; the thread's once it ends, where the OS has no thread CPU clock)."""
+        with self._lock:
+            thread = self._ended_thread_cpu_s
+            if self._thread_clock is not None:
+                try:
+                    thread += time.clock_gettime(self._thread_clock)
+                except OSError:
+                    pass
+        return thread + self._finalizer.cpu_s
 
     def submit(self, job: Union[WindowJob, dict[str, Any]]) -> None:
         """Queue a window, or a job for the finalizing process as it is."""
@@ -105,6 +113,17 @@ class TraceWriter:
         return left
 
     def _run(self) -> None:
+        with self._lock:
+            clock = getattr(time, "pthread_getcpuclockid", None)
+            self._thread_clock = clock(threading.get_ident()) if clock is not None else None
+        try:
+            self._serve()
+        finally:
+            with self._lock:
+                self._thread_clock = None
+                self._ended_thread_cpu_s += time.thread_time()
+
+    def _serve(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
@@ -119,14 +138,12 @@ class TraceWriter:
 
     def _guarded(self, work: Callable[[Any], None], job: Any, counted: bool = True) -> None:
         """Do a job (``counted`` in :attr:`pending`); an error is reported, never raised."""
-        start = time.thread_time()
         try:
             work(job)
         except Exception as err:  # never let the thread die: report and go on
             self._on_error(f"a profiler trace could not be written (training continues): {type(err).__name__}: {err}",
                            "write")
         finally:
-            self._thread_cpu_s += time.thread_time() - start
             if counted:
                 with self._lock:
                     self._pending -= 1
