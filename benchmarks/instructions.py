@@ -34,7 +34,13 @@ switches collection on and off.
 With ``--after-a-first-fit`` each counted fit follows a first, uncounted 30-step fit of the same configuration in
 its process: what a process's first window sets up once is then outside the count.
 
+That spread comes mostly from string hashes: which names collide in CPython's type cache and in dicts depends
+on ``PYTHONHASHSEED``. With ``--seeds N`` every fit is counted under N hash seeds (0 to N-1), the table shows
+their mean, and a second table each seed's ratios with the mean's standard error, so that a goal closer than
+one run's spread can be judged on the mean. ``--configs`` counts only some configurations (``none`` always).
+
     python benchmarks/instructions.py [--short 100] [--long 400] [--steps 3000] [--jobs 2] [--after-a-first-fit]
+                                      [--seeds 1] [--configs none,quiet,noop,metrics,windows]
 """
 
 from __future__ import annotations
@@ -92,10 +98,10 @@ def child(config: str, steps: int, poll_interval: float, switch: str) -> None:
     lib.collect_off()
 
 
-def counts(config: str, steps: int, poll: str, switch: str, out_dir: str) -> dict[str, int]:
-    """Callgrind's totals of one fit in a fresh process."""
-    out = os.path.join(out_dir, f"{config}.{steps}.{poll.replace(' ', '-')}.out")
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+def counts(seed: int, config: str, steps: int, poll: str, switch: str, out_dir: str) -> dict[str, int]:
+    """Callgrind's totals of one fit in a fresh process, under hash seed ``seed``."""
+    out = os.path.join(out_dir, f"{config}.{steps}.{poll.replace(' ', '-')}.{seed}.out")
+    env = {**os.environ, "PYTHONHASHSEED": str(seed), "OMP_NUM_THREADS": "1"}
     # Without address randomisation two runs of a fit differ by a few instructions in a million; with it, by
     # some thousand a step (which attribute lookups hit CPython's type cache depends on the addresses).
     fixed = ["setarch", os.uname().machine, "--addr-no-randomize"] if shutil.which("setarch") else []
@@ -160,6 +166,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="fits counted at once (the counts do not change)")
     parser.add_argument("--after-a-first-fit", action="store_true",
                         help="count each fit after a first 30-step fit of the same configuration in its process")
+    parser.add_argument("--seeds", type=int, default=1, help="hash seeds each fit is counted under (0 to N-1)")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="the configurations to count, comma-separated")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -167,54 +175,86 @@ def main() -> None:
         return child(config, int(steps), float(interval), switch)
     if args.long <= args.short:
         parser.error("--long must be more steps than --short")
+    configs = {c: CONFIGS[c] for c in CONFIGS if c == "none" or c in args.configs.split(",")}
+    if args.seeds < 1 or set(args.configs.split(",")) - set(CONFIGS):
+        parser.error(f"--seeds must be at least 1 and --configs a subset of {','.join(CONFIGS)}")
 
     if args.after_a_first_fit:
         os.environ["PROFKIT_CG_AFTER_A_FIRST_FIT"] = "1"  # read by each fit's process
     folder = tempfile.mkdtemp(prefix="profkit-callgrind-")
     switch = build_switch(folder)
-    polls = {c: list(POLLS) if c == "metrics" else ["never"] for c in CONFIGS}
-    runs = [(c, n, p) for c in CONFIGS for p in polls[c] for n in (args.short, args.long)]
+    seeds = range(args.seeds)
+    # The cost of one look for a request is counted under the first seed only: it is added once per --poll-every steps.
+    polls = {c: list(POLLS) if c == "metrics" else ["never"] for c in configs}
+    runs = [(s, c, n, p) for s in seeds for c in configs for p in polls[c] for n in (args.short, args.long)
+            if p == "never" or s == 0]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         got = dict(zip(runs, pool.map(lambda r: counts(*r, switch, folder), runs)))
-    finalizer = finalizer_counts(folder)
+    finalizer = finalizer_counts(folder) if "windows" in configs else {"Ir": 0, "cycles": 0}
 
-    def figures(config: str, poll: str = "never") -> dict[str, tuple[float, float]]:
-        """Per event kind (and estimated cycles): the cost of a step and the fit's fixed cost."""
-        short, long = got[(config, args.short, poll)], got[(config, args.long, poll)]
+    def figures(config: str, seed: int, poll: str = "never") -> dict[str, tuple[float, float]]:
+        """Per event kind (and estimated cycles): the cost of a step and the fit's fixed cost, under one seed."""
+        short, long = got[(seed, config, args.short, poll)], got[(seed, config, args.long, poll)]
         out = {}
         for kind in short:
             step = (long[kind] - short[kind]) / (args.long - args.short)
             out[kind] = (step, short[kind] - args.short * step)
         return out
 
-    base, metrics = figures("none"), figures("metrics")
-    per_poll = {k: step - metrics[k][0] for k, (step, _) in figures("metrics", "every step").items()}
+    per_poll = {}
+    if "metrics" in configs:
+        metrics = figures("metrics", 0)
+        per_poll = {k: step - metrics[k][0] for k, (step, _) in figures("metrics", 0, "every step").items()}
+
+    def seed_figures(config: str, seed: int) -> dict[str, tuple[float, float]]:
+        """As ``figures``, with one look for a request every --poll-every steps in our configurations."""
+        fig = figures(config, seed)
+        if config in OURS and per_poll:
+            fig = {k: (step + per_poll[k] / args.poll_every, fixed) for k, (step, fixed) in fig.items()}
+        return fig
+
+    def mean_figures(config: str) -> dict[str, tuple[float, float]]:
+        each = [seed_figures(config, s) for s in seeds]
+        return {k: tuple(sum(f[k][i] for f in each) / len(each) for i in (0, 1)) for k in each[0]}
+
+    def fit_ratio(fig: dict, base: dict, kind: str, others: float = 0.0) -> float:
+        (step, fixed), (base_step, base_fixed) = fig[kind], base[kind]
+        return (fixed + others + args.steps * step) / (base_fixed + args.steps * base_step)
+
+    base = mean_figures("none")
     after = ", each after a first fit in its process" if args.after_a_first_fit else ""
-    print(f"# {datetime.date.today()}, callgrind, fits of {args.short} and {args.long} steps{after} "
+    mean = f", the mean of {args.seeds} hash seeds" if args.seeds > 1 else ""
+    print(f"# {datetime.date.today()}, callgrind, fits of {args.short} and {args.long} steps{after}{mean} "
           f"(1 thread); ratios for a fit of {args.steps} steps")
     print("| configuration | instructions a step | added a step | estimated cycles a step | added a step "
           f"| {args.steps}-step fit, instructions | {args.steps}-step fit, estimated cycles | all processes, instructions "
           "| all processes, estimated cycles | goal |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for config, label in CONFIGS.items():
-        fig = figures(config)
-        if config in OURS:  # one look for a request every --poll-every steps
-            fig = {k: (step + per_poll[k] / args.poll_every, fixed) for k, (step, fixed) in fig.items()}
-
-        def fit_ratio(kind: str, others: float = 0.0) -> float:
-            (step, fixed), (base_step, base_fixed) = fig[kind], base[kind]
-            return (fixed + others + args.steps * step) / (base_fixed + args.steps * base_step)
-
+    for config, label in configs.items():
+        fig = mean_figures(config)
         children = {k: finalizer[k] if config == "windows" else 0 for k in ("Ir", "cycles")}
         ir, cycles = fig["Ir"][0], fig["cycles"][0]
         print(f"| {label} | {ir:,.0f} | {ir - base['Ir'][0]:+,.0f} ({ir / base['Ir'][0] - 1:+.3%}) "
               f"| {cycles:,.0f} | {cycles - base['cycles'][0]:+,.0f} ({cycles / base['cycles'][0] - 1:+.3%}) "
-              f"| {fit_ratio('Ir'):.4f} | {fit_ratio('cycles'):.4f} | {fit_ratio('Ir', children['Ir']):.4f} "
-              f"| {fit_ratio('cycles', children['cycles']):.4f} | {GOALS.get(config, '')} |")
-    print(f"\nOne look for a capture request: {per_poll['Ir']:,.0f} instructions, {per_poll['cycles']:,.0f} estimated "
-          f"cycles; counted above once every {args.poll_every:g} steps.")
-    print(f"The finalizing process serving one default window, whole: {finalizer['Ir']:,.0f} instructions, "
-          f"{finalizer['cycles']:,.0f} estimated cycles (in the default window's all-process columns).")
+              f"| {fit_ratio(fig, base, 'Ir'):.4f} | {fit_ratio(fig, base, 'cycles'):.4f} "
+              f"| {fit_ratio(fig, base, 'Ir', children['Ir']):.4f} "
+              f"| {fit_ratio(fig, base, 'cycles', children['cycles']):.4f} | {GOALS.get(config, '')} |")
+    if args.seeds > 1:
+        print(f"\nEach hash seed's {args.steps}-step fit, instructions (each seed's configuration against its own "
+              "no-callback fit), with the mean and its standard error:")
+        print("| configuration | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± standard error |")
+        print("|---|" + "---|" * (args.seeds + 1))
+        for config, label in configs.items():
+            ratios = [fit_ratio(seed_figures(config, s), seed_figures("none", s), "Ir") for s in seeds]
+            avg = sum(ratios) / len(ratios)
+            error = (sum((r - avg) ** 2 for r in ratios) / (len(ratios) - 1) / len(ratios)) ** 0.5
+            print(f"| {config} | " + " | ".join(f"{r:.4f}" for r in ratios) + f" | {avg:.4f} ± {error:.4f} |")
+    if per_poll:
+        print(f"\nOne look for a capture request: {per_poll['Ir']:,.0f} instructions, {per_poll['cycles']:,.0f} "
+              f"estimated cycles; counted above once every {args.poll_every:g} steps.")
+    if "windows" in configs:
+        print(f"The finalizing process serving one default window, whole: {finalizer['Ir']:,.0f} instructions, "
+              f"{finalizer['cycles']:,.0f} estimated cycles (in the default window's all-process columns).")
 
 
 if __name__ == "__main__":
