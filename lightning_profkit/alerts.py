@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -38,14 +39,24 @@ class DataWaitAlert:
 
     @property
     def markdown(self) -> str:
-        """The message as Markdown (TensorBoard's Text tab renders it)."""
-        parts = [f"**{self.headline}**", "\n".join(f"- {line}" for line in self.advice)]
+        """The message as Markdown (TensorBoard's Text tab renders it), every text in it shown as written."""
+        parts = [f"**{as_text(self.headline)}**", "\n".join(f"- {as_text(line)}" for line in self.advice)]
         if self.trace_dir:
-            parts.append(f"Trace of the steps after the alert: `{self.trace_dir}`")
+            parts.append(f"Trace of the steps after the alert: {as_text(self.trace_dir)}")
         return "\n\n".join(p for p in parts if p)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"message": self.message}
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")  # what Python-Markdown (TensorBoard's) lets a backslash escape
+
+
+def as_text(text: str) -> str:
+    """``text`` as Markdown that renders to exactly ``text``: Markdown's characters escaped (``__getitem__`` is not
+    bold), HTML's written as entities."""
+    escaped = _MARKDOWN.sub(r"\\\1", text)
+    return escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 class DataWaitAlertError(RuntimeError):

@@ -77,7 +77,10 @@ METRICS: tuple[Metric, ...] = (
     # every epoch, after the exchange
     Metric("data_wait_ratio_max", "fraction", EPOCH, "with several ranks: the worst rank's data-wait ratio", ""),
     Metric("data_wait_worst_rank", "rank", EPOCH, "with several ranks: the rank with that ratio", ""),
-    Metric("data_wait_alert", "0 or 1", EPOCH, "1 when the epoch was in a data-wait episode; with alerts on", ""),
+    Metric("data_wait_alert", "0 or 1", EPOCH,
+           "1 when the epoch was in a data-wait episode; with alerts on. TensorBoard smooths every scalar (0.6 by "
+           "default), which shows this flag as the share of recent epochs in an episode: set smoothing to 0 to read "
+           "the flag", ""),
     # every rolling check (`alert_window` steps), at the step of its last batch
     Metric("rolling/data_wait_ratio", "fraction", ROLLING, "the data-wait ratio of the check's block of steps"),
     Metric("rolling/step_time_ms", "ms", ROLLING, "the block's training time per step"),

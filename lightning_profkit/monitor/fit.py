@@ -114,6 +114,7 @@ class FitRun:
         self.validation_after = 0  # the training step the running validation follows
         self.step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
         self.slow_epochs = 0  # epochs running with unprofiled steps slower after a window
+        self.step_ms: Optional[float] = None  # the last epoch's step_time_ms_mean (over ranks), for the end-of-fit line
         self.helper_cpu_s = 0.0  # CPU s of the fit's trace writing off the training thread, to the last epoch's end
         self.json_per_byte = FIRST_JSON_PER_BYTE_WITH_STACK if options.with_stack else FIRST_JSON_PER_BYTE
 
@@ -317,6 +318,7 @@ class FitRun:
             # every rank takes part in the same collective here, whatever happened to its profiling
             metrics = reduce_ranks(exchange(self.group, self._epoch_vector(end)))  # over gloo: the device is untouched
             self._watch_after_window(metrics.get(PREFIX + "overhead/after_window_ratio"))
+            self.step_ms = metrics.get(PREFIX + "step_time_ms_mean", self.step_ms)
             if self.checks.rule is not None:
                 ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
                 if ratio is not None:
@@ -339,7 +341,9 @@ class FitRun:
         slowest = self._slowest_rank(summaries) if self.group is not None and self.options.profile else None
         line = output.fit_line if output is not None else None  # made by the finalizing process
         if line is not None and self.rank.is_zero:
-            out.lines.append(f"last {line[0]} window(s) of rank 0: {line[1]}{slowest or ''}. "
+            every = (f"; every step of the last epoch: {self.step_ms:.1f} ms on average (step_time_ms_mean)"
+                     if self.step_ms else "")
+            out.lines.append(f"last {line[0]} window(s) of rank 0: {line[1]}{slowest or ''}{every}. "
                              f"More: profkit summary {self.trace_dir}")
         total = output.helper_cpu_s if output is not None else None  # closed: the writer's whole fit
         if total is not None and self.rank.is_zero:

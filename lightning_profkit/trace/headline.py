@@ -16,14 +16,15 @@ def percent(value: Optional[float]) -> str:
 
 
 def fit_line(agg: dict[str, Any]) -> str:
-    """One line for the end of ``fit``: the step's make-up, data wait, GPU idle and the costliest operator,
-    under the names of ``profkit summary``."""
+    """One line for the end of ``fit``: the profiled steps' make-up, data wait, GPU idle and the costliest
+    operator, under the names of ``profkit summary``. Profiled steps run slower than the others (the profiler's
+    own work): the training process adds the unprofiled steps' time."""
     fig = agg["figures"]
     if fig.get("step_time_ms") is None:
         return "no step figures (the windows hold no ProfilerStep)"
     shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in ROLES + ("Other",)), reverse=True)
     parts = ", ".join(f"{role} {100 * v:.0f}%" for v, role in shares if v >= 0.005)
-    line = f"step {fig['step_time_ms']:.1f} ms = {parts}; data_wait_share {percent(fig['data_wait_share'])}"
+    line = f"profiled step {fig['step_time_ms']:.1f} ms = {parts}; data_wait_share {percent(fig['data_wait_share'])}"
     if fig["gpu_idle_share"] is not None:
         line += f", gpu_idle_share {percent(fig['gpu_idle_share'])}"
     ops = agg["operators"]["cpu_by_self"]

@@ -3,6 +3,7 @@
 import dataclasses
 import gzip
 import json
+import re
 
 import pytest
 
@@ -83,6 +84,22 @@ def test_message_names_ratio_rank_advice_and_trace():
     text = alert.message
     assert "62%" in text and "rank 1, the worst" in text and "num_workers=6" in text and "/t/w" in text
     assert alert.as_dict()["step"] == 1200
+
+
+def test_tensorboard_shows_the_alerts_text_as_written():
+    """TensorBoard's Text tab renders Markdown and drops HTML: an advice line naming ``__getitem__`` stayed bold
+    ``getitem``. Rendered by TensorBoard's own function, the text reads as the console's."""
+    from html import unescape
+
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    advice = ["`Dataset.__getitem__` took *most* of [the] fetch (see #1 & <b>x</b>) | 2.5 - 1 ~ ok!", "\\path_\\x"]
+    alert = DataWaitAlert(0.62, 0.2, 3, 1200, "epoch 3", advice=advice, trace_dir="/runs/a_b/__c__/step=[1]")
+    html = markdown_to_safe_html(alert.markdown)
+    shown = unescape(re.sub(r"<[^>]+>", "", html))
+    for text in [alert.headline, *advice, alert.trace_dir]:
+        assert text in shown, (text, html)
+    assert html.count("<strong>") == 1 and "<em>" not in html and "<code>" not in html and "<a " not in html
 
 
 def test_advice_from_the_loader():

@@ -205,3 +205,13 @@ def test_window_ms_counts_validation_windows_too(monkeypatch, tmp_path):
     assert [p.split("/")[-2] for p in fit.traces] == ["step=000010-000012-epoch=0",
                                                       "step=000014-val-batch=000000-000001-epoch=0"]
     assert row["profkit/overhead/window_ms"] == pytest.approx(1000 * profiler.total / 2)
+
+
+def test_the_end_of_fit_line_tells_profiled_steps_from_every_step(monkeypatch, tmp_path):
+    """The windows' step time is the profiled steps' (slower: the profiler's own work); the line also gives every
+    step's mean of the last epoch, here exactly the 10 ms the fake clock gave each."""
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)
+    fit.epoch(0, [(0.001, 0.009)] * 20)
+    (line,) = [line for line in fit.end().lines if "window(s) of rank 0" in line]
+    assert line.startswith("last 1 window(s) of rank 0: profiled step ")
+    assert "; every step of the last epoch: 10.0 ms on average (step_time_ms_mean). More: profkit summary" in line
