@@ -146,7 +146,7 @@ def _window(summary: dict[str, Any], here: str) -> str:
            f"GPU idle {_pct(figures.get('gpu_idle_share'))}. Trace: <a href='{_e(link)}'>{_e(os.path.basename(summary['path']))}</a></p>"]
     if summary.get("step_breakdown"):
         out.append(stacked_bar({p: figures.get(f"share/{p}") for p in PARTS}))
-    ops = summary.get("operators", {}).get("cpu_by_self", [])[:TOP_OPERATORS]
+    ops = summary.get("operators", {}).get("cpu", [])[:TOP_OPERATORS]  # most self time first
     if ops:
         out.append("<table><tr><th>top CPU operators by self time</th><th>calls</th><th>self ms, whole window</th></tr>")
         out += [f"<tr><td>{_e(o['name'][:90])}</td><td>{o['calls']}</td><td>{o['self_us'] / 1000:.2f}</td></tr>" for o in ops]

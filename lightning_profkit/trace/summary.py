@@ -2,7 +2,9 @@
 
 One trace's summary holds torch-tb-profiler's step breakdown (:mod:`step_breakdown`), HTA's temporal
 breakdown (:mod:`temporal_breakdown`), the host-step figures the callback logs (:mod:`host_steps`) and
-the top operators (:mod:`operator_times`). :func:`key_figures` flattens it to the numbers that are
+the whole operator tables (:mod:`operator_times`): traces are aggregated from whole tables, so that calls
+add up to the raw traces' and an operator's inclusive time is never below its self time; the top rows are
+picked after. :func:`key_figures` flattens it to the numbers that are
 averaged over traces and compared between runs. A figure a trace cannot support is None, with a note.
 """
 
@@ -76,10 +78,9 @@ def summarize_columns(c: Columns) -> dict[str, Any]:
         "step_breakdown": steps,
         "temporal": temporal,
         "host": host.to_json(),
-        "operators": {
-            "cpu_by_self": top(ops["cpu"], "self_us", TOP_N),
-            "cpu_by_total": top(ops["cpu"], "total_us", TOP_N),
-            "device_by_total": top(ops["device"], "total_us", TOP_N),
+        "operators": {  # whole, most time first
+            "cpu": top(ops["cpu"], "self_us", len(ops["cpu"])),
+            "device": top(ops["device"], "total_us", len(ops["device"])),
         },
         "notes": notes,
     }
@@ -139,18 +140,18 @@ def aggregate(summaries: Iterable[dict[str, Any]]) -> dict[str, Any]:
             figures.setdefault(key, [])
             if value is not None:
                 figures[key].append(value)
-    ops: dict[str, dict[str, dict[str, float]]] = {"cpu_by_self": {}, "cpu_by_total": {}, "device_by_total": {}}
+    ops: dict[str, dict[str, dict[str, float]]] = {"cpu": {}, "device": {}}
     for s in summaries:
         for table, rows in s["operators"].items():
             for row in rows:
-                acc = ops[table].setdefault(row["name"], {k: 0.0 for k in row if k != "name"})
+                acc = ops[table].setdefault(row["name"], {k: 0 for k in row if k != "name"})
                 for k in acc:
                     acc[k] += row[k]
-    sort_key = {"cpu_by_self": "self_us", "cpu_by_total": "total_us", "device_by_total": "total_us"}
     return {
         "traces": len(summaries),
         "figures": {k: (sum(v) / len(v) if v else None) for k, v in figures.items()},
-        "operators": {t: top(rows, sort_key[t], TOP_N) for t, rows in ops.items()},
+        "operators": {"cpu_by_self": top(ops["cpu"], "self_us", TOP_N), "cpu_by_total": top(ops["cpu"], "total_us", TOP_N),
+                      "device_by_total": top(ops["device"], "total_us", TOP_N)},
     }
 
 

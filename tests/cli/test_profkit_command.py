@@ -31,7 +31,7 @@ def test_summary_json_equals_the_reference(gpu_traces, reference):
     assert [s["Kernel"] for s in trace["step_breakdown"]["per_step"]] == [s["Kernel"] for s in want["tb_patched"]["per_step"]]
     assert trace["temporal"]["idle_us"] == pytest.approx(want["hta_temporal"]["idle_us"], abs=1)
     assert trace["host"]["data_wait_share"] == pytest.approx(want["host_step"]["dataloader_frac"], rel=1e-6)
-    assert trace["rank"] == 3 and trace["operators"]["cpu_by_self"][0]["self_us"] > 0
+    assert trace["rank"] == 3 and trace["operators"]["cpu"][0]["self_us"] > 0
 
 
 def test_summary_text_is_aligned_and_plain_off_a_tty(gpu_traces):
