@@ -7,6 +7,9 @@
 
 PATH, A and B may be URLs of object storage (``s3://…``, ``gs://…``): their traces are copied to a temporary
 folder first.
+
+Exit status: 0; 1 when the input is wrong or none of its traces could be read; 2 for a wrong command line; 3
+(``LEFT_OUT``) when some traces could not be read: each is named on stderr with why, and the others are shown.
 """
 
 from __future__ import annotations
@@ -25,6 +28,18 @@ from lightning_profkit.store import StoreError, fetch, is_url, join, read, write
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces
 
 JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
+LEFT_OUT = 3  # the exit status when some traces could not be read
+
+
+def at_least_1(text: str) -> int:
+    """An argument that counts something: a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 class CommandError(Exception):
@@ -73,23 +88,39 @@ def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
     return url.rstrip("/"), None
 
 
-def summaries(path: str, jobs: int) -> list[dict[str, Any]]:
-    """The summary of every trace under ``path`` (a file, a window folder or a run folder; a URL of object
-    storage is copied to a temporary folder first, and the summaries name the objects)."""
+def summaries(path: str, jobs: int, left_out: list[str]) -> list[dict[str, Any]]:
+    """The summary of every readable trace under ``path`` (a file, a window folder or a run folder; a URL of
+    object storage is copied to a temporary folder first, and the summaries name the objects); ``left_out``
+    gains a line for each trace that could not be read. None readable: a :class:`CommandError`."""
     if not is_url(path):
-        return local_summaries(path, jobs)
+        return readable(path, local_summaries(path, jobs, left_out), left_out)
     with tempfile.TemporaryDirectory(prefix="profkit-") as local:
         if not fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local):
             raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
-        found = local_summaries(local, jobs)
+        skipped: list[str] = []
+        found = local_summaries(local, jobs, skipped)
+
+    def remote(p: str) -> str:  # the object a copy in ``local`` was made from
+        return path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + p[len(local):].replace(os.sep, "/")
+
+    for line in skipped:  # "<local copy>: why"
+        copy, _, why = line.partition(": ")
+        left_out.append(f"{remote(copy)}: {why}" if copy.startswith(local) else line)
     for s in found:
-        s["path"] = path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + s["path"][len(local):].replace(os.sep, "/")
+        s["path"] = remote(s["path"])
+    return readable(path, found, left_out)
+
+
+def readable(path: str, found: list[dict[str, Any]], left_out: list[str]) -> list[dict[str, Any]]:
+    if not found and left_out:
+        raise CommandError(f"{path}: none of its {len(left_out)} trace(s) could be read: {'; '.join(left_out)}")
     return found
 
 
-def local_summaries(path: str, jobs: int) -> list[dict[str, Any]]:
+def local_summaries(path: str, jobs: int, left_out: list[str]) -> list[dict[str, Any]]:
     """The summary of every trace under the local ``path``, read one after the other (each as a stream: see
-    :mod:`~lightning_profkit.trace.load`), with a progress line on a terminal for long reads."""
+    :mod:`~lightning_profkit.trace.load`), with a progress line on a terminal for long reads. A trace that cannot
+    be read is left out, with a line in ``left_out`` that names it and says why."""
     paths = find_traces(path)
     from lightning_profkit.trace.load import load
 
@@ -98,50 +129,69 @@ def local_summaries(path: str, jobs: int) -> list[dict[str, Any]]:
     for p in paths:
         try:
             trace = load(p, jobs, progress=progress.reading(p) if progress else None)
+            from lightning_profkit.trace.summary import summarize_trace  # numpy: after the first read's workers
+
+            out.append(summarize_trace(p, trace))
+            del trace  # before the next one is read
+        except TraceError as err:  # its text starts with the path
+            left_out.append(str(err))
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as err:  # a trace with unexpected content: one line, never a traceback
+            if os.environ.get("PROFKIT_DEBUG"):
+                raise
+            left_out.append(f"{p}: could not be read ({type(err).__name__}: {err}; PROFKIT_DEBUG=1 shows where)")
         finally:
             if progress:
                 progress.done()
-        from lightning_profkit.trace.summary import summarize_trace  # numpy: after the first read's workers
-
-        out.append(summarize_trace(p, trace))
-        del trace  # before the next one is read
     return out
 
 
+def status(left_out: list[str]) -> int:
+    """Name each trace that was left out, once, on stderr; the exit status."""
+    for line in dict.fromkeys(left_out):
+        print(f"profkit: {line}; left out", file=sys.stderr)
+    return LEFT_OUT if left_out else 0
+
+
 def summary(args: argparse.Namespace) -> int:
-    traces = summaries(args.path, args.jobs)
+    left_out: list[str] = []
+    traces = summaries(args.path, args.jobs, left_out)
     from lightning_profkit.cli.text import summary_text, use_color, write
     from lightning_profkit.trace.ranks import ranks_section
     from lightning_profkit.trace.summary import UNITS, aggregate
 
     agg, ranks = aggregate(traces), ranks_section(traces)
     if args.json:
-        write(json.dumps({"units": UNITS, "traces": traces, "aggregate": agg, "ranks": ranks}, indent=1))
+        write(json.dumps({"units": UNITS, "traces": traces, "aggregate": agg, "ranks": ranks, "left_out": left_out},
+                         indent=1))
     else:
         write(summary_text(traces, agg, use_color(sys.stdout), ranks))
-    return 0
+    return status(left_out)
 
 
 def compare_paths(args: argparse.Namespace) -> int:
-    a, b = summaries(args.a, args.jobs), summaries(args.b, args.jobs)
+    left_out: list[str] = []
+    a, b = summaries(args.a, args.jobs, left_out), summaries(args.b, args.jobs, left_out)
     from lightning_profkit.cli.text import compare_text, use_color, write
     from lightning_profkit.trace.summary import UNITS, aggregate, compare
 
     result = compare(aggregate(a), aggregate(b))
     if args.json:
-        write(json.dumps({"units": UNITS, **result}, indent=1))
+        write(json.dumps({"units": UNITS, **result, "left_out": left_out}, indent=1))
     else:
         write(compare_text(result, use_color(sys.stdout)))
-    return 0
+    return status(left_out)
 
 
 def report(args: argparse.Namespace) -> int:
     if is_url(args.run_dir):
         raise CommandError(f"{args.run_dir}: `profkit report` reads a local run folder; copy the run here first")
     trace_dir = trace_dir_of(args.run_dir)
+    left_out: list[str] = []
     try:
-        windows = local_summaries(trace_dir, args.jobs)
-    except TraceError:  # a run without windows still has its epochs
+        windows = local_summaries(trace_dir, args.jobs, left_out)
+    except TraceError:  # no trace: a run without windows still has its epochs
         windows = []
     from lightning_profkit.atomic_files import write_atomic
     from lightning_profkit.report.page import page
@@ -151,12 +201,16 @@ def report(args: argparse.Namespace) -> int:
     data = read_run(args.run_dir)
     if data.source is None and os.path.abspath(trace_dir) == os.path.abspath(args.run_dir):  # given the profiler/ folder
         data = read_run(os.path.dirname(os.path.abspath(args.run_dir)))
+    if not data.epochs and not windows:
+        status(left_out)
+        raise CommandError(f"{args.run_dir}: nothing to report: no epoch metrics of PerformanceMonitor in a logger's "
+                           "files (TensorBoard or CSV) and no readable trace")
     out = os.path.abspath(args.output)
     text = page(args.run_dir, data, windows, ranks_section(windows), os.path.dirname(out), trace_dir)
     write_atomic(out, text.encode("utf-8"))
     print(f"profkit: wrote {args.output}: {len(data.epochs)} epoch(s), {len(windows)} trace(s), "
           f"{len(data.alerts) or sum(1 for e in data.epochs if e.data_wait_alert)} alert(s)", file=sys.stderr)
-    return 0
+    return status(left_out)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -165,28 +219,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = sub.add_parser("summary", help="where the time went in a trace, a window folder or a run folder")
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
-    p.add_argument("--jobs", type=int, default=usable_cpus(), help=JOBS_HELP)
+    p.add_argument("--jobs", type=at_least_1, default=usable_cpus(), help=JOBS_HELP)
     p.set_defaults(run=summary)
     p = sub.add_parser("compare", help="two traces or folders side by side, with differences")
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
-    p.add_argument("--jobs", type=int, default=usable_cpus(), help=JOBS_HELP)
+    p.add_argument("--jobs", type=at_least_1, default=usable_cpus(), help=JOBS_HELP)
     p.set_defaults(run=compare_paths)
     p = sub.add_parser("capture", help="ask a running PerformanceMonitor to record a window now")
     p.add_argument("run_dir", help="the run folder (its profiler/ subfolder) or the trace folder itself")
-    p.add_argument("--steps", type=int, default=None, help="steps to record (default: the callback's `active`)")
+    p.add_argument("--steps", type=at_least_1, default=None, help="steps to record (default: the callback's `active`)")
     p.set_defaults(run=capture)
     p = sub.add_parser("report", help="one self-contained HTML page of a run, readable offline and printable")
     p.add_argument("run_dir", help="the run folder (the logger's log_dir, holding profiler/) or its profiler/ folder")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
-    p.add_argument("--jobs", type=int, default=usable_cpus(), help=JOBS_HELP)
+    p.add_argument("--jobs", type=at_least_1, default=usable_cpus(), help=JOBS_HELP)
     p.set_defaults(run=report)
     args = parser.parse_args(argv)
-    if getattr(args, "steps", None) is not None and args.steps < 1:
-        parser.error("--steps must be at least 1")
-    if getattr(args, "jobs", 1) < 1:
-        parser.error("--jobs must be at least 1")
     try:
         return args.run(args)
     except (CommandError, TraceError, StoreError) as err:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 from lightning_profkit.trace.headline import ABSENT, short_name
@@ -40,8 +41,13 @@ def _title(text: str, color: bool) -> str:
     return f"\033[1m{text}\033[0m" if color else text
 
 
-def _trace_label(s: dict[str, Any]) -> str:
-    return f"{s['window']}/{s['worker']}" if s.get("window") else s["worker"]
+def trace_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """A label per trace: ``window/worker``, or ``window/file name`` where two traces would share one (as
+    Lightning's PyTorchProfiler names its files)."""
+    labels = [f"{s['window']}/{s['worker']}" if s.get("window") else s["worker"] for s in summaries]
+    seen = Counter(labels)
+    return [label if seen[label] == 1 else "/".join(filter(None, [s.get("window"), os.path.basename(s["path"])]))
+            for label, s in zip(labels, summaries)]
 
 
 RANK_COLUMNS = ("traces", "step_time_ms", "own_ms_per_step", "data_ms_per_step", "host_ms_per_step",
@@ -58,9 +64,10 @@ def ranks_text(ranks: dict[str, Any], color: bool = False) -> list[str]:
 def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool = False,
                  ranks: Optional[dict[str, Any]] = None) -> str:
     # (label, steps, key figures) per trace, and a mean row when there are several
+    labels = trace_labels(summaries)
     lines = [
-        (_trace_label(s), str(len(s["step_breakdown"]["steps"]) if s.get("step_breakdown") else 0), key_figures(s))
-        for s in summaries
+        (label, str(len(s["step_breakdown"]["steps"]) if s.get("step_breakdown") else 0), key_figures(s))
+        for label, s in zip(labels, summaries)
     ]
     if len(summaries) > 1:
         lines.append(("mean", "", agg["figures"]))
@@ -97,7 +104,7 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
         if rows:
             out += ["", _title(title, color)]
             out.append(table(counted, rows, color))
-    notes = list(dict.fromkeys(f"{_trace_label(s)}: {n}" for s in summaries for n in s.get("notes", [])))
+    notes = list(dict.fromkeys(f"{label}: {n}" for label, s in zip(labels, summaries) for n in s.get("notes", [])))
     if notes:
         out += ["", "Notes:"] + [f"  {n}" for n in notes]
     return "\n".join(out)

@@ -142,3 +142,43 @@ def test_a_reader_that_stops_early_gets_no_traceback(gpu_traces):
     proc.stdout.close()
     _, err = proc.communicate(timeout=300)
     assert first.startswith(b"Step time breakdown") and proc.returncode == 0 and err == b""
+
+
+def test_a_damaged_trace_never_hides_the_intact_ones(tmp_path, gpu_traces):
+    """One intact and two damaged traces: summary and report show the intact one, name each damaged one once
+    with why, and exit with 3 (some left out); a folder of damaged traces only, or nothing to report, exits 1."""
+    intact = gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    for window in ("step=000001-000003-epoch=0", "step=000011-000013-epoch=0"):
+        (tmp_path / "run" / "profiler" / window).mkdir(parents=True)
+    windows = sorted((tmp_path / "run" / "profiler").iterdir())
+    shutil.copy(intact, windows[0] / "a.pt.trace.json.gz")
+    (windows[1] / "b.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X"'))
+    (windows[1] / "c.pt.trace.json").write_text("not json")
+    damaged = [str(windows[1] / "b.pt.trace.json.gz"), str(windows[1] / "c.pt.trace.json")]
+    for args in (("summary", tmp_path / "run"), ("report", tmp_path / "run", "-o", tmp_path / "r.html")):
+        done = profkit(*args)
+        assert done.returncode == 3, done.stderr
+        for path in damaged:
+            assert done.stderr.count(path) == 1 and f"profkit: {path}: not JSON" in done.stderr, done.stderr
+    assert "step=000001-000003-epoch=0/a" in profkit("summary", tmp_path / "run").stdout
+    assert "1 trace(s)" in profkit("report", tmp_path / "run", "-o", tmp_path / "r.html").stderr
+    only_damaged = profkit("summary", windows[1])
+    assert only_damaged.returncode == 1 and "none of its 2 trace(s) could be read" in only_damaged.stderr
+    (tmp_path / "empty").mkdir()
+    nothing = profkit("report", tmp_path / "empty", "-o", tmp_path / "e.html")
+    assert nothing.returncode == 1 and "nothing to report" in nothing.stderr and not (tmp_path / "e.html").exists()
+
+
+def test_a_bad_count_names_its_subcommand_and_argument(tmp_path):
+    done = profkit("summary", "--jobs", "0", tmp_path)
+    assert done.returncode == 2 and "usage: profkit summary" in done.stderr
+    assert "argument --jobs: must be at least 1, got 0" in done.stderr
+
+
+def test_traces_that_share_a_worker_name_get_labels_of_their_own(tmp_path, gpu_traces):
+    """Lightning's PyTorchProfiler writes ``fit-<name>-<action>.<ns>.pt.trace.json`` files side by side."""
+    for ns in ("1700000000001", "1700000000002"):
+        shutil.copy(gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+                    tmp_path / f"fit-profile-training_step.{ns}.pt.trace.json.gz")
+    rows = [line.split()[0] for line in profkit("summary", tmp_path).stdout.splitlines()[2:4]]
+    assert len(set(rows)) == 2, rows
