@@ -55,6 +55,7 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._pending = 0  # windows submitted and not yet written or dropped
         self._finalizer = FinalizingProcess()  # its process starts with the first window, ends with the thread
+        self._cpu_lock = threading.Lock()  # not ``_lock``: ``close`` holds that while it joins the thread
         self._ended_thread_cpu_s = 0.0  # CPU seconds of this writer's threads that ended
         self._thread_clock: Optional[int] = None  # the running thread's CPU clock, where the OS has one
         self.unsent: list[list[str]] = []  # [local, url]: uploads that failed, retried with every later job
@@ -67,7 +68,7 @@ class TraceWriter:
     def cpu_s(self) -> float:
         """CPU seconds this writer's thread and finalizing process have used so far, read now (see
         :attr:`FinalizingProcess.cpu_s`; the thread's once it ends, where the OS has no thread CPU clock)."""
-        with self._lock:
+        with self._cpu_lock:
             thread = self._ended_thread_cpu_s
             if self._thread_clock is not None:
                 try:
@@ -113,13 +114,13 @@ class TraceWriter:
         return left
 
     def _run(self) -> None:
-        with self._lock:
+        with self._cpu_lock:
             clock = getattr(time, "pthread_getcpuclockid", None)
             self._thread_clock = clock(threading.get_ident()) if clock is not None else None
         try:
             self._serve()
         finally:
-            with self._lock:
+            with self._cpu_lock:
                 self._thread_clock = None
                 self._ended_thread_cpu_s += time.thread_time()
 
