@@ -23,6 +23,7 @@ class DataWaitAlert:
     worst_rank: Optional[int] = None  # with several ranks
     advice: list[str] = field(default_factory=list)
     trace_dir: Optional[str] = None  # the window captured after the alert, when one was
+    log_step: Optional[int] = None  # the step on the loggers' axis (Lightning's for ``self.log``) at which it fired
 
     @property
     def headline(self) -> str:

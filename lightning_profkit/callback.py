@@ -12,7 +12,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
 from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
-                                              guarded, log_step, rank_of, run_dir, runs_pytorch_profiler,
+                                              guarded, log_step, rank_of, runs_pytorch_profiler, trace_dir,
                                               train_loader, unhook)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.alerting.checks import RollingChecks
@@ -22,7 +22,6 @@ from lightning_profkit.monitor.profiling.selection import StepRanges
 from lightning_profkit.monitor.timing import fetch_timer
 from lightning_profkit.monitor.writing.output import check_trace_dir
 from lightning_profkit.notices import Notices
-from lightning_profkit.store import join
 
 __all__ = ["PerformanceMonitor", "DataWaitWarning"]
 
@@ -35,7 +34,8 @@ class PerformanceMonitor(Callback):
     it. Metrics are logged at the step Lightning logs ``self.log`` at. One window per epoch by default; outside
     windows no profiler session exists. Each window goes to
     ``<run dir>/profiler/step=AAAAAA-BBBBBB-epoch=E/<host>_rank<R>.<ns>.pt.trace.json.gz`` (the run dir: the
-    first TensorBoardLogger's ``log_dir``, else ``trainer.log_dir``), so ``tensorboard --logdir <run dir>``
+    first TensorBoardLogger's or CSVLogger's ``log_dir``; with no such logger, each run gets
+    ``<trainer.log_dir>/profiler/run=YYYYmmdd-HHMMSS.ffffff-xxxxxx``), so ``tensorboard --logdir <run dir>``
     shows every window in the PyTorch Profiler tab. Metrics go to the trainer's loggers under ``profkit/``
     (the README's metrics table names each, with its unit). A data-wait alert is a
     :class:`~lightning_profkit.alerts.DataWaitWarning` on rank zero, with advice and the folder of a window
@@ -50,7 +50,7 @@ class PerformanceMonitor(Callback):
         every_n_steps: record ``active`` steps from every multiple of this many steps.
         step_filter: record the steps where ``step_filter(step)`` is true (asked ahead of time: a pure function).
         ranks: global ranks that profile (default: all).
-        dirpath: folder for the window folders (default: ``<run dir>/profiler``).
+        dirpath: folder for the window folders, used as given (default: a folder of the run's own, see above).
         activities: ``"cpu"``, ``"cuda"`` (default: CPU, plus CUDA when the model is on a CUDA device).
         record_shapes, profile_memory, with_stack, with_flops, with_modules: ``torch.profiler``'s, each adds cost.
         quiet: hide the ``USDT:`` lines torch prints whenever a session starts or stops (the default).
@@ -118,7 +118,7 @@ class PerformanceMonitor(Callback):
             return
         self._end(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
-        self.trace_dir = self.options.dirpath or join(run_dir(trainer), "profiler")
+        self.trace_dir = self.options.dirpath or trace_dir(trainer)
         check_trace_dir(self.trace_dir)
         self._fit = FitRun(self.options, self.selection, self._checks, self.trace_dir, rank_of(trainer), self._notices,
                            lambda alert: alert_to_tensorboard(trainer, alert), self._wake, self.traces, self.alerts,

@@ -156,11 +156,15 @@ class RequestPoller:
 
 class LiveRun:
     """Rank zero's announcement of a running fit in its trace folder (the marker, creating the folder if it
-    has to), and the capture requests it takes there. :meth:`end` withdraws the marker, and the folder too
-    when this created it and nothing was written into it."""
+    has to), and the capture requests it takes there. :meth:`end` withdraws the marker, and the folders too
+    that this created for it and nothing was written into."""
 
     def __init__(self, trace_dir: str) -> None:
-        self.created = not os.path.isdir(trace_dir)
+        self.created: list[str] = []  # the folders the marker needed, deepest first
+        folder = os.path.abspath(trace_dir)
+        while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+            self.created.append(folder)
+            folder = os.path.dirname(folder)
         self.trace_dir = trace_dir
         self.marker = mark_running(trace_dir)
         take_request(trace_dir)  # a request left from an earlier run is stale
@@ -183,8 +187,8 @@ class LiveRun:
     def end(self) -> None:
         unmark(self.marker)
         self.poller = None
-        if self.created:
+        for folder in self.created:
             try:
-                os.rmdir(self.trace_dir)  # ours, and nothing was written into it
+                os.rmdir(folder)  # ours, and nothing was written into it
             except OSError:
-                pass
+                break

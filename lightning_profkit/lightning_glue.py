@@ -5,6 +5,8 @@ applied to it, and what a hook does when the callback itself fails."""
 from __future__ import annotations
 
 import functools
+import secrets
+import time
 from typing import Any, Callable, Optional
 
 from lightning.pytorch import Trainer
@@ -12,6 +14,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.monitor.fit import Outcome, Rank
+from lightning_profkit.store import join
 
 
 def guarded(hook: Callable) -> Callable:
@@ -99,17 +102,28 @@ def tensorboard_loggers(trainer: Trainer) -> list[Any]:
 
 
 def alert_to_tensorboard(trainer: Trainer, alert: DataWaitAlert) -> None:
-    """An alert in TensorBoard's Text tab (``profkit/alerts``) at the step it is delivered, for each TensorBoardLogger."""
+    """An alert in TensorBoard's Text tab (``profkit/alerts``) at its step, for each TensorBoardLogger."""
+    step = alert.log_step if alert.log_step is not None else log_step(trainer)
     for logger in tensorboard_loggers(trainer):
-        logger.experiment.add_text("profkit/alerts", alert.markdown, global_step=log_step(trainer))
+        logger.experiment.add_text("profkit/alerts", alert.markdown, global_step=step)
 
 
-def run_dir(trainer: Trainer) -> str:
-    """First TensorBoardLogger's log_dir, else trainer.log_dir, else default_root_dir (same on all ranks)."""
+def trace_dir(trainer: Trainer) -> str:
+    """The run's own folder of traces (the same on all ranks): ``<log_dir>/profiler`` of the first
+    TensorBoardLogger, else of a first CSVLogger (each run has a ``version_N`` of its own there); else, as no
+    logger (or MLflow's, W&B's, a custom one's) gives this run a folder of its own, a new one under
+    ``<trainer.log_dir>/profiler``: ``run=YYYYmmdd-HHMMSS.ffffff-xxxxxx`` (UTC, so that runs sort, and a random
+    part)."""
     tb = next(iter(tensorboard_loggers(trainer)), None)
     if tb is not None:
-        return trainer.strategy.broadcast(tb.log_dir)
-    return trainer.log_dir or trainer.default_root_dir
+        return join(trainer.strategy.broadcast(tb.log_dir), "profiler")
+    first = trainer.loggers[0] if trainer.loggers else None
+    base = trainer.log_dir or trainer.default_root_dir
+    if first is not None and any(c.__name__ == "CSVLogger" for c in type(first).__mro__):
+        return join(base, "profiler")
+    now = time.time()
+    name = time.strftime("run=%Y%m%d-%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}-{secrets.token_hex(3)}"
+    return join(base, "profiler", trainer.strategy.broadcast(name))
 
 
 def epoch_length(trainer: Trainer) -> Optional[int]:

@@ -15,6 +15,7 @@ Exit status: 0; 1 when the input is wrong or none of its traces could be read; 2
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -63,6 +64,11 @@ def capture(args: argparse.Namespace) -> int:
     else:
         folder = trace_dir_of(args.run_dir)
         run, soon = capture_request.running(folder), "within about a second"
+        if run is None:  # runs of their own under it (no TensorBoard or CSV logger): the newest that is running
+            for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*")), reverse=True):
+                if capture_request.running(own) is not None:
+                    folder, run = own, capture_request.running(own)
+                    break
     if run is None:
         raise CommandError(f"{folder}: no running PerformanceMonitor writes traces here (no {capture_request.MARKER})")
     why = capture_request.gone(run)

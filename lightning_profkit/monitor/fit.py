@@ -307,7 +307,7 @@ class FitRun:
         """The epoch ended after ``step`` (``completed`` steps in all); its figures are logged at ``log_step``."""
         out = Outcome()
         end = self.clock()
-        self.in_epoch = False
+        self.in_epoch, self.log_step = False, log_step
         if self.runner is not None:
             self.runner.stop()
         if self.timer is None:
@@ -490,7 +490,8 @@ class FitRun:
         if not self.checks.judge(ratio, step):
             return
         assert self.checks.rule is not None
-        alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, self._advice())
+        alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, self._advice(),
+                              log_step=self.log_step)
         self.alerts.append(alert)
         o = self.options
         out.stop = o.alert_action == "stop"

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -103,11 +104,12 @@ def test_capture_requested_from_another_process(tmp_path):
     run = subprocess.Popen([sys.executable, os.path.join(HERE, "capture_script.py"), str(tmp_path), str(steps)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        marker = tmp_path / "profiler" / ".profkit-run"
-        deadline = time.time() + 120
-        while not marker.exists() and time.time() < deadline and run.poll() is None:
+        markers, deadline = [], time.time() + 120  # no logger: the run's own folder, profiler/run=...
+        while not markers and time.time() < deadline and run.poll() is None:
+            markers = glob.glob(str(tmp_path / "profiler" / "run=*" / ".profkit-run"))
             time.sleep(0.1)
-        assert marker.exists(), "the run did not start"
+        assert len(markers) == 1, "the run did not start"
+        marker = pathlib.Path(markers[0])
         profkit = os.path.join(os.path.dirname(sys.executable), "profkit")
         buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as users run it
         asked = subprocess.run([profkit, "capture", str(tmp_path), "--steps", "4"], capture_output=True, text=True,

@@ -79,9 +79,10 @@ def test_labels_under_gradient_accumulation(tmp_path):
     trainer, _ = fit(tmp_path, monitor, accumulate_grad_batches=3)
     (path,) = trace_files(tmp_path)
     meta = read_trace(path)["profkit"]
-    # a step is a batch: batches 6-8 are optimizer step 2 (ProfilerStep numbers follow batches)
+    # a step is a batch: batches 6-8 are optimizer step 2 (ProfilerStep numbers follow batches), the logging axis's 2
     assert meta == {"epoch": 0, "steps": [6, 8], "batch_idx": [6, 8], "worker": meta["worker"], "rank": 0, "world_size": 1,
-                    "estimated_mb": meta["estimated_mb"], "memory_growth_bytes": meta["memory_growth_bytes"]}
+                    "estimated_mb": meta["estimated_mb"], "memory_growth_bytes": meta["memory_growth_bytes"],
+                    "log_step": 2}
     assert trainer.global_step == 20 // 3 + 1
 
 
@@ -189,3 +190,23 @@ def test_a_fit_with_windows_loads_no_analysis_in_the_training_process(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "last 1 window(s) of rank 0: profiled step " in done.stderr  # the line is still there
     assert done.stdout.split("LOADED")[-1].split() == ["none"], done.stdout
+
+
+@pytest.mark.parametrize("logger", ["none", "a logger without a folder of its own"])
+def test_runs_without_a_versioned_logger_never_share_a_folder(tmp_path, logger):
+    """With ``logger=False`` (or MLflow's, W&B's, a custom logger) Lightning gives every run the same folder: each
+    run's traces go to a folder of its own under ``profiler/``, named so that the runs sort in order, and each
+    window folder holds the one trace of its run."""
+    from test_metrics import Recorder
+
+    folders = []
+    for _ in range(2):
+        monitor = PerformanceMonitor(steps="2-3", alert_threshold=None)
+        make_trainer(tmp_path, [monitor], max_epochs=1, logger=False if logger == "none" else [Recorder()]).fit(
+            TinyModel(SleepDataset(20)))
+        folders.append(monitor.trace_dir)
+        assert [os.path.dirname(os.path.dirname(p)) for p in monitor.traces] == [monitor.trace_dir]
+    assert folders[0] != folders[1] and sorted(folders) == folders
+    assert all(os.path.dirname(f) == str(tmp_path / "profiler") and os.path.basename(f).startswith("run=") for f in folders)
+    windows = [os.path.dirname(p) for p in trace_files(tmp_path)]
+    assert len(windows) == 2 and len(set(windows)) == 2  # one trace per window folder

@@ -144,7 +144,7 @@ def test_failed_lr_find_leaves_nothing_and_a_later_fit_profiles(tmp_path, monkey
     trainer.fit(model)
     assert window_names(monitor) == ["step=000004-000005-epoch=0"]
     assert fetch_timing_removed(trainer) and leftovers(tmp_path) == []
-    assert capture_request.running(str(tmp_path / "profiler")) is None
+    assert capture_request.running(monitor.trace_dir) is None
 
 
 def test_loops_that_run_without_us_get_their_fetch_callbacks_back(tmp_path):
@@ -172,7 +172,7 @@ def test_loops_that_run_without_us_get_their_fetch_callbacks_back(tmp_path):
         trainer.fit(Slow(SleepDataset(40)))
     assert monitor not in trainer.callbacks and window_names(monitor) == ["step=000002-000003-epoch=0"]
     assert fetch_timing_removed(trainer) and not torch.autograd.profiler._is_profiler_enabled
-    assert capture_request.running(str(tmp_path / "profiler")) is None and leftovers(tmp_path) == []
+    assert capture_request.running(monitor.trace_dir) is None and leftovers(tmp_path) == []
 
 
 class Slow(TinyModel):
