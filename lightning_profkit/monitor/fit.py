@@ -117,6 +117,7 @@ class FitRun:
         self.step_ms: Optional[float] = None  # the last epoch's step_time_ms_mean (over ranks), for the end-of-fit line
         self.helper_cpu_s = 0.0  # CPU s of the fit's trace writing off the training thread, to the last epoch's end
         self.json_per_byte = FIRST_JSON_PER_BYTE_WITH_STACK if options.with_stack else FIRST_JSON_PER_BYTE
+        self.gpu_profiled = False  # CUDA among the activities on a CUDA model: a trace without GPU activity lost it
 
     # ------------------------------------------------------------------ arming and closing
     @property
@@ -135,6 +136,7 @@ class FitRun:
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report)
         if o.profiles_rank(self.rank.rank) and not self.other_profiler:
             activities = profiler_activities(o.activities, on_cuda)
+            self.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
 
             def opener(trace_ready: Callable) -> Callable:
@@ -373,7 +375,7 @@ class FitRun:
         if session.last_recorded is None or self.output is None:
             return
         first, last = session.first_active, session.last_recorded
-        notes: dict[str, Any] = {"log_step": self.log_step}  # of the window's last step (or the epoch's end)
+        notes = self._notes()
         if session.estimate_bytes is not None:
             notes.update(estimated_mb=round(session.estimate_bytes / 1e6, 3), memory_growth_bytes=session.growth_bytes)
         if session.planned_last is not None:
@@ -388,7 +390,12 @@ class FitRun:
         if session.last_recorded is None or self.output is None:
             return
         self.output.submit(prof.profiler.kineto_results, self.epoch, session.first_active, session.last_recorded, 0,
-                           {"log_step": self.log_step}, validation_after=self.validation_after)
+                           self._notes(), validation_after=self.validation_after)
+
+    def _notes(self) -> dict[str, Any]:
+        """What a window's trace is labelled with, beside its steps: the logging axis's value at its last step (or
+        the epoch's end), and whether it must hold GPU activity."""
+        return {"log_step": self.log_step, **({"gpu": True} if self.gpu_profiled else {})}
 
     def _cut_message(self, first: int, last: int, session: WindowSession) -> str:
         o = self.options
@@ -404,7 +411,10 @@ class FitRun:
         """The windows written since the last look: their traces listed and, on rank zero, their figures logged."""
         assert self.output is not None
         done = self.output.take_written(self.traces)
-        for window in done:  # the size estimate's factor, from the fit's latest window (same model, same options)
+        for window in done:  # on every rank: what a trace lacks; the size estimate's factor from the latest window
+            if window.problems:
+                self.report(f"the trace {window.path} lacks what its window recorded: {'; '.join(window.problems)} "
+                            "(marked in the trace; `profkit summary` and `report` show it)", "integrity")
             if window.json_bytes and window.growth_bytes:
                 self.json_per_byte = learned_json_per_byte(window.json_bytes, window.growth_bytes)
         if not self.rank.is_zero:

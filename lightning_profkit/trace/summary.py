@@ -97,6 +97,7 @@ def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
         "rank": rank_of(trace.distributed_info, worker),
     }
     out.update(summarize_columns(from_rows(trace.rows)))
+    out["notes"] = [f"incomplete trace: {p}" for p in meta.get("problems", []) if isinstance(p, str)] + out["notes"]
     return out
 
 

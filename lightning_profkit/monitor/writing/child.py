@@ -2,8 +2,9 @@
 
 ``python -m lightning_profkit.monitor.writing.child`` (started by :mod:`~lightning_profkit.monitor.writing.process`)
 takes one job per line: for each, it reads the raw JSON that torch saved,
-applies the TensorBoard fix, adds our labels under the ``"profkit"`` key (and ``distributedInfo`` with the
-rank and world size where torch wrote none), writes gzip under a
+applies the TensorBoard fix, adds our labels under the ``"profkit"`` key (with ``problems`` where the trace lacks
+what its window recorded: :mod:`~lightning_profkit.trace.integrity`; and ``distributedInfo`` with the rank and
+world size where torch wrote none), writes gzip under a
 temporary name that no viewer picks up, renames it to ``FINAL`` and removes ``RAW``. It prints the
 window's figures and summary (:mod:`~lightning_profkit.trace.summary`) as one JSON line on stdout. For a run
 that writes to object storage it then uploads the trace (:mod:`~lightning_profkit.store`), retries the uploads
@@ -26,6 +27,7 @@ from lightning_profkit.capture_request import MARKER, REQUEST
 from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.store import StoreError, join, read, remove, upload, write
 from lightning_profkit.trace.headline import fit_line
+from lightning_profkit.trace.integrity import problems
 from lightning_profkit.trace.load import load
 from lightning_profkit.trace.summary import aggregate, summarize_trace
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
@@ -41,6 +43,9 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
     relabel_dataloader_events(events)
     if "steps" in meta and not meta.get("validation"):
         events[:] = steps_through(events, meta["steps"][1])
+    lacks = problems(events, meta)
+    if lacks:  # marked in the trace, for `profkit summary` and `report`; the callback warns
+        meta = {**meta, "problems": lacks}
     trace["profkit"] = meta
     # Kineto writes distributedInfo only under torch.distributed; HTA and others read the rank from it
     if "distributedInfo" not in trace:

@@ -57,6 +57,7 @@ class WrittenWindow:
     growth_bytes: Optional[int] = None  # what the size estimate was made from (see WindowSession)
     validation: bool = False  # validation batches (first and last are then the training step it followed)
     log_step: Optional[int] = None  # its last step on the axis the fit's metrics are logged on
+    problems: tuple[str, ...] = ()  # what the trace lacks of what the window recorded
 
 
 def check_trace_dir(trace_dir: str) -> None:
@@ -171,7 +172,7 @@ class TraceOutput:
             meta = window["meta"]
             done.append(WrittenWindow(window["path"], first, last, HostFigures.from_json(window["figures"]),
                                       window.get("json_bytes"), meta.get("memory_growth_bytes"), validation,
-                                      meta.get("log_step", last)))
+                                      meta.get("log_step", last), tuple(meta.get("problems", ()))))
             traces.append(window["path"])
             if window.get("summary") and not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
