@@ -215,7 +215,7 @@ def report(args: argparse.Namespace) -> int:
     text = page(args.run_dir, data, windows, ranks_section(windows), os.path.dirname(out), trace_dir)
     write_atomic(out, text.encode("utf-8"))
     print(f"profkit: wrote {args.output}: {len(data.epochs)} epoch(s), {len(windows)} trace(s), "
-          f"{len(data.alerts) or sum(1 for e in data.epochs if e.data_wait_alert)} alert(s)", file=sys.stderr)
+          f"{data.alert_count} alert(s)", file=sys.stderr)
     return status(left_out)
 
 

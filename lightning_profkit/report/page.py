@@ -90,16 +90,26 @@ def stacked_bar(shares: dict[str, Optional[float]], width: int = 640, height: in
     return "".join(out) + f"<div class='legend'>{legend}</div>"
 
 
+_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")  # what alerts.as_text escapes
+
+
+def _inline(text: str) -> str:
+    """One line of an alert's Markdown: ``**bold**`` and ```code```; backslash escapes and HTML entities (how
+    the alert writes any text as it is) shown as the characters they stand for, escaped for HTML."""
+    kept = _ESCAPED.sub(lambda m: f"\x00{ord(m.group(1))}\x00", html.unescape(text))
+    shown = re.sub(r"`([^`]+)`", r"<code>\1</code>", re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _e(kept)))
+    return re.sub("\x00(\\d+)\x00", lambda m: _e(chr(int(m.group(1)))), shown)
+
+
 def markdown(text: str) -> str:
     """The few Markdown forms an alert uses: paragraphs, ``- `` lists, ``**bold**`` and ```code```."""
     out = []
     for block in text.strip().split("\n\n"):
         lines = block.splitlines()
-        inline = lambda s: re.sub(r"`([^`]+)`", r"<code>\1</code>", re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _e(s)))  # noqa: E731
         if all(line.startswith("- ") for line in lines):
-            out.append("<ul>" + "".join(f"<li>{inline(line[2:])}</li>" for line in lines) + "</ul>")
+            out.append("<ul>" + "".join(f"<li>{_inline(line[2:])}</li>" for line in lines) + "</ul>")
         else:
-            out.append(f"<p>{inline(' '.join(lines))}</p>")
+            out.append(f"<p>{_inline(' '.join(lines))}</p>")
     return "".join(out)
 
 
@@ -107,17 +117,24 @@ def _epochs(epochs: list[Epoch]) -> str:
     if not epochs:
         return "<p class='muted'>No per-epoch <code>profkit/</code> metrics in this run's logger files.</p>"
     xs = [e.epoch for e in epochs]
+    ranks = any(e.data_wait_ratio_max is not None for e in epochs)  # several ranks: the mean and the worst rank's
+    mean = "data-wait ratio, mean over ranks" if ranks else "data-wait ratio"
+    series = {mean: [e.data_wait_ratio for e in epochs], "GPU-idle ratio": [e.gpu_idle_ratio for e in epochs]}
+    if ranks:
+        series["data-wait ratio, worst rank (what alerts read)"] = [e.data_wait_ratio_max for e in epochs]
+    worst = "<th>data-wait ratio, worst rank (what alerts read)</th><th>worst rank</th>" if ranks else ""
     parts = [
-        line_chart("Data-wait and GPU-idle ratio", xs, {"data-wait ratio": [e.data_wait_ratio for e in epochs],
-                                                         "GPU-idle ratio": [e.gpu_idle_ratio for e in epochs]}, "%", 100),
+        line_chart("Data-wait and GPU-idle ratio", xs, series, "%", 100),
         line_chart("Step time", xs, {"mean": [e.step_time_ms_mean for e in epochs],
                                      "p90": [e.step_time_ms_p90 for e in epochs]}, "ms"),
-        "<table><tr><th>epoch</th><th>data-wait ratio</th><th>GPU-idle ratio</th><th>step time, mean</th>"
+        f"<table><tr><th>epoch</th><th>{mean}</th>{worst}<th>GPU-idle ratio</th><th>step time, mean</th>"
         "<th>step time, p90</th><th>data-wait alert</th></tr>",
     ]
     for e in epochs:
         alert = "-" if e.data_wait_alert is None else ("yes" if e.data_wait_alert else "no")
-        parts.append(f"<tr><td>{e.epoch}</td><td>{_pct(e.data_wait_ratio)}</td><td>{_pct(e.gpu_idle_ratio)}</td>"
+        rank = "-" if e.data_wait_worst_rank is None else str(int(e.data_wait_worst_rank))
+        cells = f"<td>{_pct(e.data_wait_ratio_max)}</td><td>{rank}</td>" if ranks else ""
+        parts.append(f"<tr><td>{e.epoch}</td><td>{_pct(e.data_wait_ratio)}</td>{cells}<td>{_pct(e.gpu_idle_ratio)}</td>"
                      f"<td>{_ms(e.step_time_ms_mean)}</td><td>{_ms(e.step_time_ms_p90)}</td><td>{alert}</td></tr>")
     return "".join(parts) + "</table>"
 
@@ -144,6 +161,7 @@ def _window(summary: dict[str, Any], here: str) -> str:
     out = [f"<div class='window'><h3>{_e(summary.get('window'))}{_e(rank)}</h3>",
            f"<p>{_e(span)}; step time {_ms(figures.get('step_time_ms'))}; data wait {_pct(figures.get('data_wait_share'))}; "
            f"GPU idle {_pct(figures.get('gpu_idle_share'))}. Trace: <a href='{_e(link)}'>{_e(os.path.basename(summary['path']))}</a></p>"]
+    out += [f"<p class='note'>{_e(note)}</p>" for note in summary.get("notes", [])]  # an incomplete trace among them
     if summary.get("step_breakdown"):
         out.append(stacked_bar({p: figures.get(f"share/{p}") for p in PARTS}))
     ops = summary.get("operators", {}).get("cpu", [])[:TOP_OPERATORS]  # most self time first

@@ -12,7 +12,8 @@ from typing import Optional
 
 from lightning_profkit.metric_names import PREFIX
 
-EPOCH_METRICS = ("data_wait_ratio", "gpu_idle_ratio", "step_time_ms_mean", "step_time_ms_p90", "data_wait_alert")
+EPOCH_METRICS = ("data_wait_ratio", "gpu_idle_ratio", "step_time_ms_mean", "step_time_ms_p90", "data_wait_alert",
+                 "data_wait_ratio_max", "data_wait_worst_rank")
 ALERT_TAG = "profkit/alerts/text_summary"  # what add_text("profkit/alerts") writes
 
 
@@ -27,6 +28,8 @@ class Epoch:
     step_time_ms_mean: Optional[float] = None
     step_time_ms_p90: Optional[float] = None
     data_wait_alert: Optional[float] = None
+    data_wait_ratio_max: Optional[float] = None  # with several ranks: the worst rank's, the figure alerts read
+    data_wait_worst_rank: Optional[float] = None
 
 
 @dataclass
@@ -40,6 +43,12 @@ class RunData:
     source: Optional[str]  # the file the metrics came from
     epochs: list[Epoch] = field(default_factory=list)
     alerts: list[Alert] = field(default_factory=list)
+
+    @property
+    def alert_count(self) -> int:
+        """The alerts: their texts (TensorBoard), else the episodes, runs of epochs flagged one after the other."""
+        flags = [bool(e.data_wait_alert) for e in self.epochs]
+        return len(self.alerts) or sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
 
 
 def _number(text: str) -> Optional[float]:
@@ -72,12 +81,17 @@ def from_events(folder: str) -> RunData:
     events = ea.EventAccumulator(folder, size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
     events.Reload()
     tags = events.Tags()
-    scalars = {t: {e.step: e.value for e in events.Scalars(t)} for t in tags.get("scalars", []) if t.startswith(PREFIX) or t == "epoch"}
+    scalars = {t: {e.step: e.value for e in events.Scalars(t)} for t in tags.get("scalars", []) if t.startswith(PREFIX)}
+    # `epoch` is logged by every stage (a test run after the fit too, at the fit's last step): ours is the one
+    # written with our figures, the nearest in time at the same step
+    epochs = events.Scalars("epoch") if "epoch" in tags.get("scalars", []) else []
     data = RunData(folder)
-    epoch_of = scalars.get("epoch", {})
+    ours = {e.step: e.wall_time for e in events.Scalars(PREFIX + "data_wait_ratio")} if scalars else {}
     for k, step in enumerate(sorted(scalars.get(PREFIX + "data_wait_ratio", {}))):
         values = {m: scalars.get(PREFIX + m, {}).get(step) for m in EPOCH_METRICS}
-        data.epochs.append(Epoch(int(epoch_of.get(step, k)), step, **values))
+        same = [e for e in epochs if e.step == step]
+        epoch = min(same, key=lambda e: abs(e.wall_time - ours[step])).value if same else k
+        data.epochs.append(Epoch(int(epoch), step, **values))
     if ALERT_TAG in tags.get("tensors", []):
         for e in events.Tensors(ALERT_TAG):
             text = e.tensor_proto.string_val[0].decode("utf-8", "replace") if e.tensor_proto.string_val else ""

@@ -20,3 +20,33 @@ def test_names_from_the_run_are_escaped():
     html = page("/runs/<script>x</script>", data, [], None, "/runs", None)
     assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
     assert "<img" not in html and "<b>metrics" not in html
+
+
+def test_several_ranks_show_the_mean_and_the_worst_rank_the_alert_read():
+    """DDP: the mean data wait over ranks beside the worst rank's, which the alert used, each labelled."""
+    data = RunData("metrics.csv", [Epoch(0, 9, 0.169, None, 12.5, 20.0, 1.0, data_wait_ratio_max=0.41,
+                                         data_wait_worst_rank=1.0)])
+    html = page("/runs/r1", data, [], None, "/runs", None)
+    assert "data-wait ratio, mean over ranks" in html and "data-wait ratio, worst rank (what alerts read)" in html
+    assert "<td>16.9%</td><td>41.0%</td><td>1</td>" in html
+
+
+def test_an_episode_of_flagged_epochs_is_one_alert():
+    """Without TensorBoard's alert texts (a CSVLogger run), alerts are the episodes: epochs flagged in a row."""
+    flags = [1.0, 1.0, 0.0, 1.0, None]
+    data = RunData("metrics.csv", [Epoch(i, i, 0.3, data_wait_alert=f) for i, f in enumerate(flags)])
+    assert data.alert_count == 2
+
+
+def test_an_alerts_text_is_shown_as_written():
+    """The alert's Markdown (written for TensorBoard, every text escaped) reads on the page as the console's."""
+    import html
+    import re
+
+    from lightning_profkit.alerts import DataWaitAlert
+    from lightning_profkit.report.page import markdown
+
+    advice = "num_workers=0: `Dataset.__getitem__` took *most* <b>x</b> & [a](b)"
+    shown = markdown(DataWaitAlert(0.4, 0.2, 0, 9, "epoch 0", advice=[advice], trace_dir="/r/a_b/step=[1]").markdown)
+    text = html.unescape(re.sub(r"<[^>]+>", "", shown))
+    assert advice in text and "/r/a_b/step=[1]" in text and "<b>" not in shown and "<code>" not in shown

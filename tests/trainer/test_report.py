@@ -8,8 +8,9 @@ import sys
 
 import pytest
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from torch.utils.data import DataLoader
 
-from conftest import SleepDataset
+from conftest import SleepDataset, TinyModel, make_trainer
 from lightning_profkit import PerformanceMonitor
 from test_alerts import Busy, fit
 from test_browser import chrome
@@ -73,8 +74,29 @@ def test_runs_without_alerts_or_windows_still_render(tmp_path):
     assert (tmp_path / link).is_file()  # relative to the page
 
 
-def test_an_empty_folder_gets_an_empty_report_and_a_url_a_clear_error(tmp_path):
-    said, page = report(tmp_path, tmp_path / "empty.html")
-    assert "0 epoch(s), 0 trace(s), 0 alert(s)" in said and "No per-epoch" in page
+def test_an_empty_folder_and_a_url_get_a_clear_error(tmp_path):
+    done = subprocess.run([PROFKIT, "report", str(tmp_path), "-o", str(tmp_path / "empty.html")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1 and "nothing to report" in done.stderr and not (tmp_path / "empty.html").exists()
     done = subprocess.run([PROFKIT, "report", "s3://bucket/run"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "reads a local run folder" in done.stderr
+
+
+class Tested(TinyModel):
+    def test_step(self, batch, batch_idx):
+        self.log("test_loss", self.layer(batch).pow(2).mean())
+
+
+def test_a_test_run_after_the_fit_leaves_the_fits_epochs_as_they_were(tmp_path):
+    """``trainer.test`` after ``fit`` logs ``epoch`` at the fit's last step too: the report still shows epochs 0,
+    1 and 2 of the 3-epoch fit (it showed 0, 1, 3)."""
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False, alert_threshold=None)], max_epochs=3,
+                           logger=logger)
+    model = Tested(SleepDataset(20))
+    trainer.fit(model)
+    trainer.test(model, dataloaders=DataLoader(SleepDataset(4), batch_size=2), verbose=False)
+    said, page = report(logger.log_dir, tmp_path / "r.html")
+    assert "3 epoch(s)" in said
+    rows = [row.split("</td>")[0] for row in page.split("<tr><td>")[1:4]]
+    assert rows == ["0", "1", "2"], rows

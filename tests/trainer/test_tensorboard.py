@@ -106,10 +106,11 @@ def test_hta_reads_the_rank_of_a_single_process_trace(tmp_path, caplog):
 def test_tensorboard_server_lists_runs_and_serves_overview(tmp_path, tensorboard_server):
     monitor = data_bound_run(tmp_path, steps="3-5,12-14")
     server = tensorboard_server(os.path.dirname(monitor.trace_dir))
-    expected = {"profiler/step=000003-000005-epoch=0", "profiler/step=000012-000014-epoch=0"}
+    top = os.path.basename(monitor.trace_dir)  # no logger: the run's own folder, profiler/run=...
+    expected = {f"{top}/step=000003-000005-epoch=0", f"{top}/step=000012-000014-epoch=0"}
     runs = server.wait_for(lambda: expected <= set(server.get("runs")["runs"]) and server.get("runs"))
     assert expected <= set(runs["runs"])
-    run = "profiler/step=000003-000005-epoch=0"
+    run = f"{top}/step=000003-000005-epoch=0"
     views = server.wait_for(lambda: server.get("views", run=run))
     assert "Overview" in views
     (worker,) = server.get("workers", run=run, view="Overview")

@@ -49,7 +49,7 @@ def no_trouble(root):
 @pytest.mark.parametrize(
     "monitor_kwargs, trainer_kwargs, model, expected",
     [
-        (dict(), dict(fast_dev_run=True), lambda: TinyModel(SleepDataset(40)), {}),
+        (dict(), dict(fast_dev_run=True), lambda: TinyModel(SleepDataset(40)), {"step=000000-epoch=0": [0]}),  # 1 batch
         (dict(), dict(limit_train_batches=5), lambda: TinyModel(SleepDataset(40)), {"step=000002-000004-epoch=0": [2, 3, 4]}),
         (dict(steps="8-12"), dict(max_steps=10), lambda: TinyModel(SleepDataset(40)), {"step=000008-000009-epoch=0": [8, 9]}),
         (dict(), dict(), lambda: TinyModel(SleepIterable(40)), {"step=000011-000013-epoch=0": [11, 12, 13]}),
