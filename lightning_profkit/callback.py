@@ -13,7 +13,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
 from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
                                               guarded, log_step, rank_of, runs_pytorch_profiler, trace_dir,
-                                              train_loader, unhook)
+                                              train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.fit import FitRun
@@ -223,7 +223,7 @@ class PerformanceMonitor(Callback):
         assert self._fit is not None
         processes = self._fit.rank.processes_per_node
         self._fit.arm(fetch_timer.install(trainer), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
-                      lambda: loader_facts(train_loader(trainer), on_cuda, processes))
+                      lambda: loader_facts(train_loader(trainer), on_cuda, processes, worker_pids(trainer)))
         if self._fit.validation is not None:  # the validation batch hooks exist only then: else they cost nothing
             self.on_validation_batch_start = self._validation_batch_start  # type: ignore[assignment]
             self.on_validation_batch_end = self._validation_batch_end  # type: ignore[assignment]

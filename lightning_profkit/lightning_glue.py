@@ -69,6 +69,13 @@ def train_loader(trainer: Trainer) -> Any:
     return loader
 
 
+def worker_pids(trainer: Trainer) -> list[int]:
+    """The pids of the training DataLoaders' worker processes running now (Lightning's CombinedLoader iterates
+    each loader's own iterator; a loader without workers has none)."""
+    iterators = getattr(getattr(getattr(trainer.fit_loop, "_combined_loader", None), "_iterator", None), "iterators", ())
+    return [w.pid for it in iterators or () for w in getattr(it, "_workers", ()) if w.pid is not None]
+
+
 def cuda_uuid(pl_module: Any) -> Optional[str]:
     """The UUID of the CUDA device the model is on; None off CUDA."""
     if pl_module.device.type != "cuda":

@@ -39,6 +39,7 @@ from lightning_profkit.monitor.timing.epoch_figures import (EpochSpans, epoch_fi
                                                             to_vector, window_metrics)
 from lightning_profkit.monitor.timing.fetch_timer import FetchTimer, LoaderSetupTimer
 from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
+from lightning_profkit.monitor.timing.loader_workers import WorkersBusy, WorkerWatch
 from lightning_profkit.monitor.timing.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.writing.output import TraceOutput
 from lightning_profkit.notices import warn
@@ -103,6 +104,8 @@ class FitRun:
         self.sampler: Optional[UtilizationSampler] = None
         self.loader: Callable[[], LoaderFacts] = LoaderFacts
         self.spans = EpochSpans()
+        self.workers = WorkerWatch()  # the DataLoader workers' CPU, marked at every check, for the advice
+        self.workers_busy: Optional[WorkersBusy] = None  # since the mark before the latest check
         self.broken = False
         self.on_cuda = False
         self.batch_size: Optional[int] = None
@@ -226,7 +229,10 @@ class FitRun:
         """The line that says what this fit will record."""
         o = self.options
         if not o.profile:
-            return "metrics only (profile=False), no profiler windows"
+            asked = [why for why, on in (("after an alert (capture_on_alert)", o.capture_on_alert and o.alert_threshold),
+                                         ("on request (profkit capture)", True)) if on] if o.max_captures else []
+            later = f"; up to max_captures={o.max_captures} windows {' or '.join(asked)}" if asked else ""
+            return f"metrics only (profile=False): no scheduled profiler windows{later}; traces -> {self.trace_dir}"
         ranks = "all ranks" if o.ranks is None else f"ranks {','.join(map(str, o.ranks))}"
         disabled = "" if self.runner is not None or self.rank.world_size > 1 else " (disabled, see warning)"
         return f"profiling {self.selection.for_epoch(epoch_length).describe()} on {ranks}; traces -> {self.trace_dir}{disabled}"
@@ -322,6 +328,7 @@ class FitRun:
             self._watch_after_window(metrics.get(PREFIX + "overhead/after_window_ratio"))
             self.step_ms = metrics.get(PREFIX + "step_time_ms_mean", self.step_ms)
             if self.checks.rule is not None:
+                self._mark_workers(end)
                 ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
                 if ratio is not None:
                     worst = metrics.get(PREFIX + "data_wait_worst_rank")
@@ -483,6 +490,7 @@ class FitRun:
         """This block's data wait on every rank (exchanged off the device), then the rule."""
         assert self.timer is not None
         checked = self.checks.span(step)
+        self._mark_workers(now)
         rows = exchange(self.group, self.checks.take_block(now, self.timer.stats.train_s, self.spans.validation, step))
         asked = int(max(row[2] for row in rows))
         if asked:
@@ -515,12 +523,20 @@ class FitRun:
         else:
             self.delivery.send(alert)
 
+    def _mark_workers(self, now: float) -> None:
+        """How busy the DataLoader's workers were since the last check (for an alert's advice)."""
+        if self.checks.rule is not None:
+            try:
+                self.workers_busy = self.workers.busy(self.loader().worker_pids, now)
+            except Exception as err:
+                self.report(f"reading the DataLoader workers' CPU failed: {err!r}", "advice")
+
     def _advice(self) -> list[str]:
         try:
             stats = self.timer.stats if self.timer is not None else None
             startup = (stats.first_fetch - self.spans.start + self.startup_before_s
                        if stats is not None and stats.first_fetch else None)
-            return data_wait_advice(self.loader(), startup, self.clock() - self.spans.start)
+            return data_wait_advice(self.loader(), startup, self.clock() - self.spans.start, self.workers_busy)
         except Exception as err:
             self.report(f"advice failed: {err!r}", "advice")
             return []

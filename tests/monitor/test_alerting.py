@@ -11,6 +11,7 @@ from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice, gpu_idle_advice, gpu_idle_notice
 from lightning_profkit.monitor.alerting.checks import AlertRule, CheckBlock, RollingChecks
 from lightning_profkit.monitor.options import Options
+from lightning_profkit.monitor.timing.loader_workers import WorkersBusy, WorkerWatch
 from lightning_profkit.trace.columns import columns
 from lightning_profkit.trace.events import from_dicts
 from lightning_profkit.trace.host_steps import window_figures
@@ -112,11 +113,42 @@ def test_advice_from_the_loader():
     assert any("persistent_workers=True" in line and "4.0s" in line for line in lines)
     assert not any("pin_memory" in line for line in lines)
     lines = data_wait_advice(LoaderFacts(num_workers=7, cpus=8, persistent_workers=True, prefetch_factor=2,
-                                         batch_size=4, iterable=True))
-    assert "per-sample work" in lines[0]
+                                         batch_size=4, iterable=True), busy=WorkersBusy(0.9, 7, 5.0))
+    assert "per-sample work" in lines[0] and "busy 90% of the last 5.0 s" in lines[0]
     assert any("prefetch_factor=4" in line for line in lines)
     assert any("batch_size=4" in line for line in lines)
     assert any("get_worker_info" in line for line in lines)
+
+
+@pytest.mark.parametrize("busy, says", [
+    (WorkersBusy(0.23, 2, 4.0), "the 2 DataLoader workers were busy 23% of the last 4.0 s (their CPU time over the wall "
+                                "time, measured): they wait on something other than the CPU (storage, the network, a "
+                                "lock), and more workers than CPUs overlap those waits: try num_workers=4"),
+    (WorkersBusy(0.95, 2, 4.0), "the 2 DataLoader workers were busy 95% of the last 4.0 s (their CPU time over the wall "
+                                "time, measured), and num_workers=2 already uses the 2 CPUs: the per-sample work is the "
+                                "limit"),
+    (None, "num_workers=2 already uses the 2 CPUs; the workers' CPU could not be read, so whether they compute or wait "
+           "is not known"),
+])
+def test_how_many_workers_rests_on_how_busy_they_were(busy, says):
+    """Two workers on 2 CPUs: waiting on I/O (busy 23%) they gain from more workers than CPUs; computing (95%) from
+    cheaper samples; unmeasured, the advice says it does not know which (it said "the per-sample work is the limit")."""
+    lines = data_wait_advice(LoaderFacts(num_workers=2, cpus=2, persistent_workers=True), busy=busy)
+    assert lines[0].startswith(says), lines[0]
+
+
+def test_worker_watch_is_the_workers_cpu_over_the_wall_time_since_the_last_mark():
+    cpu = {11: 1.0, 12: 2.0}
+    watch = WorkerWatch(read=cpu.get)
+    assert watch.busy([11, 12], 100.0) is None  # the first mark
+    cpu.update({11: 1.5, 12: 2.3, 13: 0.2})  # 13: a worker started since (all of its CPU counts)
+    busy = watch.busy([11, 12, 13, 14], 102.0)  # 14: unreadable
+    assert (busy.workers, busy.seconds) == (3, 2.0) and busy.share == pytest.approx((0.5 + 0.3 + 0.2) / (2.0 * 3))
+    cpu.update({11: 1.6, 12: 2.4, 13: 0.3})
+    assert watch.busy([11, 12, 13], 102.5).seconds == 0.5  # since the mark at 102
+    cpu.update({11: 1.7, 12: 2.5, 13: 0.4})
+    later = watch.busy([11, 12, 13], 102.8)  # under 1 s since 102: that mark is kept, the span grows
+    assert later.seconds == pytest.approx(0.8) and later.share == pytest.approx(0.6 / (0.8 * 3))
 
 
 def figures_of(path):

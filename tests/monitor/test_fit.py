@@ -215,3 +215,16 @@ def test_the_end_of_fit_line_tells_profiled_steps_from_every_step(monkeypatch, t
     (line,) = [line for line in fit.end().lines if "window(s) of rank 0" in line]
     assert line.startswith("last 1 window(s) of rank 0: profiled step ")
     assert "; every step of the last epoch: 10.0 ms on average (step_time_ms_mean). More: profkit summary" in line
+
+
+def test_the_plan_of_a_metrics_only_run_says_which_windows_it_may_still_record(monkeypatch, tmp_path):
+    """``profile=False`` still records a window after an alert or on request (``max_captures``): the plan says so
+    (it said "no profiler windows", then recorded one after an alert)."""
+    fit = FakeFit(monkeypatch, str(tmp_path), profile=False)
+    assert fit.run.plan(100) == ("metrics only (profile=False): no scheduled profiler windows; up to max_captures=10 "
+                                 "windows after an alert (capture_on_alert) or on request (profkit capture); "
+                                 f"traces -> {tmp_path}")
+    quiet = FakeFit(monkeypatch, str(tmp_path), profile=False, max_captures=0)
+    assert quiet.run.plan(100) == f"metrics only (profile=False): no scheduled profiler windows; traces -> {tmp_path}"
+    fit.end()
+    quiet.end()

@@ -12,7 +12,8 @@ import torch
 from conftest import leftovers
 
 from lightning_profkit.monitor.writing.output import TraceOutput, window_name, worker_name
-from lightning_profkit.monitor.writing.process import child_env, cpu_seconds_of
+from lightning_profkit.machine import cpu_seconds_of
+from lightning_profkit.monitor.writing.process import child_env
 
 
 def recorded(steps):

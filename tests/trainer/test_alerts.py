@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.alerts import DataWaitAlertError, DataWaitWarning
+from lightning_profkit.machine import usable_cpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -176,3 +177,33 @@ def test_alerts_are_in_tensorboards_text_tab(tmp_path, tensorboard_server):
     assert shown["step"] == alert.step
     assert "waiting for the DataLoader" in shown["text"] and "<li>num_workers=0" in shown["text"]
     assert alert.trace_dir and os.path.basename(alert.trace_dir) in shown["text"]
+
+
+class BurnDataset(SleepDataset):
+    """Each sample costs ``burn`` seconds of CPU (where SleepDataset's wait, as on slow storage, costs none)."""
+
+    def __init__(self, size, burn):
+        super().__init__(size)
+        self.burn = burn
+
+    def __getitem__(self, i):
+        start = time.process_time()
+        while time.process_time() - start < self.burn:
+            pass
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("dataset, says", [
+    (SleepDataset(160, delay=0.01), "wait on something other than the CPU"),
+    (BurnDataset(160, burn=0.01), "the per-sample work is the limit"),
+], ids=["waiting on I/O", "computing"])
+def test_the_advice_on_workers_rests_on_how_busy_they_were(tmp_path, dataset, says):
+    """Two workers on this 2-CPU machine, each sample 10 ms, the step 1 ms: both runs wait on data; the advice
+    tells the workers that wait (on storage, here a sleep) from those that compute, by the CPU they used."""
+    if usable_cpus() != 2:
+        pytest.skip("the advice's numbers are for 2 CPUs")
+    got = []
+    monitor = PerformanceMonitor(profile=False, alert_window=10, on_alert=got.append)
+    fit(tmp_path, monitor, Busy(dataset, work=0.001, num_workers=2))
+    (alert,) = got
+    assert "the 2 DataLoader workers were busy" in alert.advice[0] and says in alert.advice[0], alert.advice

@@ -1,12 +1,15 @@
-"""Advice for a data-bound run, from the user's own DataLoader and machine. Pure."""
+"""Advice for a data-bound run, from the user's own DataLoader and machine, and what its workers did. Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.machine import usable_cpus
+from lightning_profkit.monitor.timing.loader_workers import WorkersBusy
+
+WAITING = 0.5  # workers busy less than this share of the time wait on something other than the CPU (I/O)
 
 
 @dataclass(frozen=True)
@@ -22,10 +25,11 @@ class LoaderFacts:
     cpus: int = 1  # CPUs this process may use
     processes_per_node: int = 1  # training processes sharing those CPUs (DDP ranks on the node)
     on_cuda: bool = False
+    worker_pids: tuple[int, ...] = ()  # the worker processes running now
 
 
-def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1) -> LoaderFacts:
-    """Read a torch DataLoader's settings (anything missing keeps its default)."""
+def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1, worker_pids: Sequence[int] = ()) -> LoaderFacts:
+    """Read a torch DataLoader's settings (anything missing keeps its default), with its workers' pids."""
     from torch.utils.data import IterableDataset
 
     return LoaderFacts(
@@ -38,11 +42,15 @@ def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1) -> Loa
         cpus=usable_cpus(),
         processes_per_node=max(1, processes_per_node),
         on_cuda=on_cuda,
+        worker_pids=tuple(worker_pids),
     )
 
 
-def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, train_s: Optional[float] = None) -> list[str]:
-    """What to try, most likely first, for a loop that waits on its DataLoader."""
+def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, train_s: Optional[float] = None,
+                     busy: Optional[WorkersBusy] = None) -> list[str]:
+    """What to try, most likely first, for a loop that waits on its DataLoader. How many workers rests on how
+    busy they were (``busy``, measured): workers that wait on I/O gain from more of them than CPUs, workers that
+    compute from cheaper samples."""
     out: list[str] = []
     per_process = max(1, facts.cpus // facts.processes_per_node)
     suggested = max(1, per_process - 2 if per_process > 2 else per_process - 1)  # leave the main process a CPU
@@ -52,13 +60,21 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
             f"num_workers=0 loads every batch in the training process, on a machine with {machine}: "
             f"try num_workers={suggested}, persistent_workers=True"
         )
+    elif busy is not None and busy.share < WAITING:
+        out.append(f"{busy}: they wait on something other than the CPU (storage, the network, a lock), and more "
+                   f"workers than CPUs overlap those waits: try num_workers={2 * facts.num_workers}")
     elif facts.num_workers < suggested:
-        out.append(f"num_workers={facts.num_workers} with {machine}: try num_workers={suggested}")
+        measured = f" ({busy})" if busy is not None else ""
+        out.append(f"num_workers={facts.num_workers} with {machine}{measured}: try num_workers={suggested}")
+    elif busy is not None:
+        out.append(f"{busy}, and num_workers={facts.num_workers} already uses the {machine}: the per-sample work is "
+                   "the limit; make __getitem__ cheaper (cache decoded or preprocessed data, move augmentation to "
+                   "the GPU)")
     else:
-        out.append(
-            f"num_workers={facts.num_workers} already uses the {machine}: the per-sample work is the limit; make "
-            "__getitem__ cheaper (cache decoded or preprocessed data, move augmentation to the GPU, read from faster storage)"
-        )
+        out.append(f"num_workers={facts.num_workers} already uses the {machine}; the workers' CPU could not be read, so "
+                   "whether they compute or wait is not known: if they compute, make __getitem__ cheaper (cache "
+                   "decoded or preprocessed data, move augmentation to the GPU); if they wait on storage or the "
+                   f"network, try more workers than CPUs (num_workers={2 * facts.num_workers})")
     if facts.on_cuda and not facts.pin_memory:
         out.append("pin_memory=True: page-locked batches copy to the GPU faster and can overlap with compute")
     if facts.num_workers > 0 and not facts.persistent_workers:

@@ -17,6 +17,7 @@ import sys
 from typing import Any, Optional
 
 import lightning_profkit
+from lightning_profkit.machine import cpu_seconds_of
 
 CHILD = "lightning_profkit.monitor.writing.child"  # by name: its analysis imports stay out of the training process
 
@@ -94,17 +95,6 @@ class FinalizingProcess:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
-
-
-def cpu_seconds_of(pid: int) -> Optional[float]:
-    """CPU seconds (user and system) process ``pid`` has used so far, from ``/proc`` (Linux: in clock ticks,
-    1/100 s); None where that cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def child_env() -> dict[str, str]:
