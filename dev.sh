@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Usage: bash dev.sh demo | test [pytest args...] | check-cuda
+# Usage: bash dev.sh demo | test [pytest args...] | floor | check-cuda
 # demo and test create or refresh .venv (pinned by constraints.txt), then run.
+# floor installs the lowest declared versions (constraints-floor.txt) into .venv-floor and runs a fit and a summary.
 # check-cuda is for a CUDA machine, with the python3 that has its torch (see .ci/check_cuda.py).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -26,10 +27,23 @@ browser_deps() {
   fi
 }
 
+floor() {
+  local venv root=$PWD run
+  venv=$(realpath -m "${PROFKIT_FLOOR_VENV:-.venv-floor}")
+  [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q -c constraints-floor.txt -e .
+  "$venv/bin/python" -m pip freeze | grep -iE '^(torch|lightning|numpy|tensorboard|torch-tb-profiler|msgspec|isal)=='
+  run=$(mktemp -d)
+  (cd "$run" && "$venv/bin/python" "$root/examples/data_bound.py" >/dev/null && "$venv/bin/profkit" summary runs >/dev/null)
+  rm -rf "$run"
+  echo "dev.sh floor: a fit and profkit summary ran with the lowest declared versions"
+}
+
 case "${1:-}" in
   demo) shift; refresh_venv; exec "$VENV/bin/python" examples/data_bound.py "$@" ;;
   test) shift; refresh_venv; browser_deps; exec "$VENV/bin/python" -m pytest -q "$@" ;;
   # the machine's own python3 with its CUDA torch: no virtual environment, nothing fetched (GPU machines are often offline)
   check-cuda) shift; exec "$PY" .ci/check_cuda.py "$@" ;;
-  *) echo "usage: bash dev.sh demo | test [pytest args] | check-cuda" >&2; exit 2 ;;
+  floor) floor ;;
+  *) echo "usage: bash dev.sh demo | test [pytest args] | floor | check-cuda" >&2; exit 2 ;;
 esac
