@@ -71,8 +71,9 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
     ]
     if len(summaries) > 1:
         lines.append(("mean", "", agg["figures"]))
-    out = [_title("Step time breakdown (torch-tb-profiler's Overview, with kineto's later fixes; its \"CPU Exec\" is "
-                  "CpuOp): share/<column> of the step time, %", color)]
+    out = [_title("Step time breakdown of the profiled steps (torch-tb-profiler's Overview, with kineto's later fixes; "
+                  "its \"CPU Exec\" is CpuOp): share/<column> of the step time, %; profiled steps are slower than the "
+                  "others by the profiler's own work (the logged step_time_ms_mean is every step's)", color)]
     rows = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in ROLES + ("Other",)]
             for label, n, fig in lines]
     out.append(table(["trace", "steps", "step_time_ms"] + list(ROLES + ("Other",)), rows, color))

@@ -159,7 +159,7 @@ def _window(summary: dict[str, Any], here: str) -> str:
     rank = "" if summary.get("rank") is None else f", rank {summary['rank']}"
     link = os.path.relpath(summary["path"], here) if not re.match(r"^\w+://", summary["path"]) else summary["path"]
     out = [f"<div class='window'><h3>{_e(summary.get('window'))}{_e(rank)}</h3>",
-           f"<p>{_e(span)}; step time {_ms(figures.get('step_time_ms'))}; data wait {_pct(figures.get('data_wait_share'))}; "
+           f"<p>{_e(span)}; profiled step time {_ms(figures.get('step_time_ms'))}; data wait {_pct(figures.get('data_wait_share'))}; "
            f"GPU idle {_pct(figures.get('gpu_idle_share'))}. Trace: <a href='{_e(link)}'>{_e(os.path.basename(summary['path']))}</a></p>"]
     out += [f"<p class='note'>{_e(note)}</p>" for note in summary.get("notes", [])]  # an incomplete trace among them
     if summary.get("step_breakdown"):
