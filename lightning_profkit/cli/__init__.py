@@ -150,7 +150,18 @@ def local_summaries(path: str, jobs: int, left_out: list[str]) -> list[dict[str,
         finally:
             if progress:
                 progress.done()
+    name_windows(out)
     return out
+
+
+def name_windows(found: list[dict[str, Any]]) -> None:
+    """Window names that tell runs apart: a folder of runs (``profiler/run=…/step=…``) names each window by its
+    path below the folder all the runs share, so that two runs' windows of the same steps never merge."""
+    parents = [os.path.dirname(os.path.abspath(s["path"])) for s in found]
+    if len(set(parents)) > 1:
+        root = os.path.commonpath([os.path.dirname(p) for p in parents])
+        for s, parent in zip(found, parents):
+            s["window"] = os.path.relpath(parent, root).replace(os.sep, "/")
 
 
 def status(left_out: list[str]) -> int:

@@ -182,3 +182,17 @@ def test_traces_that_share_a_worker_name_get_labels_of_their_own(tmp_path, gpu_t
                     tmp_path / f"fit-profile-training_step.{ns}.pt.trace.json.gz")
     rows = [line.split()[0] for line in profkit("summary", tmp_path).stdout.splitlines()[2:4]]
     assert len(set(rows)) == 2, rows
+
+
+def test_a_folder_of_runs_names_each_runs_windows_apart(tmp_path, gpu_traces):
+    """Two runs without a versioned logger (``profiler/run=…``) with windows of the same steps: their traces are
+    labelled by run, and neither the table nor the rank verdict merges them."""
+    trace = gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    for run in ("run=20261204-100000.000001-aaaaaa", "run=20261204-110000.000001-bbbbbb"):
+        (tmp_path / "profiler" / run / "step=000011-000013-epoch=0").mkdir(parents=True)
+        shutil.copy(trace, tmp_path / "profiler" / run / "step=000011-000013-epoch=0" / "h_rank0.1.pt.trace.json.gz")
+    done = profkit("summary", "--json", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [t["window"] for t in json.loads(done.stdout)["traces"]] == [
+        "run=20261204-100000.000001-aaaaaa/step=000011-000013-epoch=0",
+        "run=20261204-110000.000001-bbbbbb/step=000011-000013-epoch=0"]
