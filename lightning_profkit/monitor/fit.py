@@ -5,8 +5,8 @@ of the trainer it needs (step, batch index, epoch, whether the batch is the epoc
 here. What the trainer must do in return (log metrics at a step, print a line on rank zero, stop, raise an
 alert) comes back as an :class:`Outcome`. Metrics are logged on one step axis, the one Lightning logs the user's
 own ``self.log`` metrics on (``log_step``: the batches that stepped an optimizer, not ``global_step``, which counts
-optimizer steps); the steps the fit's logic counts are batches. Time is read from ``clock`` (``time.perf_counter`` by default, the
-clock the fetch timer reads), so that tests drive a fit with a fake one.
+optimizer steps); the steps the fit's logic counts are batches. Time is read from ``clock``
+(``time.perf_counter`` by default, the clock the fetch timer reads), so that tests drive a fit with a fake one.
 
 A FitRun owns the step scheduler (:meth:`FitRun._schedule`: the one place that knows the next step with work
 at its end), the window runners, the epoch's spans, the rolling checks' exchange, alert delivery, the capture
@@ -229,9 +229,9 @@ class FitRun:
         """The line that says what this fit will record."""
         o = self.options
         if not o.profile:
-            asked = [why for why, on in (("after an alert (capture_on_alert)", o.capture_on_alert and o.alert_threshold),
-                                         ("on request (profkit capture)", True)) if on] if o.max_captures else []
-            later = f"; up to max_captures={o.max_captures} windows {' or '.join(asked)}" if asked else ""
+            ways = ["after an alert (capture_on_alert)"] if o.capture_on_alert and o.alert_threshold else []
+            ways.append("on request (profkit capture)")
+            later = f"; up to max_captures={o.max_captures} windows {' or '.join(ways)}" if o.max_captures else ""
             return f"metrics only (profile=False): no scheduled profiler windows{later}; traces -> {self.trace_dir}"
         ranks = "all ranks" if o.ranks is None else f"ranks {','.join(map(str, o.ranks))}"
         disabled = "" if self.runner is not None or self.rank.world_size > 1 else " (disabled, see warning)"
