@@ -99,27 +99,33 @@ def summaries(path: str, jobs: int, left_out: list[str]) -> list[dict[str, Any]]
     object storage is copied to a temporary folder first, and the summaries name the objects); ``left_out``
     gains a line for each trace that could not be read. None readable: a :class:`CommandError`."""
     if not is_url(path):
-        return readable(path, local_summaries(path, jobs, left_out), left_out)
+        skipped: list[str] = []
+        found = local_summaries(path, jobs, skipped)
+        left_out += skipped
+        return readable(path, found, skipped)
     with tempfile.TemporaryDirectory(prefix="profkit-") as local:
         if not fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local):
             raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
-        skipped: list[str] = []
+        skipped = []
         found = local_summaries(local, jobs, skipped)
 
     def remote(p: str) -> str:  # the object a copy in ``local`` was made from
         return path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + p[len(local):].replace(os.sep, "/")
 
+    named = []
     for line in skipped:  # "<local copy>: why"
         copy, _, why = line.partition(": ")
-        left_out.append(f"{remote(copy)}: {why}" if copy.startswith(local) else line)
+        named.append(f"{remote(copy)}: {why}" if copy.startswith(local) else line)
+    left_out += named
     for s in found:
         s["path"] = remote(s["path"])
-    return readable(path, found, left_out)
+    return readable(path, found, named)
 
 
-def readable(path: str, found: list[dict[str, Any]], left_out: list[str]) -> list[dict[str, Any]]:
-    if not found and left_out:
-        raise CommandError(f"{path}: none of its {len(left_out)} trace(s) could be read: {'; '.join(left_out)}")
+def readable(path: str, found: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, Any]]:
+    """``found``, unless none of ``path``'s traces could be read (``skipped``: why each could not)."""
+    if not found and skipped:
+        raise CommandError(f"{path}: none of its {len(skipped)} trace(s) could be read: {'; '.join(skipped)}")
     return found
 
 
