@@ -456,8 +456,8 @@ class FitRun:
             self.startup_before_s = 0.0
             runner, helper = self.runner, None
             total = self.output.helper_cpu_s if self.output is not None else None  # read now, not at the last window
-            if total is not None:
-                helper, self.helper_cpu_s = total - self.helper_cpu_s, total
+            if total is not None:  # never below the last: a finalizing process that ends is counted after it ends
+                helper, self.helper_cpu_s = max(total - self.helper_cpu_s, 0.0), max(total, self.helper_cpu_s)
             spent = (runner.spent if runner else []) + (self.validation.spent if self.validation else [])
             cost, baseline = own_cost(stats.step_times, self.epoch_first_step, runner.profiled if runner else [],
                                       self.step_baseline, spent, helper)
