@@ -50,7 +50,9 @@ class DataWaitAlert:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"message": self.message}
 
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|])")  # what Python-Markdown (TensorBoard's) lets a backslash escape
+# what Python-Markdown (TensorBoard's) lets a backslash escape, as the inside of a regex class
+MARKDOWN_ESCAPABLE = r"\\`*_{}\[\]()#+\-.!|"
+_MARKDOWN = re.compile(f"([{MARKDOWN_ESCAPABLE}])")
 
 
 def as_text(text: str) -> str:

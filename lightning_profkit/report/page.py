@@ -9,6 +9,7 @@ import os
 import re
 from typing import Any, Optional, Sequence
 
+from lightning_profkit.alerts import MARKDOWN_ESCAPABLE
 from lightning_profkit.report.run_data import Epoch, RunData
 from lightning_profkit.trace.step_breakdown import ROLES
 from lightning_profkit.trace.summary import key_figures
@@ -90,7 +91,7 @@ def stacked_bar(shares: dict[str, Optional[float]], width: int = 640, height: in
     return "".join(out) + f"<div class='legend'>{legend}</div>"
 
 
-_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")  # what alerts.as_text escapes
+_ESCAPED = re.compile(f"\\\\([{MARKDOWN_ESCAPABLE}])")  # what alerts.as_text escapes
 
 
 def _inline(text: str) -> str:

@@ -84,13 +84,16 @@ def from_events(folder: str) -> RunData:
     scalars = {t: {e.step: e.value for e in events.Scalars(t)} for t in tags.get("scalars", []) if t.startswith(PREFIX)}
     # `epoch` is logged by every stage (a test run after the fit too, at the fit's last step): ours is the one
     # written with our figures, the nearest in time at the same step
-    epochs = events.Scalars("epoch") if "epoch" in tags.get("scalars", []) else []
+    epochs: dict[int, list] = {}
+    for e in events.Scalars("epoch") if "epoch" in tags.get("scalars", []) else []:
+        epochs.setdefault(e.step, []).append(e)
     data = RunData(folder)
-    ours = {e.step: e.wall_time for e in events.Scalars(PREFIX + "data_wait_ratio")} if scalars else {}
-    for k, step in enumerate(sorted(scalars.get(PREFIX + "data_wait_ratio", {}))):
+    ratio = PREFIX + "data_wait_ratio"
+    ours = {e.step: e for e in events.Scalars(ratio)} if ratio in scalars else {}  # the last one of a step
+    for k, step in enumerate(sorted(ours)):
         values = {m: scalars.get(PREFIX + m, {}).get(step) for m in EPOCH_METRICS}
-        same = [e for e in epochs if e.step == step]
-        epoch = min(same, key=lambda e: abs(e.wall_time - ours[step])).value if same else k
+        same = epochs.get(step)
+        epoch = min(same, key=lambda e: abs(e.wall_time - ours[step].wall_time)).value if same else k
         data.epochs.append(Epoch(int(epoch), step, **values))
     if ALERT_TAG in tags.get("tensors", []):
         for e in events.Tensors(ALERT_TAG):
