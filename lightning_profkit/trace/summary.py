@@ -97,7 +97,8 @@ def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
         "rank": rank_of(trace.distributed_info, worker),
     }
     out.update(summarize_columns(from_rows(trace.rows)))
-    out["notes"] = [f"incomplete trace: {p}" for p in meta.get("problems", []) if isinstance(p, str)] + out["notes"]
+    problems = meta.get("problems") if isinstance(meta.get("problems"), list) else []  # any trace may claim some
+    out["notes"] = [f"incomplete trace: {p}" for p in problems[:10] if isinstance(p, str) and p.isprintable()] + out["notes"]
     return out
 
 
