@@ -98,7 +98,8 @@ def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
     }
     out.update(summarize_columns(from_rows(trace.rows)))
     problems = meta.get("problems") if isinstance(meta.get("problems"), list) else []  # any trace may claim some
-    out["notes"] = [f"incomplete trace: {p}" for p in problems[:10] if isinstance(p, str) and p.isprintable()] + out["notes"]
+    shown = [f"incomplete trace: {p}" for p in problems[:10] if isinstance(p, str) and p.isprintable()]
+    out["notes"] = shown + out["notes"]
     return out
 
 
