@@ -81,6 +81,9 @@ METRICS: tuple[Metric, ...] = (
            "1 when the epoch was in a data-wait episode; with alerts on. TensorBoard smooths every scalar (0.6 by "
            "default), which shows this flag as the share of recent epochs in an episode: set smoothing to 0 to read "
            "the flag", ""),
+    Metric("data_wait_alerts", "count", EPOCH,
+           "data-wait alerts so far in the fit (resumed from a checkpoint); with alerts on. It reads right smoothed: "
+           "it lags, but rises at every alert and never shows more than there were", ""),
     # every rolling check (`alert_window` steps), at the step of its last batch
     Metric("rolling/data_wait_ratio", "fraction", ROLLING, "the data-wait ratio of the check's block of steps"),
     Metric("rolling/step_time_ms", "ms", ROLLING, "the block's training time per step"),

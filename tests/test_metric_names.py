@@ -21,7 +21,7 @@ def every_logged_name():
     """What each path of the code logs, with every figure present: two ranks' epoch and rolling figures, and a
     training and a validation window with every figure."""
     names = set(reduce_ranks([[1.0] * len(EXCHANGED), [2.0] * len(EXCHANGED)]))
-    names.add(PREFIX + "data_wait_alert")  # set by the fit once the rule has judged the epoch
+    names |= {PREFIX + "data_wait_alert", PREFIX + "data_wait_alerts"}  # set by the fit once the rule has judged the epoch
     names |= set(rolling_metrics([[1.0, 2.0, 0.0], [1.5, 2.0, 0.0]], 10))
     names |= set(window_metrics(EVERY_FIGURE)) | set(window_metrics(EVERY_FIGURE, validation=True))
     return names

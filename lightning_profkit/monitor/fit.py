@@ -39,7 +39,7 @@ from lightning_profkit.monitor.timing.epoch_figures import (EpochSpans, epoch_fi
                                                             to_vector, window_metrics)
 from lightning_profkit.monitor.timing.fetch_timer import FetchTimer, LoaderSetupTimer
 from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
-from lightning_profkit.monitor.timing.loader_workers import WorkersBusy, WorkerWatch
+from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch
 from lightning_profkit.monitor.timing.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 from lightning_profkit.monitor.writing.output import TraceOutput
 from lightning_profkit.notices import warn
@@ -104,8 +104,9 @@ class FitRun:
         self.sampler: Optional[UtilizationSampler] = None
         self.loader: Callable[[], LoaderFacts] = LoaderFacts
         self.spans = EpochSpans()
-        self.workers = WorkerWatch()  # the DataLoader workers' CPU, marked at every check, for the advice
-        self.workers_busy: Optional[WorkersBusy] = None  # since the mark before the latest check
+        self.watch = LoaderWatch()  # the DataLoader's CPU, marked at every check, for the advice
+        self.loader_busy = LoaderBusy()  # since the mark before the latest check
+        self.waited_s = 0.0  # the data wait of the fit's finished epochs
         self.broken = False
         self.on_cuda = False
         self.batch_size: Optional[int] = None
@@ -242,13 +243,14 @@ class FitRun:
         """Epoch ``epoch`` begins at ``step`` (its batch ``batch_idx``: 0, or more when resuming inside it)."""
         assert self.timer is not None
         self.epoch = epoch
-        self.timer.reset()
+        self.waited_s += self.timer.reset().train_s
         now = self.clock()
         self.in_epoch = True
         self.spans = EpochSpans(now, self.sampler.clear() if self.sampler is not None else None)
         if self.on_cuda:
             torch.cuda.reset_peak_memory_stats()
         self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch)
+        self._mark_workers(now)  # the first check of the epoch measures from here
         self.epoch_first_step = step
         if self.validation is not None:
             self.validation.spent = []  # this epoch's validation windows
@@ -334,6 +336,7 @@ class FitRun:
                     worst = metrics.get(PREFIX + "data_wait_worst_rank")
                     self._judge(out, ratio, None if worst is None else int(worst), f"epoch {self.epoch}", step)
                 metrics[PREFIX + "data_wait_alert"] = float(self.checks.episode_in_epoch)
+                metrics[PREFIX + "data_wait_alerts"] = float(self.checks.rule.alerts)
             if self.options.log_metrics and metrics and self.rank.is_zero:
                 out.metrics.append((log_step, {**metrics, "epoch": float(self.epoch)}))
             if self.output is not None:
@@ -508,7 +511,8 @@ class FitRun:
         if not self.checks.judge(ratio, step):
             return
         assert self.checks.rule is not None
-        alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, self._advice(),
+        alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank,
+                              self._advice(worst_rank),
                               log_step=self.log_step)
         self.alerts.append(alert)
         o = self.options
@@ -524,19 +528,25 @@ class FitRun:
             self.delivery.send(alert)
 
     def _mark_workers(self, now: float) -> None:
-        """How busy the DataLoader's workers were since the last check (for an alert's advice)."""
-        if self.checks.rule is not None:
+        """How busy the DataLoader was since the last check (for an alert's advice)."""
+        if self.checks.rule is not None and self.timer is not None:
             try:
-                self.workers_busy = self.workers.busy(self.loader().worker_pids, now)
+                waited = self.waited_s + self.timer.stats.train_s
+                self.loader_busy = self.watch.busy(self.loader().worker_pids, now, waited)
             except Exception as err:
-                self.report(f"reading the DataLoader workers' CPU failed: {err!r}", "advice")
+                self.report(f"reading the DataLoader's CPU failed: {err!r}", "advice")
 
-    def _advice(self) -> list[str]:
+    def _advice(self, worst_rank: Optional[int]) -> list[str]:
+        """An alert's advice, from how busy the worst rank's loading was (an exchange: every rank calls it)."""
+        busy = self.loader_busy
+        if self.group is not None:
+            rank = worst_rank or 0
+            busy = LoaderBusy.from_values(exchange(self.group, busy.as_values())[rank], rank)
         try:
             stats = self.timer.stats if self.timer is not None else None
             startup = (stats.first_fetch - self.spans.start + self.startup_before_s
                        if stats is not None and stats.first_fetch else None)
-            return data_wait_advice(self.loader(), startup, self.clock() - self.spans.start, self.workers_busy)
+            return data_wait_advice(self.loader(), startup, self.clock() - self.spans.start, busy)
         except Exception as err:
             self.report(f"advice failed: {err!r}", "advice")
             return []

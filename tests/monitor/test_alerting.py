@@ -11,7 +11,7 @@ from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice, gpu_idle_advice, gpu_idle_notice
 from lightning_profkit.monitor.alerting.checks import AlertRule, CheckBlock, RollingChecks
 from lightning_profkit.monitor.options import Options
-from lightning_profkit.monitor.timing.loader_workers import WorkersBusy, WorkerWatch
+from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch, WaitBusy, WorkersBusy
 from lightning_profkit.trace.columns import columns
 from lightning_profkit.trace.events import from_dicts
 from lightning_profkit.trace.host_steps import window_figures
@@ -113,7 +113,7 @@ def test_advice_from_the_loader():
     assert any("persistent_workers=True" in line and "4.0s" in line for line in lines)
     assert not any("pin_memory" in line for line in lines)
     lines = data_wait_advice(LoaderFacts(num_workers=7, cpus=8, persistent_workers=True, prefetch_factor=2,
-                                         batch_size=4, iterable=True), busy=WorkersBusy(0.9, 7, 5.0))
+                                         batch_size=4, iterable=True), busy=LoaderBusy(WorkersBusy(0.9, 7, 5.0)))
     assert "per-sample work" in lines[0] and "busy 90% of the last 5.0 s" in lines[0]
     assert any("prefetch_factor=4" in line for line in lines)
     assert any("batch_size=4" in line for line in lines)
@@ -133,22 +133,57 @@ def test_advice_from_the_loader():
 def test_how_many_workers_rests_on_how_busy_they_were(busy, says):
     """Two workers on 2 CPUs: waiting on I/O (busy 23%) they gain from more workers than CPUs; computing (95%) from
     cheaper samples; unmeasured, the advice says it does not know which (it said "the per-sample work is the limit")."""
-    lines = data_wait_advice(LoaderFacts(num_workers=2, cpus=2, persistent_workers=True), busy=busy)
+    lines = data_wait_advice(LoaderFacts(num_workers=2, cpus=2, persistent_workers=True), busy=LoaderBusy(busy))
     assert lines[0].startswith(says), lines[0]
 
 
-def test_worker_watch_is_the_workers_cpu_over_the_wall_time_since_the_last_mark():
-    cpu = {11: 1.0, 12: 2.0}
-    watch = WorkerWatch(read=cpu.get)
-    assert watch.busy([11, 12], 100.0) is None  # the first mark
+@pytest.mark.parametrize("workers, training, says", [
+    (0, WaitBusy(0.97, 6.0, 8.0), "num_workers=0 loads every batch in the training process, on a machine with 8 CPUs "
+                                  "(the training process was on the CPU for at least 97% of its 6.0 s of data wait in "
+                                  "the last 8.0 s (its thread's CPU time less the time it did not wait, measured)): try "
+                                  "num_workers=6"),
+    (0, WaitBusy(0.04, 6.0, 8.0), "num_workers=0 loads every batch in the training process, on a machine with 8 CPUs "
+                                  "(the training process was on the CPU for at least 4% of its 6.0 s of data wait in "
+                                  "the last 8.0 s (its thread's CPU time less the time it did not wait, measured)): it "
+                                  "mostly waits on storage or the network"),
+    (4, WaitBusy(0.8, 6.0, 8.0, rank=3), "rank 3's training process was on the CPU for at least 80% of its 6.0 s of "
+                                         "data wait in the last 8.0 s (its thread's CPU time less the time it did not "
+                                         "wait, measured): with num_workers=4 it unpacks every batch"),
+    (4, WaitBusy(0.1, 6.0, 8.0), "num_workers=4 with 8 CPUs: try num_workers=6"),
+])
+def test_where_the_batches_are_made_rests_on_the_training_threads_cpu_in_its_wait(workers, training, says):
+    """A training thread on the CPU through its wait makes or unpacks the batches itself; one that sleeps there
+    waits for workers or storage (the advice had only the configuration to go on)."""
+    lines = data_wait_advice(LoaderFacts(num_workers=workers, cpus=8, persistent_workers=True),
+                             busy=LoaderBusy(training=training))
+    assert lines[0].startswith(says), lines[0]
+
+
+def test_loader_busy_crosses_ranks_as_numbers():
+    busy = LoaderBusy(WorkersBusy(0.25, 2, 3.0), WaitBusy(0.5, 1.0, 3.0))
+    assert LoaderBusy.from_values(busy.as_values(), 1) == LoaderBusy(WorkersBusy(0.25, 2, 3.0, 1),
+                                                                    WaitBusy(0.5, 1.0, 3.0, 1))
+    assert LoaderBusy.from_values(LoaderBusy().as_values()) == LoaderBusy()
+
+
+def test_loader_watch_is_the_cpu_over_the_wall_time_since_the_last_mark():
+    cpu, thread = {11: 1.0, 12: 2.0}, [10.0]
+    watch = LoaderWatch(read=cpu.get, thread_cpu=lambda: thread[0])
+    assert watch.busy([11, 12], 100.0, 5.0) == LoaderBusy()  # the first mark
     cpu.update({11: 1.5, 12: 2.3, 13: 0.2})  # 13: a worker started since (all of its CPU counts)
-    busy = watch.busy([11, 12, 13, 14], 102.0)  # 14: unreadable
-    assert (busy.workers, busy.seconds) == (3, 2.0) and busy.share == pytest.approx((0.5 + 0.3 + 0.2) / (2.0 * 3))
+    thread[0] = 11.5  # 1.5 s of CPU in 2 s, of which 1 s waiting: at least 0.5 s of it on the CPU in the wait
+    busy = watch.busy([11, 12, 13, 14], 102.0, 6.0)  # 14: unreadable
+    assert (busy.workers.workers, busy.workers.seconds) == (3, 2.0)
+    assert busy.workers.share == pytest.approx((0.5 + 0.3 + 0.2) / (2.0 * 3))
+    assert busy.training == WaitBusy(0.5, 1.0, 2.0)
     cpu.update({11: 1.6, 12: 2.4, 13: 0.3})
-    assert watch.busy([11, 12, 13], 102.5).seconds == 0.5  # since the mark at 102
+    assert watch.busy([11, 12, 13], 102.5, 6.0).workers.seconds == 0.5  # since the mark at 102; no wait: no share
     cpu.update({11: 1.7, 12: 2.5, 13: 0.4})
-    later = watch.busy([11, 12, 13], 102.8)  # under 1 s since 102: that mark is kept, the span grows
-    assert later.seconds == pytest.approx(0.8) and later.share == pytest.approx(0.6 / (0.8 * 3))
+    thread[0] = 11.6
+    later = watch.busy([11, 12, 13], 102.8, 6.5)  # under 1 s since 102: that mark is kept, the span grows
+    assert later.workers.seconds == pytest.approx(0.8) and later.workers.share == pytest.approx(0.6 / (0.8 * 3))
+    assert later.training.share == 0.0  # 0.1 s of CPU in 0.8 s: all of it can be outside the 0.5 s of wait
+    assert watch.busy([], 104.0, 8.5).workers is None
 
 
 def figures_of(path):

@@ -65,6 +65,34 @@ def test_rolling_checks_log_their_block_and_an_episode_alerts_once(monkeypatch, 
     assert epoch_row(fit)[0]["profkit/data_wait_alert"] == 1.0
 
 
+def tensorboard_smoothed(values, weight=0.6):
+    """What TensorBoard's scalar chart draws at its default smoothing: a debiased moving average."""
+    out, last = [], 0.0
+    for n, value in enumerate(values, 1):
+        last = last * weight + (1 - weight) * value
+        out.append(last / (1 - weight**n))
+    return out
+
+
+def test_the_alert_count_reads_right_smoothed(monkeypatch, tmp_path):
+    """TensorBoard smooths every scalar: the 0/1 flag then reads as fractions; the count of alerts so far, smoothed,
+    never shows more alerts than there were and rises at each."""
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_window=5, alert_patience=1, alert_cooldown=0,
+                  capture_on_alert=False, **NO_WINDOWS)
+    fast, slow = (0.1, 0.9), (0.6, 0.4)
+    for epoch, steps in enumerate([[slow] * 5, [fast] * 5, [fast] * 5, [slow] * 5, [fast] * 5]):
+        fit.epoch(epoch, steps)
+    fit.end()
+    counts = [row["profkit/data_wait_alerts"] for row in epoch_row(fit)]
+    alerted = [sum(alert.epoch <= epoch for alert in fit.alerts) for epoch in range(5)]
+    assert counts == alerted == [1, 1, 1, 2, 2]
+    smoothed = tensorboard_smoothed(counts)
+    assert all(s <= c + 1e-12 for s, c in zip(smoothed, counts))
+    assert smoothed[3] > smoothed[2] and smoothed == sorted(smoothed)
+    flags = tensorboard_smoothed([row["profkit/data_wait_alert"] for row in epoch_row(fit)])
+    assert 0 < flags[2] < 1  # the flag smoothed: a fraction no epoch had
+
+
 @pytest.mark.parametrize(
     "slow, patience, cooldown, expected",
     [

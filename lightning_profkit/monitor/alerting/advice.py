@@ -7,9 +7,9 @@ from typing import Any, Optional, Sequence
 
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.machine import usable_cpus
-from lightning_profkit.monitor.timing.loader_workers import WorkersBusy
+from lightning_profkit.monitor.timing.loader_busy import LoaderBusy
 
-WAITING = 0.5  # workers busy less than this share of the time wait on something other than the CPU (I/O)
+WAITING = 0.5  # busy less than this share of the time: waiting on something other than the CPU (I/O)
 
 
 @dataclass(frozen=True)
@@ -47,27 +47,38 @@ def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1, worker
 
 
 def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, train_s: Optional[float] = None,
-                     busy: Optional[WorkersBusy] = None) -> list[str]:
-    """What to try, most likely first, for a loop that waits on its DataLoader. How many workers rests on how
-    busy they were (``busy``, measured): workers that wait on I/O gain from more of them than CPUs, workers that
-    compute from cheaper samples."""
+                     busy: LoaderBusy = LoaderBusy()) -> list[str]:
+    """What to try, most likely first, for a loop that waits on its DataLoader. Where the batches are made rests on
+    how busy the training thread was in its wait, and how many workers on how busy they were (``busy``, measured):
+    a training thread that computes in its wait unpacks or makes the batches itself; workers that wait on I/O gain
+    from more of them than CPUs, workers that compute from cheaper samples."""
     out: list[str] = []
     per_process = max(1, facts.cpus // facts.processes_per_node)
     suggested = max(1, per_process - 2 if per_process > 2 else per_process - 1)  # leave the main process a CPU
     machine = f"{facts.cpus} CPUs" + (f" shared by {facts.processes_per_node} ranks" if facts.processes_per_node > 1 else "")
+    workers, training = busy.workers, busy.training
     if facts.num_workers == 0:
+        waits = training is not None and training.share < WAITING
         out.append(
-            f"num_workers=0 loads every batch in the training process, on a machine with {machine}: "
-            f"try num_workers={suggested}, persistent_workers=True"
+            f"num_workers=0 loads every batch in the training process, on a machine with {machine}"
+            + (f" ({training})" if training is not None else "")
+            + (": it mostly waits on storage or the network, which workers overlap, even more of them than CPUs"
+               if waits else "")
+            + f": try num_workers={max(suggested, 2) if waits else suggested}, persistent_workers=True"
         )
-    elif busy is not None and busy.share < WAITING:
-        out.append(f"{busy}: they wait on something other than the CPU (storage, the network, a lock), and more "
+    elif training is not None and training.share >= WAITING:
+        out.append(f"{training}: with num_workers={facts.num_workers} it unpacks every batch the workers send, and more "
+                   "workers do not shorten that; return fewer, larger tensors from the Dataset or collate_fn (not "
+                   "Python objects or many small tensors), and keep sampler and collate work out of the training "
+                   "process")
+    elif workers is not None and workers.share < WAITING:
+        out.append(f"{workers}: they wait on something other than the CPU (storage, the network, a lock), and more "
                    f"workers than CPUs overlap those waits: try num_workers={2 * facts.num_workers}")
     elif facts.num_workers < suggested:
-        measured = f" ({busy})" if busy is not None else ""
+        measured = f" ({workers})" if workers is not None else ""
         out.append(f"num_workers={facts.num_workers} with {machine}{measured}: try num_workers={suggested}")
-    elif busy is not None:
-        out.append(f"{busy}, and num_workers={facts.num_workers} already uses the {machine}: the per-sample work is "
+    elif workers is not None:
+        out.append(f"{workers}, and num_workers={facts.num_workers} already uses the {machine}: the per-sample work is "
                    "the limit; make __getitem__ cheaper (cache decoded or preprocessed data, move augmentation to "
                    "the GPU)")
     else:
