@@ -171,7 +171,7 @@ def test_alerts_are_in_tensorboards_text_tab(tmp_path, tensorboard_server):
     fit(tmp_path, monitor, Busy(SleepDataset(120, delay=0.004), work=0.002), logger=logger)
     (alert,) = monitor.alerts
     server = tensorboard_server(logger.log_dir)
-    tags = server.wait_for(lambda: server.get("tags", plugin="text"))
+    server.wait_for(lambda: server.get("tags", plugin="text"))
     tag = "profkit/alerts/text_summary"  # torch's SummaryWriter.add_text adds "/text_summary"
     (run,) = server.wait_for(lambda: [r for r, names in server.get("tags", plugin="text").items() if tag in names])
     (shown,) = server.get("text", plugin="text", run=run, tag=tag)

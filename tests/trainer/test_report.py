@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from torch.utils.data import DataLoader
 
