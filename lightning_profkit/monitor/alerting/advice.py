@@ -58,7 +58,7 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
     machine = f"{facts.cpus} CPUs" + (f" shared by {facts.processes_per_node} ranks" if facts.processes_per_node > 1 else "")
     workers, training = busy.workers, busy.training
     if facts.num_workers == 0:
-        waits = training is not None and training.share < WAITING
+        waits = training is not None and training.high < WAITING
         out.append(
             f"num_workers=0 loads every batch in the training process, on a machine with {machine}"
             + (f" ({training})" if training is not None else "")
@@ -66,7 +66,7 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
                if waits else "")
             + f": try num_workers={max(suggested, 2) if waits else suggested}, persistent_workers=True"
         )
-    elif training is not None and training.share >= WAITING:
+    elif training is not None and training.low >= WAITING:
         out.append(f"{training}: with num_workers={facts.num_workers} it unpacks every batch the workers send, and more "
                    "workers do not shorten that; return fewer, larger tensors from the Dataset or collate_fn (not "
                    "Python objects or many small tensors), and keep sampler and collate work out of the training "

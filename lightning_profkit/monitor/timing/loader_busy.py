@@ -33,19 +33,23 @@ class WorkersBusy:
 
 @dataclass(frozen=True)
 class WaitBusy:
-    """How much of the training thread's data wait (``wait_s`` of the last ``seconds``) it was on the CPU itself:
-    at least its CPU time less the time it did not wait (``share`` of the wait). Where it is high, the batches are
-    made or unpacked in the training process; where it is low, the thread waited for workers or storage."""
+    """How much of the training thread's data wait (``wait_s`` of the last ``seconds``) it was on the CPU itself,
+    as shares of the wait: at least its CPU time less the time it did not wait (``low``), at most its CPU time
+    (``high``). Where it is high, the batches are made or unpacked in the training process; where it is low, the
+    thread waited for workers or storage."""
 
-    share: float
+    low: float
+    high: float
     wait_s: float
     seconds: float
     rank: Optional[int] = None
 
     def __str__(self) -> str:
-        return (f"{_whose(self.rank, 'training process')} was on the CPU for at least {self.share:.0%} of its "
-                f"{self.wait_s:.1f} s of data wait in the last {self.seconds:.1f} s (its thread's CPU time less the "
-                "time it did not wait, measured)")
+        low, high = f"{self.low:.0%}", f"{self.high:.0%}"
+        share = low if low == high else f"{low[:-1]}-{high}"
+        return (f"{_whose(self.rank, 'training process')} was on the CPU for {share} of its {self.wait_s:.1f} s of "
+                f"data wait in the last {self.seconds:.1f} s (its thread's CPU time against the time it waited, "
+                "measured)")
 
 
 @dataclass(frozen=True)
@@ -56,15 +60,15 @@ class LoaderBusy:
     training: Optional[WaitBusy] = None
 
     def as_values(self) -> list[float]:
-        """Six numbers for the exchange across ranks (NaN for what is None)."""
+        """Seven numbers for the exchange across ranks (NaN for what is None)."""
         w, t = self.workers, self.training
         return ([w.share, float(w.workers), w.seconds] if w else [math.nan] * 3) + \
-               ([t.share, t.wait_s, t.seconds] if t else [math.nan] * 3)
+               ([t.low, t.high, t.wait_s, t.seconds] if t else [math.nan] * 4)
 
     @staticmethod
     def from_values(values: Sequence[float], rank: Optional[int] = None) -> "LoaderBusy":
         workers = WorkersBusy(values[0], int(values[1]), values[2], rank) if not math.isnan(values[0]) else None
-        training = WaitBusy(values[3], values[4], values[5], rank) if not math.isnan(values[3]) else None
+        training = WaitBusy(*values[3:7], rank) if not math.isnan(values[3]) else None
         return LoaderBusy(workers, training)
 
 
@@ -96,6 +100,7 @@ class LoaderWatch:
             workers = WorkersBusy(max(used, 0.0) / (span * len(cpu)), len(cpu), span)
         training = None
         if waited > 0:  # CPU time outside the wait is at most the wall time outside it
-            computing = min(max(mine - last[2] - (span - waited), 0.0), waited)
-            training = WaitBusy(computing / waited, waited, span)
+            used = max(mine - last[2], 0.0)
+            low, high = min(max(used - (span - waited), 0.0), waited), min(used, waited)
+            training = WaitBusy(low / waited, high / waited, waited, span)
         return LoaderBusy(workers, training)
