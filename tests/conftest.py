@@ -19,6 +19,7 @@ from typing import Any, Optional
 import pytest
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 GPU_TRACES = Path(__file__).resolve().parent / "data" / "traces"  # real GPU traces, with provenance in its README
@@ -82,6 +83,27 @@ class WaitForTraces(Callback):
         output = self.monitor._fit.output
         while trainer.current_epoch == self.epoch and output._writer.pending:
             time.sleep(0.01)
+
+
+class Recorder(Logger):
+    """A logger that keeps what it gets; ``delay`` makes it slow."""
+
+    def __init__(self, delay=0.0):
+        super().__init__()
+        self.rows, self.delay = [], delay
+
+    name, version = "recorder", 0
+
+    @property
+    def experiment(self):
+        return None
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+    def log_metrics(self, metrics, step=None):
+        time.sleep(self.delay)
+        self.rows.append((step, dict(metrics)))
 
 
 def make_trainer(root: Any, callbacks: list, **kwargs: Any) -> Trainer:

@@ -11,13 +11,12 @@ import warnings
 
 import pytest
 import torch
+from conftest import (Recorder, SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps,
+                      read_trace, trace_files)
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.profilers import PyTorchProfiler, SimpleProfiler
 
-from conftest import (
-    SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps, read_trace, trace_files,
-)
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.monitor import fit as fit_run
 
@@ -197,7 +196,6 @@ def test_runs_without_a_versioned_logger_never_share_a_folder(tmp_path, logger):
     """With ``logger=False`` (or MLflow's, W&B's, a custom logger) Lightning gives every run the same folder: each
     run's traces go to a folder of its own under ``profiler/``, named so that the runs sort in order, and each
     window folder holds the one trace of its run."""
-    from test_metrics import Recorder
 
     folders = []
     for _ in range(2):
