@@ -98,6 +98,19 @@ def read(url: str) -> Optional[bytes]:
             return None
 
 
+def subfolders(url: str, prefix: str) -> list[str]:
+    """The URLs of the folders right under ``url`` whose names start with ``prefix``, sorted (none where ``url`` is
+    not a folder)."""
+    with _store_errors(url):
+        fs, path = filesystem(url)
+        try:
+            entries = fs.ls(path, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+    names = [e["name"].rstrip("/") for e in entries if e.get("type") == "directory"]
+    return sorted(fs.unstrip_protocol(n) for n in names if n.rsplit("/", 1)[-1].startswith(prefix))
+
+
 def write(url: str, data: bytes) -> None:
     """Put ``data`` at ``url`` in one call."""
     with _store_errors(url):

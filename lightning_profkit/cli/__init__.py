@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 # Neither msgspec nor numpy here: `profkit summary` starts its decoding workers before it imports numpy.
 from lightning_profkit.cli.progress import Progress
 from lightning_profkit.machine import usable_cpus
-from lightning_profkit.store import StoreError, fetch, is_url, join, read, write
+from lightning_profkit.store import StoreError, fetch, is_url, join, read, subfolders, write
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces
 
 JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
@@ -84,13 +84,19 @@ def capture(args: argparse.Namespace) -> int:
 
 
 def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
-    """The trace folder of the run at ``url`` (``url/profiler`` for a run folder, else ``url``) and its marker."""
+    """The trace folder of the run at ``url`` (``url/profiler`` for a run folder, else ``url``; in either, the
+    newest ``run=*`` folder of its own whose run may still be running) and its marker."""
     from lightning_profkit import capture_request
 
     for folder in (join(url, "profiler"), url.rstrip("/")):
         text = read(join(folder, capture_request.MARKER))
         if text is not None:
             return folder, capture_request.marker_of(text)
+        for own in reversed(subfolders(folder, "run=")):
+            text = read(join(own, capture_request.MARKER))
+            marker = capture_request.marker_of(text) if text is not None else None
+            if marker is not None and capture_request.gone(marker) is None:
+                return own, marker
     return url.rstrip("/"), None
 
 

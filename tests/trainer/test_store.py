@@ -4,6 +4,7 @@
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -136,17 +137,23 @@ def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_ser
 
 
 def test_capture_requested_through_the_store(tmp_path, s3_server):
+    """A run on the store with no logger of its own writes under ``profiler/run=*``: ``profkit capture`` given the
+    run's root folder finds it there."""
     here = os.path.dirname(os.path.abspath(__file__))
-    run = subprocess.Popen([sys.executable, os.path.join(here, "capture_script.py"), str(tmp_path), "3000",
-                            "s3://runs/cap/profiler"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = subprocess.Popen([sys.executable, os.path.join(here, "capture_script.py"), "s3://runs/cap", "3000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    markers = lambda: [k for k in s3_server.keys("cap") if k.endswith("/.profkit-run")]  # noqa: E731
     try:
         deadline = time.time() + 120
-        while "cap/profiler/.profkit-run" not in s3_server.keys("cap") and time.time() < deadline and run.poll() is None:
+        while not markers() and time.time() < deadline and run.poll() is None:
             time.sleep(0.2)
-        marker = json.loads(s3_server.read("cap/profiler/.profkit-run"))
-        assert marker["pid"] == run.pid and marker["requests_at"] == staging_dir("s3://runs/cap/profiler")
+        (key,) = markers()
+        folder = "s3://runs/" + key.rsplit("/", 1)[0]
+        assert re.fullmatch(r"s3://runs/cap/profiler/run=\d{8}-\d{6}\.\d{6}-[0-9a-f]{6}", folder), folder
+        marker = json.loads(s3_server.read(key))
+        assert marker["pid"] == run.pid and marker["requests_at"] == staging_dir(folder)
         asked = profkit("capture", "s3://runs/cap", "--steps", "4")
-        assert asked.returncode == 0 and "requested a window of 4 steps from the run in s3://runs/cap/profiler" in asked.stdout, asked.stderr
+        assert asked.returncode == 0 and f"requested a window of 4 steps from the run in {folder}" in asked.stdout, asked.stderr
         while not [k for k in s3_server.keys("cap") if k.endswith(".pt.trace.json.gz")] and time.time() < deadline:
             assert run.poll() is None, run.communicate()[0][-2000:]
             time.sleep(0.1)
