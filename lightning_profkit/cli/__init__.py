@@ -236,7 +236,11 @@ def report(args: argparse.Namespace) -> int:
                            "files (TensorBoard or CSV) and no readable trace")
     out = os.path.abspath(args.output)
     text = page(args.run_dir, data, windows, ranks_section(windows), os.path.dirname(out), trace_dir)
-    write_atomic(out, text.encode("utf-8"))
+    try:
+        write_atomic(out, text.encode("utf-8"))
+    except OSError as err:  # named by the user's path, not the temporary one written first
+        named = args.output if os.path.abspath(args.output) == args.output else f"{args.output} ({out})"
+        raise CommandError(f"{named}: cannot write the report: {err.strerror or err}") from None
     print(f"profkit: wrote {args.output}: {len(data.epochs)} epoch(s), {len(windows)} trace(s), "
           f"{data.alert_count} alert(s)", file=sys.stderr)
     return status(left_out)

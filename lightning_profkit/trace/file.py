@@ -93,7 +93,9 @@ def find_traces(path: str) -> list[str]:
     if os.path.isfile(path):
         return [path]
     if not os.path.isdir(path):
-        raise TraceError(f"{path}: no such file or folder")
+        there = os.path.exists(path) or os.path.islink(path)
+        raise TraceError(f"{path}: " + ("not a file or folder (a pipe, a device or a broken link)" if there
+                                        else "no such file or folder"))
     found: dict[bool, list[str]] = {True: [], False: []}
     for folder, _, files in os.walk(path):
         for name in files:

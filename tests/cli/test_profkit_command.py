@@ -98,6 +98,10 @@ def bad_inputs(tmp_path, gpu_traces):
     folder = tmp_path / "nothing"
     folder.mkdir()
     (folder / "notes.txt").write_text("x")
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    broken = tmp_path / "broken.json"
+    broken.symlink_to(tmp_path / "gone.json")
     return {
         "missing": (tmp_path / "missing.json", "no such file or folder"),
         "empty": (empty, "empty file"),
@@ -105,6 +109,8 @@ def bad_inputs(tmp_path, gpu_traces):
         "not JSON": (not_json, "not JSON"),
         "not a trace": (not_trace, "not a profiler trace"),
         "no traces": (folder, "no trace files"),
+        "a pipe": (pipe, f"{pipe}: not a file or folder (a pipe, a device or a broken link)"),  # was "no such file"
+        "a broken link": (broken, f"{broken}: not a file or folder"),
     }
 
 

@@ -71,6 +71,11 @@ def test_runs_without_alerts_or_windows_still_render(tmp_path):
     assert "1 epoch(s), 1 trace(s)" in said and "class='window'" in page and "step=000001-000002-epoch=0" in page
     link = page.split("Trace: <a href='")[1].split("'")[0]
     assert (tmp_path / link).is_file()  # relative to the page
+    # a page that cannot be written is named as the user gave it (it named the temporary file written first)
+    out = tmp_path / "missing" / "r.html"
+    done = subprocess.run([PROFKIT, "report", monitor.trace_dir, "-o", str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert (done.returncode, done.stderr) == (1, f"profkit: {out}: cannot write the report: No such file or directory\n")
 
 
 def test_an_empty_folder_and_a_url_get_a_clear_error(tmp_path):
