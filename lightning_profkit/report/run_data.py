@@ -13,7 +13,7 @@ from typing import Optional
 from lightning_profkit.metric_names import PREFIX
 
 EPOCH_METRICS = ("data_wait_ratio", "gpu_idle_ratio", "step_time_ms_mean", "step_time_ms_p90", "data_wait_alert",
-                 "data_wait_ratio_max", "data_wait_worst_rank")
+                 "data_wait_alerts", "data_wait_ratio_max", "data_wait_worst_rank")
 ALERT_TAG = "profkit/alerts/text_summary"  # what add_text("profkit/alerts") writes
 
 
@@ -28,6 +28,7 @@ class Epoch:
     step_time_ms_mean: Optional[float] = None
     step_time_ms_p90: Optional[float] = None
     data_wait_alert: Optional[float] = None
+    data_wait_alerts: Optional[float] = None  # the fit's alerts so far
     data_wait_ratio_max: Optional[float] = None  # with several ranks: the worst rank's, the figure alerts read
     data_wait_worst_rank: Optional[float] = None
 
@@ -46,9 +47,13 @@ class RunData:
 
     @property
     def alert_count(self) -> int:
-        """The alerts: their texts (TensorBoard), else the episodes, runs of epochs flagged one after the other."""
+        """The alerts: their texts (TensorBoard), else the fit's count of them, else (runs logged before the count)
+        the episodes, runs of epochs flagged one after the other."""
+        counts = [e.data_wait_alerts for e in self.epochs if e.data_wait_alerts is not None]
+        if self.alerts or counts:
+            return len(self.alerts) or int(max(counts))
         flags = [bool(e.data_wait_alert) for e in self.epochs]
-        return len(self.alerts) or sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
+        return sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
 
 
 def _number(text: str) -> Optional[float]:

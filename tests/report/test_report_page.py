@@ -50,3 +50,9 @@ def test_an_alerts_text_is_shown_as_written():
     shown = markdown(DataWaitAlert(0.4, 0.2, 0, 9, "epoch 0", advice=[advice], trace_dir="/r/a_b/step=[1]").markdown)
     text = html.unescape(re.sub(r"<[^>]+>", "", shown))
     assert advice in text and "/r/a_b/step=[1]" in text and "<b>" not in shown and "<code>" not in shown
+
+
+def test_the_fits_count_of_alerts_wins_over_the_episodes():
+    """A long episode with two alerts in it (cooldown passed): the logged count says 2 where the flags say 1."""
+    epochs = [Epoch(i, i, 0.3, data_wait_alert=1.0, data_wait_alerts=float(n)) for i, n in enumerate([1, 1, 2])]
+    assert RunData("metrics.csv", epochs).alert_count == 2

@@ -338,6 +338,7 @@ def test_the_report_shows_the_tests_own_timing_and_the_raw_traces(run, tmp_path)
                           timeout=300)
     assert done.returncode == 0, done.stderr
     text = html.unescape(page.read_text())
+    assert f"{EPOCHS} epoch(s), {len(run['traces'])} trace(s), {len(run['alerts'])} alert(s)" in done.stderr
     cells = re.findall(r"<tr><td>(\d+)</td><td>([0-9.]+)%</td><td>(-)</td><td>([0-9.]+) ms</td><td>([0-9.]+) ms</td>"
                        r"<td>(yes|no)</td></tr>", text)
     assert [int(c[0]) for c in cells] == list(range(EPOCHS)), text[:3000]
