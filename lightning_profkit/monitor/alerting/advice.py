@@ -87,7 +87,9 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
                    "decoded or preprocessed data, move augmentation to the GPU); if they wait on storage or the "
                    f"network, try more workers than CPUs (num_workers={2 * facts.num_workers})")
     if facts.on_cuda and not facts.pin_memory:
-        out.append("pin_memory=True: page-locked batches copy to the GPU faster and can overlap with compute")
+        out.append("pin_memory=True: page-locked batches copy to the GPU faster and can overlap with compute (the loader "
+                   "has it off; the copy runs in the step, not in the data wait: a window's trace shows its time as "
+                   "cudaMemcpyAsync)")
     if facts.num_workers > 0 and not facts.persistent_workers:
         spent = f" (start-up took {startup_s:.1f}s this epoch)" if startup_s is not None else ""
         share = startup_s is not None and train_s and startup_s / train_s > 0.01
