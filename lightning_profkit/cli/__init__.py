@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 # Neither msgspec nor numpy here: `profkit summary` starts its decoding workers before it imports numpy.
 from lightning_profkit.cli.progress import Progress
 from lightning_profkit.machine import usable_cpus
+from lightning_profkit.printable import printable
 from lightning_profkit.store import StoreError, fetch, is_url, join, read, subfolders, write
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces
 
@@ -179,7 +180,7 @@ def name_windows(found: list[dict[str, Any]]) -> None:
 def status(left_out: list[str]) -> int:
     """Name each trace that was left out, once, on stderr; the exit status."""
     for line in dict.fromkeys(left_out):
-        print(f"profkit: {line}; left out", file=sys.stderr)
+        print(f"profkit: {printable(line)}; left out", file=sys.stderr)
     return LEFT_OUT if left_out else 0
 
 
@@ -273,19 +274,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.run(args)
     except (CommandError, TraceError, StoreError) as err:
-        print(f"profkit: {err}", file=sys.stderr)
+        print(f"profkit: {printable(str(err))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `profkit summary ... | head`
         return 0
     except KeyboardInterrupt:  # Ctrl+C: no traceback, the shell's usual status
         return 130
     except OSError as err:
-        print(f"profkit: {err.filename or ''}: {err.strerror or err}", file=sys.stderr)
+        print(printable(f"profkit: {err.filename or ''}: {err.strerror or err}"), file=sys.stderr)
         return 1
     except Exception as err:  # a trace with unexpected content: one line, never a traceback
         if os.environ.get("PROFKIT_DEBUG"):
             raise
-        print(f"profkit: could not read the trace ({type(err).__name__}: {err}); PROFKIT_DEBUG=1 shows where", file=sys.stderr)
+        print(printable(f"profkit: could not read the trace ({type(err).__name__}: {err}); PROFKIT_DEBUG=1 shows where"),
+              file=sys.stderr)
         return 1
 
 

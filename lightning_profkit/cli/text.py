@@ -7,8 +7,10 @@ import sys
 from collections import Counter
 from typing import Any, Callable, Optional, Sequence, TextIO
 
-from lightning_profkit.trace.headline import ABSENT, short_name
+from lightning_profkit.printable import printable
+from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
+from lightning_profkit.trace.headline import short_name
 from lightning_profkit.trace.step_breakdown import ROLES
 from lightning_profkit.trace.summary import key_figures, unit
 
@@ -24,7 +26,8 @@ def _ms(value: Optional[float]) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], color: bool = False) -> str:
-    """Text columns: the first left-aligned, the others right-aligned."""
+    """Text columns: the first left-aligned, the others right-aligned; every cell :func:`printable`."""
+    headers, rows = [printable(str(c)) for c in headers], [[printable(str(c)) for c in r] for r in rows]
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: Sequence[str]) -> str:
@@ -58,7 +61,7 @@ def ranks_text(ranks: dict[str, Any], color: bool = False) -> list[str]:
     """The per-rank table and the verdict line."""
     rows = [[str(r["rank"])] + [str(r["traces"])] + [fmt(k)(r[k]) for k in RANK_COLUMNS[1:]] for r in ranks["per_rank"]]
     return ["", _title("Ranks: own = step less communication (where a rank waits for the others), ms per step", color),
-            table(["rank", *RANK_COLUMNS], rows, color), "", f"Verdict: {ranks['verdict']['line']}"]
+            table(["rank", *RANK_COLUMNS], rows, color), "", f"Verdict: {printable(ranks['verdict']['line'])}"]
 
 
 def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool = False,
@@ -107,7 +110,7 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
             out.append(table(counted, rows, color))
     notes = list(dict.fromkeys(f"{label}: {n}" for label, s in zip(labels, summaries) for n in s.get("notes", [])))
     if notes:
-        out += ["", "Notes:"] + [f"  {n}" for n in notes]
+        out += ["", "Notes:"] + [f"  {printable(n)}" for n in notes]
     return "\n".join(out)
 
 

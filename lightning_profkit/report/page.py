@@ -1,5 +1,6 @@
 """The report page: HTML with its charts drawn as inline SVG and its style inline, so that it opens offline,
-from a file, on any browser, and prints. Pure: figures in, text out."""
+from a file, on any browser, and prints. Figures in, text out; the one look at the disk is whether a trace lies inside
+the run, before the page links it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime
 import html
 import os
 import re
+import urllib.parse
 from typing import Any, Optional, Sequence
 
 from lightning_profkit.alerts import MARKDOWN_ESCAPABLE
@@ -152,16 +154,30 @@ def _alerts(data: RunData) -> str:
     return "<p>No data-wait alert.</p>"
 
 
-def _window(summary: dict[str, Any], here: str) -> str:
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is a file inside ``folder`` (links found through symbolic links resolved first)."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder and os.path.isfile(path)
+
+
+def _href(path: str, here: str) -> str:
+    """A relative URL to the file ``path`` from the folder ``here``: percent-encoded and starting with ``./`` or
+    ``../``, so that no part of a file name can be read as a scheme (``javascript:``) or a query."""
+    quoted = urllib.parse.quote(os.path.relpath(path, here).replace(os.sep, "/"))
+    return quoted if quoted.startswith("../") else "./" + quoted
+
+
+def _window(summary: dict[str, Any], here: str, run_dir: str) -> str:
     figures = key_figures(summary)
     steps = (summary.get("step_breakdown") or {}).get("steps") or []
     numbered = [s for s in steps if s is not None]
     span = f"steps {min(numbered)}-{max(numbered)}" if numbered else f"{len(steps)} step(s)"
     rank = "" if summary.get("rank") is None else f", rank {summary['rank']}"
-    link = os.path.relpath(summary["path"], here) if not re.match(r"^\w+://", summary["path"]) else summary["path"]
+    name = _e(os.path.basename(summary["path"]))
+    link = f"<a href='{_e(_href(summary['path'], here))}'>{name}</a>" if _inside(summary["path"], run_dir) else name
     out = [f"<div class='window'><h3>{_e(summary.get('window'))}{_e(rank)}</h3>",
            f"<p>{_e(span)}; profiled step time {_ms(figures.get('step_time_ms'))}; data wait {_pct(figures.get('data_wait_share'))}; "
-           f"GPU idle {_pct(figures.get('gpu_idle_share'))}. Trace: <a href='{_e(link)}'>{_e(os.path.basename(summary['path']))}</a></p>"]
+           f"GPU idle {_pct(figures.get('gpu_idle_share'))}. Trace: {link}</p>"]
     out += [f"<p class='note'>{_e(note)}</p>" for note in summary.get("notes", [])]  # an incomplete trace among them
     if summary.get("step_breakdown"):
         out.append(stacked_bar({p: figures.get(f"share/{p}") for p in PARTS}))
@@ -195,7 +211,7 @@ def page(run_dir: str, data: RunData, windows: list[dict[str, Any]], ranks: Opti
         "<h2>Epochs</h2>", _epochs(data.epochs),
         "<h2>Alerts</h2>", _alerts(data),
         "<h2>Windows</h2>",
-        "".join(_window(w, here) for w in windows) or "<p class='muted'>No profiled window in this run.</p>",
+        "".join(_window(w, here, run_dir) for w in windows) or "<p class='muted'>No profiled window in this run.</p>",
         _ranks(ranks),
         "<h2>Opening the traces</h2><ul>",
         f"<li>TensorBoard's PyTorch Profiler tab: <code>tensorboard --logdir {_e(trace_dir)}</code></li>",

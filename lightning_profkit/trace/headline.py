@@ -1,10 +1,12 @@
-"""The end-of-fit line over a fit's windows, and operator names shortened for a line or a table column. Pure."""
+"""The end-of-fit line over a fit's windows, and names from a trace made safe and short for a line or a table column.
+Pure."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Optional
 
+from lightning_profkit.printable import printable
 from lightning_profkit.trace.step_breakdown import ROLES
 
 ABSENT = "-"
@@ -39,7 +41,9 @@ _BREAK = re.compile(r"(?:(?<=[#./ (_])|(?<=::))(?![…:])")
 
 def short_name(name: str, width: int = 70) -> str:
     """``name`` in at most ``width`` characters, cut between words: C++ template arguments and a trailing
-    parameter list become ``<…>`` and ``(…)``, then the start gives way to the distinctive end."""
+    parameter list become ``<…>`` and ``(…)``, then the start gives way to the distinctive end; made
+    :func:`printable` first."""
+    name = printable(name)
     if len(name) <= width:
         return name
     name = _collapse(name, "<", ">")

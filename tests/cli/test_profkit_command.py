@@ -4,13 +4,14 @@ import gzip
 import json
 import os
 import pty
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
-
 from conftest import SleepDataset, TinyModel, make_trainer, read_terminal
+
 from lightning_profkit import PerformanceMonitor
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
@@ -202,3 +203,27 @@ def test_a_folder_of_runs_names_each_runs_windows_apart(tmp_path, gpu_traces):
     assert [t["window"] for t in json.loads(done.stdout)["traces"]] == [
         "run=20261204-100000.000001-aaaaaa/step=000011-000013-epoch=0",
         "run=20261204-110000.000001-bbbbbb/step=000011-000013-epoch=0"]
+
+
+def test_names_from_a_trace_cannot_drive_the_terminal(tmp_path, gpu_traces):
+    """Operator and file names holding escape sequences (a window title, a line erase, a bell, a bidi override):
+    on a terminal, summary shows them escaped; only its own bold and colour sequences reach it."""
+    with gzip.open(gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "rt") as f:
+        trace = json.load(f)
+    hostile = "\x1b]0;pwned\x07aten::\x1b[2Kevil\u202e"
+    ops = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    for e in ops:
+        e["name"] = hostile
+    folder = tmp_path / "run\x1b[31m"
+    folder.mkdir()
+    with gzip.open(folder / "w\x1b]0;t\x07.pt.trace.json.gz", "wt") as f:
+        json.dump(trace, f)
+    (folder / "bad\x1b[2J.pt.trace.json.gz").write_bytes(b"not gzip")
+    main, child = pty.openpty()
+    proc = subprocess.Popen([PROFKIT, "summary", str(folder)], stdout=child, stderr=child)
+    os.close(child)
+    out = read_terminal(main).decode()
+    assert proc.wait(timeout=120) == 3, out  # one trace left out
+    assert ops and "\\x1b]0;pwned\\x07aten::\\x1b[2Kevil\\u202e" in out and "\\x1b[2J" in out, out
+    ours = re.sub(r"\x1b\[[0-9;]*m", "", out)  # what summary itself writes: SGR (bold, colour)
+    assert "\x1b" not in ours and "\x07" not in ours and "\u202e" not in ours, ours

@@ -3,16 +3,18 @@ network cut off; and the page of runs without alerts or without windows."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
-from torch.utils.data import DataLoader
+import urllib.parse
 
 from conftest import SleepDataset, TinyModel, make_trainer
-from lightning_profkit import PerformanceMonitor
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from test_alerts import Busy, fit
 from test_browser import chrome
+from torch.utils.data import DataLoader
+
+from lightning_profkit import PerformanceMonitor
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 SCREENSHOT = os.environ.get("PROFKIT_REPORT_SCREENSHOT")  # set to write the README's screenshot
@@ -104,3 +106,39 @@ def test_a_test_run_after_the_fit_leaves_the_fits_epochs_as_they_were(tmp_path):
     assert "3 epoch(s)" in said
     rows = [row.split("</td>")[0] for row in page.split("<tr><td>")[1:4]]
     assert rows == ["0", "1", "2"], rows
+
+
+HOSTILE = ["javascript:alert(1);x.pt.trace.json.gz", "data:text,html<script>alert(2)<%2fscript>.pt.trace.json.gz",
+           "x' onclick='alert(3).pt.trace.json.gz", "?q=1#frag.pt.trace.json.gz", "%2e%2e.pt.trace.json.gz"]
+
+
+def test_every_link_of_a_report_from_hostile_file_names_opens_its_own_file(tmp_path, gpu_traces):
+    """Trace files named like URLs, scripts and queries, and the report written beside them: every link on the page
+    is a file of the run, and clicking it runs nothing (a bare ``javascript:…`` name ran its script)."""
+    from selenium.webdriver.common.by import By
+
+    trace = gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    window = tmp_path / "run" / "profiler" / "step=000001-000002-epoch=0"
+    window.mkdir(parents=True)
+    for name in HOSTILE:
+        shutil.copy(trace, window / name)
+    page = window / "report.html"
+    said, _ = report(tmp_path / "run", page)
+    assert f"{len(HOSTILE)} trace(s)" in said
+    browser = chrome(offline=True)
+    hook = "window.__alerts = 0; window.alert = () => { window.__alerts += 1; };"
+    alerts = []
+    try:
+        browser.get(page.as_uri())
+        hrefs = browser.execute_script("return [...document.querySelectorAll('a')].map((a) => a.href);")
+        for i in range(len(hrefs)):
+            browser.get(page.as_uri())
+            browser.execute_script(hook)
+            browser.find_elements(By.TAG_NAME, "a")[i].click()
+            if browser.current_url == page.as_uri():  # a download, or a script run: the page stays
+                alerts.append(browser.execute_script("return window.__alerts;"))
+    finally:
+        browser.quit()
+    opened = sorted(urllib.parse.unquote(urllib.parse.urlsplit(h).path) for h in hrefs)
+    assert all(h.startswith("file:///") for h in hrefs) and opened == sorted(str(window / n) for n in HOSTILE), hrefs
+    assert not any(alerts), alerts
