@@ -12,8 +12,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
 from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
-                                              guarded, log_step, rank_of, runs_pytorch_profiler, trace_dir,
-                                              train_loader, unhook, worker_pids)
+                                              guarded, log_step, own_trace_dir, rank_of, runs_pytorch_profiler,
+                                              trace_dir, train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.fit import FitRun
@@ -118,7 +118,11 @@ class PerformanceMonitor(Callback):
             return
         self._end(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
-        self.trace_dir = self.options.dirpath or trace_dir(trainer)
+        chosen = self.options.dirpath or trace_dir(trainer)
+        self.trace_dir, other = own_trace_dir(trainer, chosen)
+        if other:
+            self._notices(f"another fit ({other}) is writing traces to {chosen}; this fit writes to {self.trace_dir}, "
+                          "so that the two never mix", "shared_dir")
         check_trace_dir(self.trace_dir)
         self._fit = FitRun(self.options, self.selection, self._checks, self.trace_dir, rank_of(trainer), self._notices,
                            lambda alert: alert_to_tensorboard(trainer, alert), self._wake, self.traces, self.alerts,

@@ -15,7 +15,9 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import secrets
 import socket
+import stat
 import time
 from typing import Any, Optional
 
@@ -23,13 +25,15 @@ from lightning_profkit.atomic_files import write_atomic
 
 REQUEST = "capture.request"
 MARKER = ".profkit-run"
+MAX_STEPS = 100  # the most steps one request may ask for: a window that long is already a large trace
+_READ = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)  # never a link, never blocking on a pipe
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(data).encode())
 
 
-_MARKERS: set[str] = set()  # markers this process holds, removed at exit if the fit never removed them
+_MARKERS: dict[str, str] = {}  # markers this process holds (path: fit id), removed at exit if the fit did not
 
 
 def process_start(pid: int) -> Optional[int]:
@@ -44,42 +48,60 @@ def process_start(pid: int) -> Optional[int]:
 
 
 def this_run() -> dict[str, Any]:
-    """What a live-run marker says: this process, by host, pid and start time."""
+    """What a live-run marker says: this process, by host, pid and start time, and this fit (a random id)."""
     pid = os.getpid()
-    return {"pid": pid, "host": socket.gethostname(), "process_start": process_start(pid), "started": time.time()}
+    return {"pid": pid, "host": socket.gethostname(), "process_start": process_start(pid), "started": time.time(),
+            "fit": secrets.token_hex(8)}
 
 
-def mark_running(trace_dir: str) -> str:
-    """Write the live-run marker (creating ``trace_dir`` if needed); returns its path."""
+def mark_running(trace_dir: str, marker: Optional[dict[str, Any]] = None) -> tuple[str, str]:
+    """Write the live-run marker (``marker``, else :func:`this_run`; creating ``trace_dir`` if needed); returns its
+    path and its fit id."""
     os.makedirs(trace_dir, exist_ok=True)
     path = os.path.join(trace_dir, MARKER)
-    write_json_atomic(path, this_run())
-    _MARKERS.add(path)
-    return path
+    marker = marker or this_run()
+    write_json_atomic(path, marker)
+    _MARKERS[path] = marker["fit"]
+    return path, marker["fit"]
 
 
-def unmark(path: str) -> None:
-    """Remove a marker written by :func:`mark_running`."""
-    _MARKERS.discard(path)
-    try:
-        os.remove(path)
-    except OSError:
-        pass
+def unmark(path: str, fit: str) -> None:
+    """Remove the marker at ``path`` if it is still fit ``fit``'s (another fit may have written its own since)."""
+    _MARKERS.pop(path, None)
+    found = running(os.path.dirname(path))
+    if found is not None and found.get("fit") == fit:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 @atexit.register
 def _unmark_all() -> None:
-    for path in list(_MARKERS):
-        unmark(path)
+    for path, fit in list(_MARKERS.items()):
+        unmark(path, fit)
 
 
 def running(trace_dir: str) -> Optional[dict[str, Any]]:
     """The marker of the run writing to ``trace_dir``, or None."""
     try:
-        with open(os.path.join(trace_dir, MARKER), "rb") as f:
-            return marker_of(f.read())
+        fd = os.open(os.path.join(trace_dir, MARKER), _READ)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return marker_of(f.read(4096)) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+        except OSError:
+            return None
+
+
+def other_fit(trace_dir: str, fit: Optional[str] = None) -> Optional[str]:
+    """Who else writes to ``trace_dir`` now: a live run's marker there, of a process that may still run and of a
+    fit other than ``fit``, as words; None when no other fit does."""
+    marker = running(trace_dir)
+    if marker is None or marker.get("fit") == fit or gone(marker) is not None:
+        return None
+    return f"pid {marker.get('pid')} on {marker.get('host')}"
 
 
 def marker_of(text: bytes) -> Optional[dict[str, Any]]:
@@ -122,21 +144,40 @@ def request_capture(trace_dir: str, steps: Optional[int] = None) -> str:
 
 
 def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
-    """Read and remove a pending request; None when there is none."""
+    """Read and remove a pending request; None when there is none. A request this process's user did not make
+    (another user's file, a link, not a plain file) is refused: ``{"refused": why}``. ``steps`` is at most
+    :data:`MAX_STEPS` (``capped``: what was asked, where more)."""
     path = os.path.join(trace_dir, REQUEST)
+    refused, data = None, {}
     try:
-        with open(path) as f:
-            data = json.load(f)
+        fd = os.open(path, _READ)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
-        data = {}  # unreadable or half-written by hand: still a request, with defaults
+    except OSError as err:  # ELOOP: a symbolic link
+        refused = f"{path}: {err.strerror or err}"
+    else:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                refused = f"{path}: not a plain file"
+            elif hasattr(os, "getuid") and st.st_uid != os.getuid():
+                refused = f"{path}: made by user id {st.st_uid}, not by this run's user ({os.getuid()})"
+            else:
+                try:
+                    data = json.loads(f.read(4096))
+                except (OSError, ValueError):
+                    data = {}  # unreadable or half-written by hand: still a request, with defaults
     try:
         os.remove(path)
     except OSError:
         pass
+    if refused is not None:
+        return {"refused": refused}
     steps = data.get("steps") if isinstance(data, dict) else None
-    return {"steps": steps if isinstance(steps, int) and steps > 0 else None}
+    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+    if steps is not None and steps > MAX_STEPS:
+        return {"steps": MAX_STEPS, "capped": steps}
+    return {"steps": steps}
 
 
 class RequestPoller:
@@ -166,7 +207,8 @@ class LiveRun:
             self.created.append(folder)
             folder = os.path.dirname(folder)
         self.trace_dir = trace_dir
-        self.marker = mark_running(trace_dir)
+        self.run = this_run()
+        self.marker, self.fit = mark_running(trace_dir, self.run)
         take_request(trace_dir)  # a request left from an earlier run is stale
         self.poller: Optional[RequestPoller] = RequestPoller(trace_dir)
 
@@ -185,7 +227,7 @@ class LiveRun:
             raise
 
     def end(self) -> None:
-        unmark(self.marker)
+        unmark(self.marker, self.fit)
         self.poller = None
         for folder in self.created:
             try:

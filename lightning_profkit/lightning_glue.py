@@ -13,8 +13,9 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
+from lightning_profkit.capture_request import other_fit
 from lightning_profkit.monitor.fit import Outcome, Rank
-from lightning_profkit.store import join
+from lightning_profkit.store import is_url, join
 
 
 def guarded(hook: Callable) -> Callable:
@@ -128,9 +129,23 @@ def trace_dir(trainer: Trainer) -> str:
     base = trainer.log_dir or trainer.default_root_dir
     if first is not None and any(c.__name__ == "CSVLogger" for c in type(first).__mro__):
         return join(base, "profiler")
+    return join(base, "profiler", run_folder_name(trainer))
+
+
+def run_folder_name(trainer: Trainer) -> str:
+    """``run=YYYYmmdd-HHMMSS.ffffff-xxxxxx``: now (UTC, so that runs sort) and a random part; rank zero's."""
     now = time.time()
     name = time.strftime("run=%Y%m%d-%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}-{secrets.token_hex(3)}"
-    return join(base, "profiler", trainer.strategy.broadcast(name))
+    return trainer.strategy.broadcast(name)
+
+
+def own_trace_dir(trainer: Trainer, folder: str) -> tuple[str, Optional[str]]:
+    """``folder``, or, where another fit is writing to it now (its live-run marker there names a process that may
+    still run), a run folder of this fit's own under it, and who the other is (decided on rank zero). A folder on
+    object storage is taken as it is: its marker is read by the finalizing process, not here."""
+    other = other_fit(folder) if trainer.is_global_zero and not is_url(folder) else None
+    other = trainer.strategy.broadcast(other)
+    return (join(folder, run_folder_name(trainer)), other) if other else (folder, None)
 
 
 def epoch_length(trainer: Trainer) -> Optional[int]:

@@ -13,11 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
-import tempfile
 from typing import Any, Iterator, Optional
 
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
@@ -149,12 +147,6 @@ def fetch(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:
     """:func:`download` in a child process: fsspec's I/O thread would stay in ours, which then could not fork
     its decoding workers."""
     return json.loads(_in_child(["download", url, into, *suffixes], url))
-
-
-def staging_dir(url: str) -> str:
-    """The local folder where traces bound for ``url`` are written in full before their upload (and kept
-    when an upload fails)."""
-    return os.path.join(tempfile.gettempdir(), "lightning_profkit", re.sub(r"[^A-Za-z0-9._-]+", "_", url).strip("_"))
 
 
 def download(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:

@@ -44,6 +44,17 @@ def at_least_1(text: str) -> int:
     return value
 
 
+def steps_to_record(text: str) -> int:
+    """``--steps`` of ``profkit capture``: 1 to the most a running callback records for one request."""
+    from lightning_profkit.capture_request import MAX_STEPS
+
+    value = at_least_1(text)
+    if value > MAX_STEPS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_STEPS} (a window that long is already a large trace), "
+                                         f"got {value}")
+    return value
+
+
 class CommandError(Exception):
     """A problem with the user's input: printed as one line, exit status 1."""
 
@@ -263,7 +274,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.set_defaults(run=compare_paths)
     p = sub.add_parser("capture", help="ask a running PerformanceMonitor to record a window now")
     p.add_argument("run_dir", help="the run folder (its profiler/ subfolder) or the trace folder itself")
-    p.add_argument("--steps", type=at_least_1, default=None, help="steps to record (default: the callback's `active`)")
+    p.add_argument("--steps", type=steps_to_record, default=None,
+                   help="steps to record, 1 to 100 (default: the callback's `active`)")
     p.set_defaults(run=capture)
     p = sub.add_parser("report", help="one self-contained HTML page of a run, readable offline and printable")
     p.add_argument("run_dir", help="the run folder (the logger's log_dir, holding profiler/) or its profiler/ folder")

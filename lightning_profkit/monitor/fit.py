@@ -154,7 +154,7 @@ class FitRun:
         if self.rank.is_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
             self.live = capture_request.LiveRun(self.output.local_dir)
             if self.output.remote:  # the finalizing process announces the run there and brings requests in
-                self.output.announce(capture_request.this_run())
+                self.output.announce(self.live.run)
 
     def start_sampler(self, cuda_uuid: Optional[str]) -> Optional[str]:
         """Sample the utilization of the GPU ``cuda_uuid`` (None: the model is not on CUDA) through NVML; returns
@@ -192,6 +192,8 @@ class FitRun:
         if self.live is not None:
             self.live.end()
             self.live = None
+        if self.output is not None:
+            self.output.remove_staging()
         return out
 
     def _end_setup_timer(self) -> None:
@@ -575,8 +577,14 @@ class FitRun:
         except OSError as err:
             self.report(f"cannot read capture requests: {err!r}", "request")
             return
-        if request is not None:
+        if request is not None and "refused" in request:
+            self.report(f"a capture request was refused: {request['refused']}; only the user who runs the fit may "
+                        "ask it for a window", "request_refused")
+        elif request is not None:
             steps = request["steps"] or self.options.active
+            if "capped" in request:
+                out.lines.append(f"a capture request asked for {request['capped']} steps; recording at most "
+                                 f"{capture_request.MAX_STEPS}")
             if self.rank.world_size > 1:
                 self.checks.requested = steps  # all ranks start it together at the next rolling check
             else:

@@ -11,7 +11,7 @@ import time
 import torch
 from conftest import leftovers
 
-from lightning_profkit.monitor.writing.output import TraceOutput, window_name, worker_name
+from lightning_profkit.monitor.writing.output import TraceOutput, check_trace_dir, window_name, worker_name
 from lightning_profkit.machine import cpu_seconds_of
 from lightning_profkit.monitor.writing.process import child_env
 
@@ -116,3 +116,15 @@ def test_a_trace_that_lacks_what_its_window_recorded_is_marked_and_shown(tmp_pat
     whole = dict(meta, gpu=False, steps=[10, 10], batch_idx=[10, 10])
     raw.write_text(json.dumps({"traceEvents": events[:1]}))
     assert "problems" not in finalize_trace(str(raw), str(final), whole)["meta"]
+
+
+def test_the_setup_probe_never_writes_through_a_link(tmp_path):
+    """A link pre-made where the setup probe file of this process used to be written (``.profkit-probe-<pid>``, a
+    name known in advance) pointed at a file of the victim's, which the probe truncated to 0 bytes."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / f".profkit-probe-{os.getpid()}").symlink_to(victim)
+    check_trace_dir(str(shared / "run" / "profiler"))
+    assert victim.read_text() == "keep me" and sorted(os.listdir(shared)) == [f".profkit-probe-{os.getpid()}"]

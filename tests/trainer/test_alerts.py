@@ -223,3 +223,33 @@ def test_the_advice_says_how_much_of_the_wait_the_training_process_computed(tmp_
     share = re.search(r"on the CPU for (?:(\d+)-)?(\d+)% of its", alert.advice[0])
     assert share and low <= int(share[1] or share[2]) / 100 <= int(share[2]) / 100 <= high, alert.advice[0]
     assert ("it mostly waits on storage" in alert.advice[0]) == (high < 0.5)
+
+
+def test_a_second_fit_into_a_running_fits_folder_gets_its_own(tmp_path):
+    """Two fits given one `dirpath` at once: each window folder got both fits' traces, and the first fit to end
+    removed the marker the other still needed. Now the second writes to a run folder of its own, says so, and
+    the first is still reachable by `profkit capture` after the second has ended."""
+    shared = tmp_path / "shared"
+    run = subprocess.Popen([sys.executable, os.path.join(HERE, "capture_script.py"), str(tmp_path / "a"), "3000",
+                            str(shared)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (shared / ".profkit-run").exists() and time.time() < deadline and run.poll() is None:
+            time.sleep(0.1)
+        monitor = PerformanceMonitor(steps="1-2", alert_threshold=None, dirpath=str(shared))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            make_trainer(tmp_path / "b", [monitor]).fit(TinyModel(SleepDataset(8)))
+        said = [str(w.message) for w in caught if "another fit" in str(w.message)]
+        assert len(said) == 1 and f"pid {run.pid} on" in said[0] and monitor.trace_dir in said[0], said
+        assert re.fullmatch(re.escape(str(shared)) + r"/run=\d{8}-\d{6}\.\d{6}-[0-9a-f]{6}", monitor.trace_dir)
+        assert [os.path.dirname(os.path.dirname(p)) for p in monitor.traces] == [monitor.trace_dir]
+        profkit = os.path.join(os.path.dirname(sys.executable), "profkit")
+        asked = subprocess.run([profkit, "capture", str(shared), "--steps", "2"], capture_output=True, text=True)
+        assert asked.returncode == 0 and f"pid {run.pid}" in asked.stdout, asked.stderr
+        out, _ = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 0, out[-2000:]
+    (first,) = [p for p in trace_files(shared) if "run=" not in p]
+    assert len(profiler_steps(read_trace(first))) == 2

@@ -5,9 +5,9 @@ import gzip
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -17,7 +17,6 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer, profiler_steps
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.store import staging_dir
 
 pytest.importorskip("s3fs")
 
@@ -36,7 +35,16 @@ def profkit(*args):
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300)
 
 
-def test_a_fit_logging_to_s3_puts_every_trace_there_whole(tmp_path, s3_server):
+def staged_in(monkeypatch, tmp_path):
+    """This process's temporary folder, where a run on a store stages its traces, made a fresh one."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_a_fit_logging_to_s3_puts_every_trace_there_whole(tmp_path, s3_server, monkeypatch):
+    staging = staged_in(monkeypatch, tmp_path)
     monitor = PerformanceMonitor(alert_threshold=None)
     logger = TensorBoardLogger("s3://runs/exp", name="m")
     trainer, warned = fit(tmp_path, monitor, logger)
@@ -50,8 +58,7 @@ def test_a_fit_logging_to_s3_puts_every_trace_there_whole(tmp_path, s3_server):
     for key in traces:
         trace = json.loads(gzip.decompress(s3_server.read(key)))
         assert trace["profkit"]["worker"].endswith("_rank0") and trace["traceEvents"]
-    assert not os.path.exists(staging_dir(monitor.trace_dir)) or not any(
-        files for _, _, files in os.walk(staging_dir(monitor.trace_dir)))  # the local copies are gone
+    assert os.listdir(staging) == []  # the local copies and their private folder are gone
     done = profkit("summary", "--json", monitor.trace_dir)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
@@ -72,12 +79,13 @@ class StopStore(Callback):
 
 def test_the_store_going_down_mid_run_costs_no_step_and_no_trace(tmp_path, s3_server, monkeypatch):
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")  # botocore retries a refused connection for about 15 s by default
-    staged = staging_dir("s3://runs/down/profiler")
-    shutil.rmtree(staged, ignore_errors=True)  # what an earlier run of this test kept
+    staging = staged_in(monkeypatch, tmp_path)
     monitor = PerformanceMonitor(alert_threshold=None, dirpath="s3://runs/down/profiler")
     trainer, warned = fit(tmp_path, monitor, False, epochs=3,
                           callbacks=[WaitForTraces(monitor, 1), StopStore(s3_server, 1)])
     assert trainer.global_step == 60  # every step trained
+    (staged,) = staging.iterdir()  # one private folder: mode 0700, a name no one could foresee
+    assert staged.name.startswith("profkit-staging-") and staged.stat().st_mode & 0o777 == 0o700
     kept = sorted(os.path.join(d, f) for d, _, files in os.walk(staged) for f in files)
     assert [p.split(os.sep)[-2] for p in kept] == ["step=000031-000033-epoch=1", "step=000051-000053-epoch=2"]
     for path in kept:  # whole traces, ready to upload by hand
@@ -87,7 +95,6 @@ def test_the_store_going_down_mid_run_costs_no_step_and_no_trace(tmp_path, s3_se
     end = [w for w in warned if "2 profiler trace(s) could not be uploaded" in w]
     assert len(end) == 1 and all(p in end[0] for p in kept), warned
     assert len(warned) == 2, warned
-    shutil.rmtree(staged)
 
 
 def test_a_store_that_cannot_be_written_fails_at_setup(tmp_path, s3_server):
@@ -151,7 +158,9 @@ def test_capture_requested_through_the_store(tmp_path, s3_server):
         folder = "s3://runs/" + key.rsplit("/", 1)[0]
         assert re.fullmatch(r"s3://runs/cap/profiler/run=\d{8}-\d{6}\.\d{6}-[0-9a-f]{6}", folder), folder
         marker = json.loads(s3_server.read(key))
-        assert marker["pid"] == run.pid and marker["requests_at"] == staging_dir(folder)
+        staged = marker["requests_at"]  # the run's private staging folder, where requests are brought in
+        assert marker["pid"] == run.pid and os.path.basename(staged).startswith("profkit-staging-")
+        assert os.stat(staged).st_mode & 0o777 == 0o700 and os.stat(staged).st_uid == os.getuid()
         asked = profkit("capture", "s3://runs/cap", "--steps", "4")
         assert asked.returncode == 0 and f"requested a window of 4 steps from the run in {folder}" in asked.stdout, asked.stderr
         while not [k for k in s3_server.keys("cap") if k.endswith(".pt.trace.json.gz")] and time.time() < deadline:
@@ -162,5 +171,6 @@ def test_capture_requested_through_the_store(tmp_path, s3_server):
         run.kill()
     assert run.returncode == 0, out[-2000:]
     (trace,) = s3_server.keys("cap")  # written while training went on; the marker and the request are gone
+    assert not os.path.exists(staged)  # and so is the staging folder
     assert len(profiler_steps(json.loads(gzip.decompress(s3_server.read(trace))))) == 4
     assert "requested from outside" in out

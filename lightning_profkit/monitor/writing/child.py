@@ -23,7 +23,7 @@ import time
 from typing import Any, Optional, TextIO
 
 from lightning_profkit.atomic_files import write_atomic
-from lightning_profkit.capture_request import MARKER, REQUEST
+from lightning_profkit.capture_request import MARKER, REQUEST, marker_of
 from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.store import StoreError, join, read, remove, upload, write
 from lightning_profkit.trace.headline import fit_line
@@ -127,8 +127,10 @@ class RequestMirror:
     def end(self) -> None:
         self._stop.set()
         self._thread.join(30)
-        try:
-            remove(join(self.url, MARKER))
+        try:  # ours only: another fit into the same folder may have put its own since
+            there = marker_of(read(join(self.url, MARKER)) or b"")
+            if there is not None and there.get("fit") == self.marker.get("fit"):
+                remove(join(self.url, MARKER))
         except StoreError:
             pass
 

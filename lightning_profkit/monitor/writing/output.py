@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from lightning_profkit.figures import HostFigures
 from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.monitor.writing.retention import Retention
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob
-from lightning_profkit.store import is_url, join, probe, staging_dir
+from lightning_profkit.store import is_url, join, probe
 
 
 def worker_name(rank: int, host: Optional[str] = None) -> str:
@@ -62,33 +64,41 @@ class WrittenWindow:
 
 def check_trace_dir(trace_dir: str) -> None:
     """Fail now, before any training step, if traces could not be written to ``trace_dir``: a URL's store is
-    probed (in a child process) and its local staging folder checked; a local folder is checked."""
+    probed (in a child process) and the local temporary folder, where its traces are staged, checked; a local
+    folder is checked."""
     if is_url(trace_dir):  # written locally in full, then uploaded by the finalizing process
         from lightning_profkit.monitor.writing.process import child_env
 
         probe(trace_dir, env=child_env())
-        trace_dir = staging_dir(trace_dir)
+        trace_dir = tempfile.gettempdir()
     check_writable(trace_dir)
 
 
 def check_writable(folder: str) -> None:
-    """Fail now if ``folder`` could not be created or written, without creating it: a probe file in the
-    folder or, where it does not exist yet, in its nearest existing parent, removed at once."""
+    """Fail now if ``folder`` could not be created or written, without creating it: a new probe file (a name
+    nobody can foresee, never through a link) in the folder or, where it does not exist yet, in its nearest
+    existing parent, removed at once."""
     existing = os.path.abspath(folder)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     try:
         if not os.path.isdir(existing):
             raise NotADirectoryError(20, "Not a directory", existing)
-        probe = os.path.join(existing, f".profkit-probe-{os.getpid()}")
-        with open(probe, "w"):
-            pass
+        fd, probe = tempfile.mkstemp(prefix=".profkit-probe-", dir=existing)
+        os.close(fd)
         os.remove(probe)
     except OSError as err:
         raise OSError(
             f"PerformanceMonitor cannot write traces to {folder!r} ({err.strerror or err}: {existing!r}); "
             "pass `dirpath=` a writable folder"
         ) from err
+
+
+def staging_folder() -> str:
+    """A new local folder for the traces of a run on object storage, written there in full before their upload
+    (and kept where an upload fails): made by ``mkdtemp``, so only this user can enter it (mode 0700) and no one
+    can foresee or make its name first."""
+    return tempfile.mkdtemp(prefix="profkit-staging-")
 
 
 class TraceOutput:
@@ -99,7 +109,7 @@ class TraceOutput:
                  on_error: Callable[[str, str], None]) -> None:
         self.trace_dir, self.worker = trace_dir, worker_name(rank)
         self.remote = is_url(trace_dir)
-        self.local_dir = staging_dir(trace_dir) if self.remote else trace_dir  # where files are written first
+        self._local: Optional[str] = None if self.remote else trace_dir  # where files are written first
         self.rank, self.world_size = rank, world_size
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
         self.fit_line: Optional[tuple[int, str]] = None  # the end-of-fit line over the newest windows, and their count
@@ -110,6 +120,20 @@ class TraceOutput:
         # appended by the writer thread, taken by the training thread: windows written, and traces retention deleted
         self._written: deque[dict[str, Any]] = deque()
         self._removed: deque[str] = deque()
+
+    @property
+    def local_dir(self) -> str:
+        """Where files are written first: the trace folder, or a run on object storage's staging folder (made when
+        first needed)."""
+        if self._local is None:
+            self._local = staging_folder()
+        return self._local
+
+    def remove_staging(self) -> None:
+        """After :meth:`close` and the live-run marker's end: the staging folder of a run on object storage goes,
+        unless it keeps traces that could not be uploaded."""
+        if self.remote and self._local is not None and not any(files for _, _, files in os.walk(self._local)):
+            shutil.rmtree(self._local, ignore_errors=True)
 
     def submit(self, results: Any, epoch: int, first: int, last: int, offset: int,
                notes: Optional[dict[str, Any]] = None, validation_after: Optional[int] = None) -> str:

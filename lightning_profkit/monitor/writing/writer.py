@@ -10,6 +10,7 @@ kept there and retried with every later job and once more at the end.
 
 from __future__ import annotations
 
+import glob
 import os
 import queue
 import threading
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
-from lightning_profkit.atomic_files import temporary_name
+from lightning_profkit.atomic_files import temporary_pattern
 from lightning_profkit.monitor.writing.process import FinalizingProcess
 
 
@@ -159,8 +160,8 @@ class TraceWriter:
             reply = self._finalizer.run({"raw": raw, "final": job.path, "meta": job.meta, "url": job.url,
                                          "uploads": self.unsent + ([[job.path, job.url]] if job.url else [])})
         except BaseException:
-            for leftover in (raw, temporary_name(job.path)):
-                if os.path.exists(leftover):
+            for leftover in [raw, *glob.glob(temporary_pattern(job.path))]:
+                if os.path.lexists(leftover):
                     os.remove(leftover)
             raise
         self._stored(reply)

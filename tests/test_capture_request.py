@@ -1,0 +1,82 @@
+"""The capture-request protocol's guards: a request is this run's user's own plain file, asks for a bounded number
+of steps, and a live-run marker belongs to its fit. Another user is a real second process under another user id
+(where the tests run as root, as in CI; skipped elsewhere)."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from lightning_profkit.capture_request import MAX_STEPS, REQUEST, LiveRun, other_fit, request_capture, running, take_request
+
+NOBODY = 65534
+
+
+def as_another_user(script, cwd):
+    """Run the shell ``script`` in a process of user ``nobody``."""
+    if not hasattr(os, "getuid") or os.getuid() != 0:
+        pytest.skip("a second user needs root to start its process")
+    done = subprocess.run(["/bin/sh", "-c", script], user=NOBODY, group=NOBODY, cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_request_another_user_made_is_refused(tmp_path):
+    """A trace folder made world-writable (``/tmp/runs``, made by someone else first): another user's request for
+    100,000 steps was taken (253 of 300 steps profiled); now it is refused, named, and removed."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    as_another_user(f"echo '{{\"steps\": 100000}}' > {REQUEST}", shared)
+    taken = take_request(str(shared))
+    assert taken == {"refused": f"{shared / REQUEST}: made by user id {NOBODY}, not by this run's user (0)"}
+    assert not (shared / REQUEST).exists()
+
+
+def test_a_request_that_is_a_link_or_not_a_file_is_refused_and_its_target_left_alone(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / REQUEST).symlink_to(victim)
+    assert "refused" in take_request(str(tmp_path)) and victim.read_text() == "keep me"
+    os.mkfifo(tmp_path / REQUEST)
+    assert take_request(str(tmp_path)) == {"refused": f"{tmp_path / REQUEST}: not a plain file"}  # and no hang
+
+
+def test_a_request_asks_for_a_bounded_number_of_steps(tmp_path):
+    request_capture(str(tmp_path), 100_000)
+    assert take_request(str(tmp_path)) == {"steps": MAX_STEPS, "capped": 100_000}
+    request_capture(str(tmp_path), 7)
+    assert take_request(str(tmp_path)) == {"steps": 7}
+    (tmp_path / REQUEST).write_text('{"steps": true}')
+    assert take_request(str(tmp_path)) == {"steps": None}  # the callback's own `active`
+
+
+def test_a_marker_belongs_to_its_fit(tmp_path):
+    """Two fits into one folder: the first to end removed the marker the second still needed, so `profkit capture`
+    refused the second; the marker now names its fit, and a fit removes only its own."""
+    first = LiveRun(str(tmp_path))
+    assert other_fit(str(tmp_path), first.fit) is None
+    second = LiveRun(str(tmp_path))  # a second fit writes its own marker
+    assert other_fit(str(tmp_path), first.fit) == f"pid {os.getpid()} on {os.uname().nodename}"
+    first.end()
+    assert running(str(tmp_path))["fit"] == second.fit
+    second.end()
+    assert running(str(tmp_path)) is None
+
+
+def test_the_marker_and_requests_never_write_through_a_link(tmp_path):
+    """Links pre-made at the names a marker or request might be written under point at a file of the victim's: it
+    is never written (the temporary names were ``.<name>.tmp``: known in advance)."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for name in (".profkit-run.tmp", ".capture.request.tmp", ".profkit-run", REQUEST):
+        (folder / name).symlink_to(victim)
+    run = LiveRun(str(folder))
+    request_capture(str(folder), 3)
+    assert victim.read_text() == "keep me"
+    assert json.loads((folder / ".profkit-run").read_text())["fit"] == run.fit  # the link replaced, not followed
+    assert take_request(str(folder)) == {"steps": 3}
+    run.end()
