@@ -22,6 +22,7 @@ from lightning_profkit.monitor.profiling.selection import StepRanges
 from lightning_profkit.monitor.timing import fetch_timer
 from lightning_profkit.monitor.writing.output import check_trace_dir
 from lightning_profkit.notices import Notices
+from lightning_profkit.printable import redact
 
 __all__ = ["PerformanceMonitor", "DataWaitWarning"]
 
@@ -68,6 +69,9 @@ class PerformanceMonitor(Callback):
         max_trace_mb: end a window early once its trace's JSON would pass this many MB (``None``: no limit).
         validation_batches: batches of each validation run's first dataloader to record, e.g. ``"0-2"``, in
             windows ``step=SSSSSS-val-batch=AAAAAA-BBBBBB-epoch=E`` of their own (after training step S).
+        storage_options: for a trace folder on object storage, fsspec's options (``key``, ``secret``,
+            ``client_kwargs`` …, as Lightning's loggers take them), given to the processes that reach the store
+            through a pipe; never shown. URLs are shown with their user and password as ``***``.
 
     Example::
 
@@ -99,6 +103,7 @@ class PerformanceMonitor(Callback):
         alert_cooldown: int = 1000, alert_action: str = "warn", on_alert: Optional[Callable[[DataWaitAlert], Any]] = None,
         capture_on_alert: bool = True, max_captures: int = 10, keep_last_windows: Optional[int] = None,
         max_trace_mb: Optional[float] = DEFAULT_MAX_TRACE_MB, validation_batches: Optional[StepRanges] = None,
+        storage_options: Optional[dict[str, Any]] = None,
     ) -> None:
         arguments = {name: value for name, value in locals().items() if name in _PARAMETERS}
         self.options = Options(**arguments)
@@ -119,12 +124,13 @@ class PerformanceMonitor(Callback):
         self._end(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
         chosen = self.options.dirpath or trace_dir(trainer)
-        self.trace_dir, other = own_trace_dir(trainer, chosen)
+        folder, other = own_trace_dir(trainer, chosen)
+        self.trace_dir = redact(folder)  # shown; the credentials of a URL stay in `folder`
         if other:
-            self._notices(f"another fit ({other}) is writing traces to {chosen}; this fit writes to {self.trace_dir}, "
+            self._notices(f"another fit ({other}) is writing traces to {chosen}; this fit writes to {folder}, "
                           "so that the two never mix", "shared_dir")
-        check_trace_dir(self.trace_dir)
-        self._fit = FitRun(self.options, self.selection, self._checks, self.trace_dir, rank_of(trainer), self._notices,
+        check_trace_dir(folder, self.options.storage_options)
+        self._fit = FitRun(self.options, self.selection, self._checks, folder, rank_of(trainer), self._notices,
                            lambda alert: alert_to_tensorboard(trainer, alert), self._wake, self.traces, self.alerts,
                            other_profiler=runs_pytorch_profiler(trainer), fit_loop=trainer.fit_loop)
 
@@ -139,7 +145,7 @@ class PerformanceMonitor(Callback):
         if loop.restarting and loop.batch_progress.current.ready > 0:
             # resuming in the middle of an epoch: Lightning does not call on_train_epoch_start again
             self.on_train_epoch_start(trainer, pl_module)
-        rank_zero_info(f"lightning_profkit: {self._fit.plan(epoch_length(trainer))}")
+        rank_zero_info(f"lightning_profkit: {redact(self._fit.plan(epoch_length(trainer)))}")
 
     @guarded
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

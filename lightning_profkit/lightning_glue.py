@@ -15,6 +15,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.capture_request import other_fit
 from lightning_profkit.monitor.fit import Outcome, Rank
+from lightning_profkit.printable import redact
 from lightning_profkit.store import is_url, join
 
 
@@ -93,7 +94,7 @@ def runs_pytorch_profiler(trainer: Trainer) -> bool:
 def apply(trainer: Trainer, outcome: Outcome) -> None:
     """What a call on the fit asks of the trainer."""
     for line in outcome.lines:
-        rank_zero_info(f"lightning_profkit: {line}")
+        rank_zero_info(f"lightning_profkit: {redact(line)}")
     if trainer.is_global_zero:
         for step, metrics in outcome.metrics:
             for logger in trainer.loggers:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import warnings
 
+from lightning_profkit.printable import redact
+
 
 def warn(message: str, category: type[Warning] = RuntimeWarning, stacklevel: int = 1) -> None:
     """Warn with ``message``, printed as ``<category name>: <message>``; ``stacklevel`` as in :func:`warnings.warn`
@@ -39,4 +41,4 @@ class Notices:
         key = key or message
         if key not in self.said:
             self.said.add(key)
-            warn(f"PerformanceMonitor: {message}", RuntimeWarning, stacklevel=3)
+            warn(f"PerformanceMonitor: {redact(message)}", RuntimeWarning, stacklevel=3)

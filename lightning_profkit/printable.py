@@ -1,5 +1,5 @@
-"""Text from outside (names in a trace, file names) made safe to print to a terminal. Pure, no dependencies: the
-command imports it before anything else."""
+"""Text from outside (names in a trace, file names, URLs) made safe to show: no control characters for a terminal,
+no credentials. Pure, no dependencies: the command imports it before anything else."""
 
 from __future__ import annotations
 
@@ -15,3 +15,10 @@ def printable(text: str) -> str:
     a name from a trace or a file name cannot drive the terminal."""
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
+# the user information of a URL: ``scheme://user:password@``
+_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the user and password of every URL in it shown as ``***`` (``s3://***@bucket/run``)."""
+    return _CREDENTIALS.sub(r"\1***@", text)

@@ -18,6 +18,10 @@ import subprocess
 import sys
 from typing import Any, Iterator, Optional
 
+from lightning_profkit.printable import redact
+
+_OPTIONS: dict[str, Any] = {}  # fsspec's storage options (credentials, endpoint) for this process: use_options()
+
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
 CHILD_TIMEOUT_S = 600.0  # a probe, or a download of a run's traces
 
@@ -40,35 +44,54 @@ def join(folder: str, *parts: str) -> str:
 LOCAL_TO_A_PROCESS = ("memory",)  # a store that lives in one process cannot take traces from another
 
 
+def use_options(options: Optional[dict[str, Any]]) -> None:
+    """The storage options (``storage_options`` of fsspec: credentials, an endpoint) every store call of this
+    process passes on. Set in the processes that reach the store, never in the training process."""
+    _OPTIONS.clear()
+    _OPTIONS.update(options or {})
+
+
 def filesystem(url: str) -> tuple[Any, str]:
     """fsspec's file system for ``url`` and the path in it."""
     protocol = url.partition("://")[0]
     if protocol in LOCAL_TO_A_PROCESS:
-        raise StoreError(f"{url}: {protocol}:// lives inside one process and cannot hold traces, which are written by "
+        raise StoreError(f"{redact(url)}: {protocol}:// lives inside one process and cannot hold traces, which are written by "
                          "a helper process: use a local folder or an object store (s3://, gs://, az://)")
     package = PACKAGES.get(protocol)
     needs = f"pip install {package}" if package else "pip install fsspec"  # each of these packages brings fsspec
     try:
         import fsspec
     except ImportError:
-        raise StoreError(f"{url}: {protocol}:// needs {package or 'fsspec'}: {needs}") from None
+        raise StoreError(f"{redact(url)}: {protocol}:// needs {package or 'fsspec'}: {needs}") from None
     try:
-        return fsspec.core.url_to_fs(url)
+        return fsspec.core.url_to_fs(url, **_OPTIONS)
     except ImportError as err:
-        raise StoreError(f"{url}: {protocol}:// needs {package or err.name or 'a package fsspec names'}: {needs}") from None
+        raise StoreError(f"{redact(url)}: {protocol}:// needs {package or err.name or 'a package fsspec names'}: {needs}") from None
     except ValueError as err:
-        raise StoreError(f"{url}: {err}") from None
+        raise StoreError(f"{redact(url)}: {err}") from None
 
 
 @contextlib.contextmanager
 def _store_errors(url: str) -> Iterator[None]:
-    """Any failure inside as one :class:`StoreError` line naming ``url``."""
+    """Any failure inside as one :class:`StoreError` line naming ``url``, with no credential in it."""
     try:
         yield
-    except StoreError:
-        raise
+    except StoreError as err:
+        raise StoreError(_without_secrets(str(err), url)) from None
     except Exception as err:
-        raise StoreError(f"{url}: {type(err).__name__}: {err}") from None
+        raise StoreError(_without_secrets(f"{url}: {type(err).__name__}: {err}", url)) from None
+
+
+def _without_secrets(text: str, url: str) -> str:
+    """``text`` with the user information of URLs, and the parts of ``url``'s and of the storage options' secrets
+    it holds, shown as ``***``."""
+    userinfo = url.partition("://")[2].partition("/")[0].rpartition("@")[0]
+    secrets = [part for part in userinfo.split(":") if len(part) >= 4]
+    secrets += [v for k, v in _OPTIONS.items() if isinstance(v, str) and len(v) >= 4 and k != "endpoint_url"]
+    text = redact(text)
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def upload(local: str, url: str) -> None:
@@ -125,22 +148,26 @@ def write_probe(url: str) -> None:
         fs.rm_file(key)
 
 
-def _in_child(args: list[str], url: str, env: Optional[dict[str, str]] = None) -> str:
-    """Run this module's command ``args`` in a child process; its output, or :class:`StoreError` saying why not."""
+def _in_child(args: list[str], url: str, env: Optional[dict[str, str]] = None,
+              options: Optional[dict[str, Any]] = None) -> str:
+    """Run this module's command ``args`` in a child process, the storage ``options`` on its standard input (not
+    its command line or environment, which other processes can read); its output, or :class:`StoreError` saying
+    why not."""
     try:
         done = subprocess.run([sys.executable, "-m", __name__, *args], capture_output=True, text=True,
-                              timeout=CHILD_TIMEOUT_S, env=env)
+                              timeout=CHILD_TIMEOUT_S, env=env, input=json.dumps(options or {}))
     except subprocess.TimeoutExpired:
-        raise StoreError(f"{url}: no answer from the store within {CHILD_TIMEOUT_S:.0f}s") from None
+        raise StoreError(f"{redact(url)}: no answer from the store within {CHILD_TIMEOUT_S:.0f}s") from None
     if done.returncode:
         lines = (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}").splitlines()
-        raise StoreError(lines[-1])
+        raise StoreError(redact(lines[-1]))
     return done.stdout
 
 
-def probe(url: str, env: Optional[dict[str, str]] = None) -> None:
-    """:func:`write_probe` in a child process (nothing of fsspec's stays in ours); raises :class:`StoreError`."""
-    _in_child(["probe", url], url, env)
+def probe(url: str, env: Optional[dict[str, str]] = None, options: Optional[dict[str, Any]] = None) -> None:
+    """:func:`write_probe` in a child process (nothing of fsspec's stays in ours), with the storage ``options``;
+    raises :class:`StoreError`."""
+    _in_child(["probe", url], url, env, options)
 
 
 def fetch(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:
@@ -170,6 +197,7 @@ def main(argv: list[str]) -> int:
     """``probe URL`` or ``download URL DIR SUFFIX...`` (prints the local paths as JSON); a :class:`StoreError`
     is printed as its line, exit status 1."""
     try:
+        use_options(json.loads(sys.stdin.read() or "{}"))
         if len(argv) == 2 and argv[0] == "probe":
             write_probe(argv[1])
         elif len(argv) >= 4 and argv[0] == "download":

@@ -51,6 +51,8 @@ TABLE = [
     ("max_trace_mb", "1GB", "`max_trace_mb` must be megabytes of trace JSON > 0 (or None for no limit)"),
     ("validation_batches", "3-1", "`validation_batches` has a reversed range"),
     ("validation_batches", "x", "`validation_batches` has an invalid range"),
+    ("storage_options", "key=abc", "`storage_options` must be a dict of str keys and JSON values"),
+    ("storage_options", {"session": object()}, "`storage_options` must be a dict of str keys and JSON values"),
 ]
 COMBINATIONS = [
     (dict(steps="1", every_n_steps=5), "Pass at most one of `steps`, `every_n_steps`, `step_filter`"),

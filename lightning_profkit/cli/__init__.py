@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 # Neither msgspec nor numpy here: `profkit summary` starts its decoding workers before it imports numpy.
 from lightning_profkit.cli.progress import Progress
 from lightning_profkit.machine import usable_cpus
-from lightning_profkit.printable import printable
+from lightning_profkit.printable import printable, redact
 from lightning_profkit.store import StoreError, fetch, is_url, join, read, subfolders, write
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces
 
@@ -90,7 +90,7 @@ def capture(args: argparse.Namespace) -> int:
         write(join(folder, capture_request.REQUEST), json.dumps(capture_request.request(args.steps)).encode())
     else:
         capture_request.request_capture(folder, args.steps)
-    print(f"requested a window of {args.steps or 'the configured'} steps from the run in {folder} "
+    print(f"requested a window of {args.steps or 'the configured'} steps from the run in {redact(folder)} "
           f"(pid {run.get('pid')} on {run.get('host')}); it starts {soon}")
     return 0
 
@@ -191,7 +191,7 @@ def name_windows(found: list[dict[str, Any]]) -> None:
 def status(left_out: list[str]) -> int:
     """Name each trace that was left out, once, on stderr; the exit status."""
     for line in dict.fromkeys(left_out):
-        print(f"profkit: {printable(line)}; left out", file=sys.stderr)
+        print(f"profkit: {printable(redact(line))}; left out", file=sys.stderr)
     return LEFT_OUT if left_out else 0
 
 
@@ -286,7 +286,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.run(args)
     except (CommandError, TraceError, StoreError) as err:
-        print(f"profkit: {printable(str(err))}", file=sys.stderr)
+        print(f"profkit: {printable(redact(str(err)))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `profkit summary ... | head`
         return 0

@@ -137,7 +137,8 @@ class FitRun:
         if self.setup_timer is not None:
             self.startup_before_s = self.setup_timer.seconds
             self._end_setup_timer()
-        self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report)
+        self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
+                                  o.storage_options)
         if o.profiles_rank(self.rank.rank) and not self.other_profiler:
             activities = profiler_activities(o.activities, on_cuda)
             self.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities

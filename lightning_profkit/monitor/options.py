@@ -3,8 +3,9 @@ argument and says what it takes. Then read-only."""
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from lightning_profkit.alerts import DataWaitAlert
@@ -76,6 +77,7 @@ class Options:
     keep_last_windows: Optional[int] = None
     max_trace_mb: Optional[float] = DEFAULT_MAX_TRACE_MB
     validation_batches: Optional[StepRanges] = None
+    storage_options: Optional[dict[str, Any]] = field(default=None, repr=False)  # may hold credentials
 
     def __post_init__(self) -> None:
         for name in ("profile", *PROFILER_OPTIONS, "quiet", "log_metrics", "capture_on_alert"):
@@ -105,6 +107,16 @@ class Options:
             if isinstance(ranks, (str, bytes)) or not ranks or not all(isinstance(r, int) and r >= 0 for r in ranks):
                 _fail("ranks", "a non-empty list of ranks >= 0", ranks)
             object.__setattr__(self, "ranks", tuple(sorted(set(ranks))))
+        if self.storage_options is not None:
+            options = self.storage_options
+            try:
+                plain = isinstance(options, dict) and all(isinstance(k, str) for k in options) and json.dumps(options)
+            except (TypeError, ValueError):
+                plain = False
+            if not plain:  # it reaches the store's processes as JSON; its values are not shown
+                raise ValueError("`storage_options` must be a dict of str keys and JSON values (strings, numbers, "
+                                f"lists, dicts), got a {type(options).__name__} that is not")
+            object.__setattr__(self, "storage_options", dict(options))
         if self.dirpath is not None:
             if not isinstance(self.dirpath, (str, os.PathLike)):
                 _fail("dirpath", "a folder path", self.dirpath)

@@ -174,3 +174,29 @@ def test_capture_requested_through_the_store(tmp_path, s3_server):
     assert not os.path.exists(staged)  # and so is the staging folder
     assert len(profiler_steps(json.loads(gzip.decompress(s3_server.read(trace))))) == 4
     assert "requested from outside" in out
+
+
+def test_credentials_travel_in_storage_options_and_are_never_shown(tmp_path, s3_server, monkeypatch, capfd):
+    """The store's key and secret only in `storage_options` (none in the environment): the traces arrive, and the
+    secret is nowhere users look: not in a warning, a printed line, `traces`, `trace_dir`, the options' repr or a
+    file on disk. URLs that carry credentials fail at setup with the credentials shown as `***` (they were echoed)."""
+    secret = f"s3cr3t-{os.getpid()}-value"
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    options = {"key": "testing", "secret": secret, "client_kwargs": {"endpoint_url": s3_server.endpoint}}
+    monitor = PerformanceMonitor(alert_threshold=None, steps="1-2", dirpath="s3://runs/creds/profiler",
+                                 storage_options=options)
+    trainer, warned = fit(tmp_path, monitor, False, epochs=1)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # the test's own client reads them
+        monkeypatch.setenv(name, s3_server.env()[name])
+    assert [k.split("/")[-2] for k in s3_server.keys("creds")] == ["step=000001-000002-epoch=0"]
+    out, err = capfd.readouterr()
+    shown = [out, err, *warned, *monitor.traces, monitor.trace_dir, repr(monitor.options)]
+    assert not any(secret in text for text in shown) and "storage_options" not in repr(monitor.options)
+    assert not any(secret.encode() in (tmp_path / p).read_bytes() for p in os.listdir(tmp_path) if (tmp_path / p).is_file())
+
+    for url in ("s3://AKIDEXAMPLE:wJalrXUtnFEMI@runs/x/profiler", "ftp://alice:pa55word-value@127.0.0.1:9/runs"):
+        with pytest.raises(OSError) as failed:
+            make_trainer(tmp_path, [PerformanceMonitor(dirpath=url)]).fit(TinyModel())
+        assert "***@" in str(failed.value) and not any(
+            part in str(failed.value) for part in ("wJalrXUtnFEMI", "AKIDEXAMPLE", "pa55word-value")), str(failed.value)

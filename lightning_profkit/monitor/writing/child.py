@@ -25,7 +25,7 @@ from typing import Any, Optional, TextIO
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.capture_request import MARKER, REQUEST, marker_of
 from lightning_profkit.monitor.writing import SUMMARIZED
-from lightning_profkit.store import StoreError, join, read, remove, upload, write
+from lightning_profkit.store import StoreError, join, read, remove, upload, use_options, write
 from lightning_profkit.trace.headline import fit_line
 from lightning_profkit.trace.integrity import problems
 from lightning_profkit.trace.load import load
@@ -159,6 +159,8 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
         reply: dict[str, Any] = {}
         try:
             job = json.loads(line)
+            if "storage_options" in job:
+                use_options(job["storage_options"])
             if "watch" in job and mirror is None:
                 mirror = RequestMirror(**job["watch"])
             if "raw" in job:

@@ -21,6 +21,7 @@ from lightning_profkit.figures import HostFigures
 from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.monitor.writing.retention import Retention
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob
+from lightning_profkit.printable import redact
 from lightning_profkit.store import is_url, join, probe
 
 
@@ -62,14 +63,14 @@ class WrittenWindow:
     problems: tuple[str, ...] = ()  # what the trace lacks of what the window recorded
 
 
-def check_trace_dir(trace_dir: str) -> None:
+def check_trace_dir(trace_dir: str, storage_options: Optional[dict[str, Any]] = None) -> None:
     """Fail now, before any training step, if traces could not be written to ``trace_dir``: a URL's store is
     probed (in a child process) and the local temporary folder, where its traces are staged, checked; a local
     folder is checked."""
     if is_url(trace_dir):  # written locally in full, then uploaded by the finalizing process
         from lightning_profkit.monitor.writing.process import child_env
 
-        probe(trace_dir, env=child_env())
+        probe(trace_dir, env=child_env(), options=storage_options)
         trace_dir = tempfile.gettempdir()
     check_writable(trace_dir)
 
@@ -106,7 +107,7 @@ class TraceOutput:
     cannot be written or uploaded."""
 
     def __init__(self, trace_dir: str, rank: int, world_size: int, keep_last: Optional[int],
-                 on_error: Callable[[str, str], None]) -> None:
+                 on_error: Callable[[str, str], None], storage_options: Optional[dict[str, Any]] = None) -> None:
         self.trace_dir, self.worker = trace_dir, worker_name(rank)
         self.remote = is_url(trace_dir)
         self._local: Optional[str] = None if self.remote else trace_dir  # where files are written first
@@ -115,6 +116,7 @@ class TraceOutput:
         self.fit_line: Optional[tuple[int, str]] = None  # the end-of-fit line over the newest windows, and their count
         self._retention = Retention(keep_last, self._delete_remote if self.remote else None) if keep_last else None
         self._on_error = on_error
+        self._storage_options = storage_options
         self._writer: Optional[TraceWriter] = None  # started with the first window
         self._closed_cpu_s: Optional[float] = None  # what the writer used in all, once closed
         # appended by the writer thread, taken by the training thread: windows written, and traces retention deleted
@@ -161,7 +163,8 @@ class TraceOutput:
 
     def _writer_started(self) -> TraceWriter:
         if self._writer is None:
-            self._writer = TraceWriter(on_error=self._on_error, on_written=self._on_written)
+            self._writer = TraceWriter(on_error=self._on_error, on_written=self._on_written,
+                                       storage_options=self._storage_options)
         return self._writer
 
     def _on_written(self, window: dict[str, Any]) -> None:
@@ -194,10 +197,10 @@ class TraceOutput:
             first, last = window["meta"]["steps"]
             validation = bool(window["meta"].get("validation"))
             meta = window["meta"]
-            done.append(WrittenWindow(window["path"], first, last, HostFigures.from_json(window["figures"]),
+            done.append(WrittenWindow(redact(window["path"]), first, last, HostFigures.from_json(window["figures"]),
                                       window.get("json_bytes"), meta.get("memory_growth_bytes"), validation,
                                       meta.get("log_step", last), tuple(meta.get("problems", ()))))
-            traces.append(window["path"])
+            traces.append(redact(window["path"]))
             if window.get("summary") and not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
                 self.fit_line = tuple(window["fit_line"]) if window.get("fit_line") else self.fit_line
@@ -205,6 +208,7 @@ class TraceOutput:
         while self._removed:
             removed.add(self._removed.popleft())
         if removed:
+            removed = {redact(p) for p in removed}
             traces[:] = [p for p in traces if p not in removed]
         return done
 

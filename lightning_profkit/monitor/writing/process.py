@@ -25,7 +25,8 @@ CHILD = "lightning_profkit.monitor.writing.child"  # by name: its analysis impor
 class FinalizingProcess:
     """Parent side of the finalizing process; used by one thread (the trace writer's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, storage_options: Optional[dict[str, Any]] = None) -> None:
+        self.storage_options = storage_options  # sent with every job, through the pipe
         self._proc: Optional[subprocess.Popen] = None
         self._ended_cpu_s = 0.0  # CPU seconds of the processes that ended, as they last reported it
         self._cpu_s = 0.0  # the current one's
@@ -47,6 +48,8 @@ class FinalizingProcess:
             proc = self._start()
             if self.watch is not None:
                 job = {**job, "watch": self.watch}
+        if self.storage_options:
+            job = {**job, "storage_options": self.storage_options}
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(json.dumps(job) + "\n")

@@ -47,6 +47,7 @@ class TraceWriter:
         self,
         on_error: Callable[[str, str], None],
         on_written: Optional[Callable[[dict[str, Any]], None]] = None,
+        storage_options: Optional[dict[str, Any]] = None,
     ) -> None:
         self._on_error = on_error
         self._on_written = on_written
@@ -55,7 +56,7 @@ class TraceWriter:
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._pending = 0  # windows submitted and not yet written or dropped
-        self._finalizer = FinalizingProcess()  # its process starts with the first window, ends with the thread
+        self._finalizer = FinalizingProcess(storage_options)  # its process starts with the first window, ends with the thread
         self._cpu_lock = threading.Lock()  # not ``_lock``: ``close`` holds that while it joins the thread
         self._ended_thread_cpu_s = 0.0  # CPU seconds of this writer's threads that ended
         self._thread_clock: Optional[int] = None  # the running thread's CPU clock, where the OS has one
