@@ -8,6 +8,8 @@ unexpected types fall back to the standard library and a tolerant conversion.
 from __future__ import annotations
 
 import json
+import re
+import sys
 from typing import Any, Optional, Sequence, Union
 
 import msgspec
@@ -135,11 +137,18 @@ def decode_json(path: str, raw: bytes) -> TraceDoc:
     """The trace document in ``raw``, the JSON text of ``path``; a :class:`TraceError` if it is not one."""
     try:
         return decode(raw)
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested deeper than {sys.getrecursionlimit()} levels (a profiler trace nests "
+                         "a few): not a profiler trace") from None
     except UnicodeDecodeError as err:
         raise TraceError(f"{path}: not JSON ({err})") from None
     except ValueError as err:
         text = str(err).splitlines()[0]
         if "traceEvents" in text:
             raise TraceError(f"{path}: JSON without a traceEvents list, not a profiler trace") from None
+        at = re.search(r"\(byte (\d+)\)", text)
+        if at and re.match(rb"-?(NaN|Infinity)", raw[int(at.group(1)):int(at.group(1)) + 9]):
+            raise TraceError(f"{path}: a damaged trace: a number that is not one (NaN or Infinity) at byte "
+                             f"{at.group(1)}, which JSON does not allow") from None
         raise TraceError(f"{path}: not JSON ({text})") from None
 

@@ -14,12 +14,15 @@ import os
 import re
 from typing import Any, Iterable, Optional
 
+import numpy as np
+
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.trace.threads import soon
 from lightning_profkit.trace.operator_times import operator_times, top
 from lightning_profkit.trace.step_breakdown import ROLES, step_breakdown
 from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
 from lightning_profkit.trace.columns import Columns, from_rows
+from lightning_profkit.trace.file import TraceError
 from lightning_profkit.trace.load import LoadedTrace
 from lightning_profkit.trace.host_steps import window_figures
 
@@ -96,7 +99,14 @@ def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
         "worker": worker,
         "rank": rank_of(trace.distributed_info, worker),
     }
-    out.update(summarize_columns(from_rows(trace.rows)))
+    columns = from_rows(trace.rows)
+    damaged = np.flatnonzero((columns.dur < 0) | np.isinf(columns.dur) | ~np.isfinite(columns.ts))
+    if damaged.size:  # figures from them would be negative or infinite
+        first = damaged[0]
+        raise TraceError(f"{path}: a damaged trace: {damaged.size} event(s) with a negative or infinite duration or "
+                         f"time (the first: {columns.names[columns.name[first]][:80]!r} at {columns.ts[first]} µs, "
+                         f"duration {columns.dur[first]} µs)")
+    out.update(summarize_columns(columns))
     problems = meta.get("problems") if isinstance(meta.get("problems"), list) else []  # any trace may claim some
     shown = [f"incomplete trace: {p}" for p in problems[:10] if isinstance(p, str) and p.isprintable()]
     out["notes"] = shown + out["notes"]

@@ -110,8 +110,8 @@ def bad_inputs(tmp_path, gpu_traces):
         "not JSON": (not_json, "not JSON"),
         "not a trace": (not_trace, "not a profiler trace"),
         "no traces": (folder, "no trace files"),
-        "a pipe": (pipe, f"{pipe}: not a file or folder (a pipe, a device or a broken link)"),  # was "no such file"
-        "a broken link": (broken, f"{broken}: not a file or folder"),
+        "a pipe": (pipe, f"{pipe}: not a file or folder (a pipe or a device)"),  # was "no such file"
+        "a broken link": (broken, f"{broken}: a symbolic link to nothing ({tmp_path / 'gone.json'})"),
     }
 
 
@@ -227,3 +227,58 @@ def test_names_from_a_trace_cannot_drive_the_terminal(tmp_path, gpu_traces):
     assert ops and "\\x1b]0;pwned\\x07aten::\\x1b[2Kevil\\u202e" in out and "\\x1b[2J" in out, out
     ours = re.sub(r"\x1b\[[0-9;]*m", "", out)  # what summary itself writes: SGR (bold, colour)
     assert "\x1b" not in ours and "\x07" not in ours and "\u202e" not in ours, ours
+
+
+def gzip_stream(path, parts):
+    """Write the byte strings ``parts`` gzipped (level 1, so that a bomb is quick to make)."""
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        for part in parts:
+            f.write(part)
+
+
+# a process forked from this one starts with this process's peak (the kernel keeps it through exec): profkit is
+# started from a small process, which reports the peak of its own child
+_PEAK = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL); "
+         "_, s, u = os.wait4(p.pid, 0); print(os.waitstatus_to_exitcode(s), u.ru_maxrss)")
+
+
+def peak_rss_mb(*args, env=None):
+    """Run profkit; its exit status, stderr and peak resident memory (MB), from the kernel's account of it."""
+    done = subprocess.run([sys.executable, "-c", _PEAK, PROFKIT, *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    status, peak_kb = map(int, done.stdout.split())
+    return status, done.stderr, peak_kb / 1024
+
+
+def test_trace_bombs_are_refused_unread_and_named(tmp_path):
+    """Gzip that inflates 1000x (600 MB of whitespace; one string of 600 MB) took memory in proportion (6.2 GB for
+    a 6.3 MB file); JSON nested 100,000 deep gave a RecursionError; negative durations gave negative figures and
+    exit 0; NaN was "not JSON"; a loop of links was "no such file". Each is now one line naming the file."""
+    mb = b" " * 2**20
+    gzip_stream(tmp_path / "space.pt.trace.json.gz", [b'{"traceEvents": [', *[mb] * 600, b"]}"])
+    gzip_stream(tmp_path / "string.pt.trace.json.gz", [b'{"traceEvents": [{"ph": "X", "name": "', *[b"a" * 2**20] * 600,
+                                                        b'", "ts": 1, "dur": 1}]}'])
+    for name in ("space", "string"):
+        path = tmp_path / f"{name}.pt.trace.json.gz"
+        status, err, peak = peak_rss_mb("summary", "--jobs", "1", path)  # one process: its own peak
+        limit = re.search(re.escape(f"{path}: inflates past ") + r"(\d+) MB of JSON from [0-9.]+ MB of gzip", err)
+        assert status == 1 and limit and "gzip bomb" in err and "PROFKIT_MAX_INFLATION" in err, err
+        assert int(limit[1]) < 600 and peak < int(limit[1]) + 150, (name, peak)  # never the whole 600 MB
+    env = {**os.environ, "PROFKIT_MAX_INFLATION": "100000"}
+    status, err, _ = peak_rss_mb("summary", tmp_path / "space.pt.trace.json.gz", env=env)
+    assert status == 0, err  # the limit raised: read (an empty trace)
+
+    (tmp_path / "nested.json").write_text('{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    event = '{{"ph": "X", "name": "{}", "cat": "cpu_op", "ts": {}, "dur": {}, "pid": 1, "tid": 1}}'
+    (tmp_path / "negative.json").write_text('{"traceEvents": [%s, %s]}' % (event.format("ProfilerStep#1", 0, -100),
+                                                                          event.format("aten::mm", 10, 5)))
+    (tmp_path / "nan.json").write_text('{"traceEvents": [%s]}' % event.format("aten::mm", 0, "NaN"))
+    os.symlink(tmp_path / "loop2.json", tmp_path / "loop.json")
+    os.symlink(tmp_path / "loop.json", tmp_path / "loop2.json")
+    for name, says in [("nested", "JSON nested deeper than"), ("loop", "a loop of symbolic links"),
+                       ("negative", "a damaged trace: 1 event(s) with a negative or infinite duration or time (the "
+                                    "first: 'ProfilerStep#1' at 0.0 µs, duration -100.0 µs)"),
+                       ("nan", "a damaged trace: a number that is not one (NaN or Infinity) at byte 82")]:
+        done = profkit("summary", tmp_path / f"{name}.json")
+        assert done.returncode == 1 and f"{tmp_path / name}.json: {says}" in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
