@@ -146,7 +146,7 @@ class FitRun:
 
             def opener(trace_ready: Callable) -> Callable:
                 return session_opener(activities, o.profiler_options(), trace_ready, o.quiet, self.report, limit,
-                                      lambda: self.json_per_byte)
+                                      lambda: self.json_per_byte, self._room)
 
             self.runner = WindowRunner(self.selection, opener(self._trace_ready))
             batches = o.validation_selection()
@@ -384,6 +384,12 @@ class FitRun:
             self.timer.wake(due, at, self.wake)
 
     # ------------------------------------------------------------------ traces
+    def _room(self) -> Optional[str]:
+        try:
+            return self.output.room() if self.output is not None else None
+        except OSError:  # the folder cannot be looked at: the window's write will say why
+            return None
+
     def _trace_ready(self, session: WindowSession, prof: Any) -> None:
         if session.last_recorded is None or self.output is None:
             return

@@ -4,17 +4,17 @@ import csv
 import os
 import shutil
 import signal
+import subprocess
 import warnings
 
 import pytest
 import torch
+from conftest import (Recorder, SleepDataset, TinyModel, WaitForTraces, fetch_timing_removed, leftovers, make_trainer,
+                      profiler_steps, read_trace, trace_files)
 from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from conftest import (
-    SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps, read_trace, trace_files,
-)
 from lightning_profkit import PerformanceMonitor
 
 
@@ -165,3 +165,56 @@ def test_alert_state_and_budget_survive_a_checkpoint(tmp_path):
     again.load_state_dict(state)
     make_trainer(tmp_path / "b", [again]).fit(TinyModel(SleepDataset(40, delay=0.004)))
     assert again.alerts == []  # the same data-bound episode goes on: no second alert after resuming
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real filesystem of 2 MB (tmpfs, mounted as root as on this project's machines and CI), unmounted after."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                                          capture_output=True).returncode:
+        pytest.skip("mounting a small filesystem needs root (tests/trainer/test_faults.py)")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+class FreeTheDisk(Callback):
+    """Deletes ``filler`` when epoch ``epoch`` starts: room comes back."""
+
+    def __init__(self, filler, epoch):
+        self.filler, self.epoch = filler, epoch
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        if trainer.current_epoch == self.epoch:
+            os.remove(self.filler)
+
+
+def test_a_full_disk_is_said_once_in_words_leaves_nothing_and_profiling_resumes_with_room(tmp_path, small_disk):
+    """40 kB left on a real small filesystem, less than one window's JSON: the window was lost with a warning about
+    a missing `.raw` file, kineto's partial `.raw.tmp` stayed (the disk still full after the fit), and later windows
+    were recorded and lost, leaving empty folders. Now: one warning saying "disk full" with the folder and the free
+    space, nothing partial left, the next windows skipped, metrics every epoch, and windows again once there is
+    room (the filler deleted at epoch 2)."""
+    filler = small_disk / "filler"
+    filler.write_bytes(b"x" * (shutil.disk_usage(small_disk).free - 40 * 1024))
+    monitor = PerformanceMonitor(dirpath=str(small_disk / "profiler"), every_n_steps=5, warmup=1, active=2,
+                                 alert_threshold=None)
+    recorder = Recorder()
+    waits = [WaitForTraces(monitor, epoch) for epoch in (1, 2, 3)]  # each epoch's windows written before the next
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = make_trainer(tmp_path, [monitor, FreeTheDisk(filler, 2), *waits], max_epochs=4, logger=[recorder],
+                               log_every_n_steps=1)
+        trainer.fit(TinyModel(SleepDataset(20)))
+    said = [str(w.message) for w in caught if "PerformanceMonitor" in str(w.message)]
+    assert len(said) == 1 and said[0].startswith(f"PerformanceMonitor: disk full at {small_disk / 'profiler'}"), said
+    assert "kB free" in said[0] and "windows are skipped until there is room" in said[0], said
+    assert trainer.global_step == 40 and len([m for _, m in recorder.rows if "profkit/data_wait_ratio" in m]) == 4
+    assert leftovers(small_disk) == []  # no .raw, .raw.tmp or .tmp
+    folders = sorted(os.listdir(small_disk / "profiler"))
+    assert all(os.listdir(small_disk / "profiler" / f) for f in folders), folders  # no empty window folder
+    assert [f.split("epoch=")[1] for f in folders] == ["2", "2", "3", "3"], folders  # windows again with room
+    assert all(profiler_steps(read_trace(p)) for p in trace_files(small_disk))

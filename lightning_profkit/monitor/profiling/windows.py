@@ -384,16 +384,22 @@ def session_opener(
     options: dict[str, Any],
     on_trace_ready: Callable[[WindowSession, Any], None],
     quiet: bool,
-    report: Callable[[str], None],
+    report: Callable[..., None],
     max_bytes: Optional[int] = None,
     json_per_byte: Callable[[], float] = lambda: 1.0,
+    room: Callable[[], Optional[str]] = lambda: None,
 ) -> Callable[[Selection, int, int, int], Optional[WindowSession]]:
     """What :class:`WindowRunner` calls to open a session: none while another torch.profiler session runs
-    (torch allows one at a time; ``report`` is told). ``json_per_byte()``: the size estimate's factor now."""
+    (torch allows one at a time; ``report`` is told), nor while ``room()`` says why the trace would not fit
+    (told to ``report(why, "disk_full")``). ``json_per_byte()``: the size estimate's factor now."""
 
     def open_session(selection: Selection, step: int, batch_idx: int, warmup: int) -> Optional[WindowSession]:
         if torch.autograd.profiler._is_profiler_enabled:
             report("another torch.profiler session is running; this window is skipped")
+            return None
+        no_room = room()
+        if no_room is not None:
+            report(no_room, "disk_full")
             return None
         return WindowSession(selection, step, batch_idx, warmup, activities, options, on_trace_ready, quiet, max_bytes,
                              json_per_byte())

@@ -172,6 +172,8 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
                 reply.update(store_work(job.get("uploads", []), job.get("removals", [])))
         except Exception as err:  # reported to the parent, which warns once
             reply = {"error": f"{type(err).__name__}: {err}"}
+            if isinstance(err, OSError) and err.errno is not None:
+                reply["errno"] = err.errno  # disk full (ENOSPC) among them
         reply["cpu_s"] = time.process_time()
         replies.write(json.dumps(reply) + "\n")
         replies.flush()

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.monitor.writing.retention import Retention
-from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob
+from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, free_mb, megabytes
 from lightning_profkit.printable import redact
 from lightning_profkit.store import is_url, join, probe
 
@@ -119,6 +119,7 @@ class TraceOutput:
         self._storage_options = storage_options
         self._writer: Optional[TraceWriter] = None  # started with the first window
         self._closed_cpu_s: Optional[float] = None  # what the writer used in all, once closed
+        self._need_mb: Optional[float] = None  # the disk the latest written window took at its peak (its JSON)
         # appended by the writer thread, taken by the training thread: windows written, and traces retention deleted
         self._written: deque[dict[str, Any]] = deque()
         self._removed: deque[str] = deque()
@@ -201,6 +202,8 @@ class TraceOutput:
                                       window.get("json_bytes"), meta.get("memory_growth_bytes"), validation,
                                       meta.get("log_step", last), tuple(meta.get("problems", ()))))
             traces.append(redact(window["path"]))
+            if window.get("json_bytes"):
+                self._need_mb = window["json_bytes"] / 1e6
             if window.get("summary") and not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
                 self.fit_line = tuple(window["fit_line"]) if window.get("fit_line") else self.fit_line
@@ -211,6 +214,23 @@ class TraceOutput:
             removed = {redact(p) for p in removed}
             traces[:] = [p for p in traces if p not in removed]
         return done
+
+    def room(self) -> Optional[str]:
+        """Why the next window would not fit where traces are written first, in words; None where it would (or
+        nothing says otherwise yet). A window needs room for its JSON (written in full before it is compressed):
+        as much as the latest written window's, or, after one did not fit, more than was free then."""
+        full = self._writer.full if self._writer is not None else None
+        need = self._need_mb
+        if full is not None:
+            need = max(need or 0.0, full.needed_mb or 0.0, full.free_mb + 1.0)
+        if need is None:
+            return None
+        free = free_mb(self.local_dir if self._local is not None or not self.remote else tempfile.gettempdir())
+        if free >= need:
+            return None
+        return (f"disk full at {self._local or self.trace_dir}: {megabytes(free)} free, the last window needed "
+                f"{megabytes(need)}; windows are skipped until there is room (checked at each planned window), "
+                "training goes on")
 
     def close(self, timeout: float) -> tuple[int, list[str]]:
         """Wait up to ``timeout`` seconds for the windows still being written; returns how many still are, and

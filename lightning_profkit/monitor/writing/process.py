@@ -63,7 +63,7 @@ class FinalizingProcess:
         reply = json.loads(line)
         self._cpu_s = reply.get("cpu_s", self._cpu_s)
         if "error" in reply:
-            raise OSError(reply["error"])
+            raise OSError(reply.get("errno") or 0, reply["error"])
         return reply
 
     def _start(self) -> subprocess.Popen:

@@ -10,8 +10,11 @@ kept there and retried with every later job and once more at the end.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import glob
 import os
+import shutil
 import queue
 import threading
 import time
@@ -30,6 +33,35 @@ class WindowJob:
     path: str  # final trace path (local; the staging copy when ``url`` is set)
     meta: dict[str, Any] = field(default_factory=dict)
     url: Optional[str] = None  # where the trace goes on object storage
+
+
+class DiskFull(OSError):
+    """A trace that did not fit on its disk, in words: where, how much was free, how much it needed."""
+
+    def __init__(self, folder: str, needed_mb: Optional[float]) -> None:
+        free = free_mb(folder)
+        self.folder, self.free_mb, self.needed_mb = folder, free, needed_mb
+        need = f", the window needed about {megabytes(needed_mb)} of JSON" if needed_mb else ""
+        super().__init__(errno.ENOSPC, f"disk full at {folder}: {megabytes(free)} free{need}; its partial files were "
+                                       "removed, training goes on, and windows are skipped until there is room "
+                                       "(checked at each planned window)")
+
+
+def megabytes(mb: float) -> str:
+    """A size in MB as words: ``2.5 MB``, or ``40 kB`` under 1 MB."""
+    return f"{mb:.1f} MB" if mb >= 1 else f"{mb * 1000:.0f} kB"
+
+
+def free_mb(folder: str) -> float:
+    """Free space where ``folder`` is (or its nearest existing parent), in MB."""
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return shutil.disk_usage(folder).free / 1e6
+
+
+def _nearly_full(folder: str) -> bool:
+    """Whether a write in ``folder`` can have failed for room: under 1 MB free."""
+    return free_mb(folder) < 1.0
 
 
 class TraceWriter:
@@ -61,6 +93,7 @@ class TraceWriter:
         self._ended_thread_cpu_s = 0.0  # CPU seconds of this writer's threads that ended
         self._thread_clock: Optional[int] = None  # the running thread's CPU clock, where the OS has one
         self.unsent: list[list[str]] = []  # [local, url]: uploads that failed, retried with every later job
+        self.full: Optional[DiskFull] = None  # the latest window that did not fit on its disk
 
     @property
     def pending(self) -> int:
@@ -143,6 +176,9 @@ class TraceWriter:
         """Do a job (``counted`` in :attr:`pending`); an error is reported, never raised."""
         try:
             work(job)
+        except DiskFull as full:
+            self.full = full  # read by the training thread before the next window
+            self._on_error(full.strerror, "disk_full")
         except Exception as err:  # never let the thread die: report and go on
             self._on_error(f"a profiler trace could not be written (training continues): {type(err).__name__}: {err}",
                            "write")
@@ -154,16 +190,24 @@ class TraceWriter:
     def _write(self, job: WindowJob) -> None:
         folder, name = os.path.split(job.path)
         raw = os.path.join(folder, f".{name}.raw")
+        made = not os.path.isdir(folder)
         try:
             os.makedirs(folder, exist_ok=True)
-            job.results.save(raw)
+            job.results.save(raw)  # kineto writes <raw>.tmp, then renames it; on a full disk it says nothing
             job.results = None
+            if not os.path.exists(raw):
+                raise OSError(errno.ENOSPC if _nearly_full(folder) else 0, f"torch.profiler wrote no trace at {raw}")
             reply = self._finalizer.run({"raw": raw, "final": job.path, "meta": job.meta, "url": job.url,
                                          "uploads": self.unsent + ([[job.path, job.url]] if job.url else [])})
-        except BaseException:
-            for leftover in [raw, *glob.glob(temporary_pattern(job.path))]:
+        except BaseException as err:
+            for leftover in [*glob.glob(glob.escape(raw) + "*"), *glob.glob(temporary_pattern(job.path))]:
                 if os.path.lexists(leftover):
                     os.remove(leftover)
+            if made:
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)  # the window's folder, made for this trace and empty
+            if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+                raise DiskFull(folder, job.meta.get("estimated_mb")) from None
             raise
         self._stored(reply)
         if self._on_written is not None:
