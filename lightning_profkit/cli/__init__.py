@@ -4,6 +4,7 @@
     profkit compare A B [--json] [--jobs N]     the same figures for two paths side by side (before / after)
     profkit capture RUN_DIR [--steps N]         ask a running PerformanceMonitor to record a window now
     profkit report RUN_DIR [-o report.html]     one HTML page of a run: epochs, windows, alerts, ranks (offline)
+    profkit upload LOCAL URL                    upload the traces a fit kept here when its store failed
 
 PATH, A and B may be URLs of object storage (``s3://…``, ``gs://…``): their traces are copied to a temporary
 folder first.
@@ -15,6 +16,7 @@ Exit status: 0; 1 when the input is wrong or none of its traces could be read; 2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -27,7 +29,7 @@ from lightning_profkit.cli.progress import Progress
 from lightning_profkit.machine import usable_cpus
 from lightning_profkit.printable import printable, redact
 from lightning_profkit.store import StoreError, fetch, is_url, join, read, subfolders, write
-from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces
+from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces, missing
 
 JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
 LEFT_OUT = 3  # the exit status when some traces could not be read
@@ -92,6 +94,30 @@ def capture(args: argparse.Namespace) -> int:
         capture_request.request_capture(folder, args.steps)
     print(f"requested a window of {args.steps or 'the configured'} steps from the run in {redact(folder)} "
           f"(pid {run.get('pid')} on {run.get('host')}); it starts {soon}")
+    return 0
+
+
+def upload_kept(args: argparse.Namespace) -> int:
+    """``profkit upload LOCAL URL``: the traces a fit kept on this machine when its store failed (the folder its end
+    warning names), put at ``URL`` under the same paths; each local copy goes once it is up."""
+    from lightning_profkit.store import upload
+
+    if not is_url(args.url):
+        raise CommandError(f"{args.url}: not an object-store URL (s3://, gs://, az://, ...)")
+    if not os.path.isdir(args.local):
+        raise CommandError(missing(args.local) if not os.path.exists(args.local) else f"{args.local}: not a folder")
+    found = [p for p in find_traces(args.local) if p.endswith(TRACE_SUFFIXES)]
+    if not found:
+        raise CommandError(f"{args.local}: no trace files (*.pt.trace.json[.gz]) there")
+    for done, path in enumerate(found):
+        try:
+            upload(path, join(args.url, os.path.relpath(path, args.local).replace(os.sep, "/")))
+        except StoreError as err:
+            raise CommandError(f"{err}; {done} of {len(found)} trace(s) uploaded, the others are still in {args.local}")
+        os.remove(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(path))  # a window's folder, once empty
+    print(f"profkit: uploaded {len(found)} trace(s) to {redact(args.url)}", file=sys.stderr)
     return 0
 
 
@@ -277,6 +303,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--steps", type=steps_to_record, default=None,
                    help="steps to record, 1 to 100 (default: the callback's `active`)")
     p.set_defaults(run=capture)
+    p = sub.add_parser("upload", help="upload the traces a fit kept on this machine when its store failed")
+    p.add_argument("local", help="the folder the fit's end warning names")
+    p.add_argument("url", help="where they belong: the run's trace folder on the store")
+    p.set_defaults(run=upload_kept)
     p = sub.add_parser("report", help="one self-contained HTML page of a run, readable offline and printable")
     p.add_argument("run_dir", help="the run folder (the logger's log_dir, holding profiler/) or its profiler/ folder")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")

@@ -185,10 +185,13 @@ class FitRun:
             timeout = self.options.flush_timeout if wait else 0.0
             left, unsent = self.output.close(timeout)
             if left and wait:
-                self.report(f"{left} profiler trace(s) were still being written after {timeout:.0f}s")
+                self.report(f"{len(left)} profiler window(s) were not written within flush_timeout={timeout:g} s and are "
+                            f"lost (they were to be {', '.join(left)}); a longer `flush_timeout` waits for them")
             if unsent:
+                staging = self.output.local_dir
                 self.report(f"{len(unsent)} profiler trace(s) could not be uploaded to {self.trace_dir}; they are kept "
-                            f"on this machine: {', '.join(unsent)}", "unsent")
+                            f"on this machine: {', '.join(unsent)}. Upload them later with: profkit upload {staging} "
+                            f"{self.trace_dir}", "unsent")
             self._take_windows(out)
         if self.live is not None:
             self.live.end()

@@ -40,7 +40,7 @@ def test_windows_are_written_whole_with_their_figures_and_retention_keeps_the_ne
         written += output.take_written(traces)
         time.sleep(0.01)
     assert output.helper_cpu_s > 0  # the finalizing process's CPU and the writer thread's, while the fit runs
-    assert output.close(timeout=120) == (0, []) and errors == []
+    assert output.close(timeout=120) == ([], []) and errors == []
     assert [w.path for w in written] == [first, second] and traces == [second]  # the older window was let go
     assert all(w.figures.steps == 3 and w.json_bytes for w in written)
     assert not os.path.exists(os.path.dirname(first)) and os.path.isfile(second)
@@ -56,7 +56,7 @@ def test_a_window_that_cannot_be_written_is_reported_and_nothing_is_left(tmp_pat
     errors = []
     output = TraceOutput(str(tmp_path / "traces"), 0, 1, None, lambda message, key: errors.append(message))
     output.submit(recorded(2), 0, 0, 1, 0)
-    assert output.close(timeout=120) == (0, [])
+    assert output.close(timeout=120) == ([], [])
     assert output.take_written([]) == [] and len(errors) == 1 and str(tmp_path / "traces") in errors[0]
     assert leftovers(tmp_path) == []
 

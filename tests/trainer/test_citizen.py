@@ -191,7 +191,7 @@ def _dead_pid():
 @pytest.mark.parametrize("case", ["exited", "pid reused"])
 def test_capture_refuses_a_marker_whose_process_is_gone(tmp_path, case):
     folder = tmp_path / "profiler"
-    path = capture_request.mark_running(str(folder))
+    path, fit = capture_request.mark_running(str(folder))
     marker = json.loads(open(path).read())
     if case == "exited":
         marker["pid"] = _dead_pid()
@@ -202,7 +202,7 @@ def test_capture_refuses_a_marker_whose_process_is_gone(tmp_path, case):
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "is not running" in done.stderr and str(marker["pid"]) in done.stderr
     assert not (folder / capture_request.REQUEST).exists()
-    capture_request.unmark(path)
+    capture_request.unmark(path, fit)
     assert not os.path.exists(path)
 
 
@@ -214,7 +214,7 @@ def test_a_patched_monotonic_clock_does_not_cut_the_flush_short(tmp_path, clock)
     with warnings.catch_warnings(record=True) as caught, mock.patch("time.monotonic", fake):
         warnings.simplefilter("always")
         make_trainer(tmp_path, [monitor]).fit(TinyModel(SleepDataset(32)))
-    assert not [w for w in caught if "still being written" in str(w.message)]
+    assert not [w for w in caught if "not written within flush_timeout" in str(w.message)]
     assert [profiler_steps(read_trace(p)) for p in trace_files(tmp_path)] == [[14, 15]]
 
 

@@ -75,10 +75,14 @@ def steps_through(events: list[dict[str, Any]], last: int) -> list[dict[str, Any
 
 
 def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]:
-    """Upload each ``[local, url]`` (the local copy deleted once it is up) and delete each URL; returns what
-    failed: ``unsent`` (``[local, url, why]``) and ``failed`` (why a deletion failed)."""
+    """Upload each ``[local, url]`` in turn (the local copy deleted once it is up) until one fails, and delete each
+    URL; returns what failed: ``unsent`` (``[local, url, why]``: the failed upload, then those not tried after it:
+    a store that failed is not asked again at once) and ``failed`` (why a deletion failed)."""
     unsent, failed = [], []
     for local, url in uploads:
+        if unsent:
+            unsent.append([local, url, "not tried: the store failed just before"])
+            continue
         try:
             upload(local, url)
         except StoreError as err:

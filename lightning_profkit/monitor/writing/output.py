@@ -232,12 +232,12 @@ class TraceOutput:
                 f"{megabytes(need)}; windows are skipped until there is room (checked at each planned window), "
                 "training goes on")
 
-    def close(self, timeout: float) -> tuple[int, list[str]]:
-        """Wait up to ``timeout`` seconds for the windows still being written; returns how many still are, and
-        the local copies of the traces that could not be uploaded."""
+    def close(self, timeout: float) -> tuple[list[str], list[str]]:
+        """Wait up to ``timeout`` seconds for the windows still being written; returns the paths of those that were
+        not written by then, and the local copies of the traces that could not be uploaded."""
         writer = self._writer
         if writer is None:
-            return 0, []
+            return [], []
         left = writer.close(timeout)
         self._writer = None  # after the last windows, whose retention may delete through it
         self._closed_cpu_s = writer.cpu_s

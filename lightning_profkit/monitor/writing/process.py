@@ -75,6 +75,12 @@ class FinalizingProcess:
         )
         return self._proc
 
+    def kill(self) -> None:
+        """End the process now (from any thread: the one waiting for its reply then gets an ``OSError``)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
     def close(self, timeout: float = 5.0) -> None:
         """End the process: at the end of its input it reports its CPU seconds and exits; killed if it has not
         within ``timeout``."""

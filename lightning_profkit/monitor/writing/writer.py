@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from lightning_profkit.atomic_files import temporary_pattern
 from lightning_profkit.monitor.writing.process import FinalizingProcess
@@ -33,6 +33,9 @@ class WindowJob:
     path: str  # final trace path (local; the staging copy when ``url`` is set)
     meta: dict[str, Any] = field(default_factory=dict)
     url: Optional[str] = None  # where the trace goes on object storage
+
+
+UPLOAD_BACKOFF_S = (2.0, 60.0)  # the wait after a first failed upload, and the longest: doubled at each failure
 
 
 class DiskFull(OSError):
@@ -87,12 +90,16 @@ class TraceWriter:
         self._jobs: "queue.Queue[Union[WindowJob, dict[str, Any], threading.Event, None]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
-        self._pending = 0  # windows submitted and not yet written or dropped
+        self._pending = 0  # jobs submitted and not yet done or dropped
+        self._waiting: list[str] = []  # the paths of the windows submitted and not yet written or dropped
         self._finalizer = FinalizingProcess(storage_options)  # its process starts with the first window, ends with the thread
         self._cpu_lock = threading.Lock()  # not ``_lock``: ``close`` holds that while it joins the thread
         self._ended_thread_cpu_s = 0.0  # CPU seconds of this writer's threads that ended
         self._thread_clock: Optional[int] = None  # the running thread's CPU clock, where the OS has one
-        self.unsent: list[list[str]] = []  # [local, url]: uploads that failed, retried with every later job
+        self.unsent: list[list[str]] = []  # [local, url]: traces written here and not uploaded yet, oldest first
+        self._backoff = 0.0  # seconds to wait after the latest failed upload before the next try (0: none failed)
+        self._retry_at = 0.0  # perf_counter seconds: no upload is tried before then
+        self._deadline = float("inf")  # set by close: no store work is started after it
         self.full: Optional[DiskFull] = None  # the latest window that did not fit on its disk
 
     @property
@@ -119,6 +126,8 @@ class TraceWriter:
                 self._thread = threading.Thread(target=self._run, name="profkit-writer", daemon=True)
                 self._thread.start()
             self._pending += 1
+            if isinstance(job, WindowJob):
+                self._waiting.append(job.path)
         self._jobs.put(job)
 
     def watch(self, url: str, local: str, marker: dict[str, Any]) -> None:
@@ -136,16 +145,21 @@ class TraceWriter:
             self._jobs.put(reached)
         return reached.wait(timeout)
 
-    def close(self, timeout: float) -> int:
-        """:meth:`flush`, then end the thread (after the windows still queued, if ``timeout`` ran out);
-        returns how many windows were still being written."""
-        left = 0 if self.flush(timeout) else self.pending
+    def close(self, timeout: float) -> list[str]:
+        """:meth:`flush`, then end the thread and the finalizing process, all within ``timeout`` seconds (a last try
+        of the uploads that wait, if there is time; a store call still running then is cut short by ending the
+        process); returns the paths of the windows not written by then (their data is lost)."""
+        self._deadline = time.perf_counter() + timeout  # not time.monotonic: a test or a user may patch it
+        left = [] if self.flush(timeout) else list(self._waiting)
         with self._lock:
-            if self._thread is not None:
+            thread, self._thread = self._thread, None
+            if thread is not None:
                 self._jobs.put(None)
-                if not left:
-                    self._thread.join(timeout)
-                self._thread = None
+        if thread is not None:
+            thread.join(max(self._deadline - time.perf_counter(), 0.0) if not left else 0.0)
+            if thread.is_alive():  # busy past the deadline: the finalizing process ends with the fit
+                self._finalizer.kill()
+                thread.join(5.0)
         return left
 
     def _run(self) -> None:
@@ -163,9 +177,9 @@ class TraceWriter:
         while True:
             job = self._jobs.get()
             if job is None:
-                if self.unsent:
-                    self._guarded(self.remove, [], counted=False)  # a last try for the uploads that failed
-                self._finalizer.close()
+                if self.unsent:  # a last try for the uploads that wait, backoff or not
+                    self._guarded(lambda _: self._store(last=True), None, counted=False)
+                self._finalizer.close(timeout=max(min(self._deadline - time.perf_counter(), 5.0), 0.0))
                 return
             if isinstance(job, threading.Event):
                 job.set()
@@ -186,6 +200,8 @@ class TraceWriter:
             if counted:
                 with self._lock:
                     self._pending -= 1
+                    if isinstance(job, WindowJob) and job.path in self._waiting:
+                        self._waiting.remove(job.path)
 
     def _write(self, job: WindowJob) -> None:
         folder, name = os.path.split(job.path)
@@ -197,8 +213,7 @@ class TraceWriter:
             job.results = None
             if not os.path.exists(raw):
                 raise OSError(errno.ENOSPC if _nearly_full(folder) else 0, f"torch.profiler wrote no trace at {raw}")
-            reply = self._finalizer.run({"raw": raw, "final": job.path, "meta": job.meta, "url": job.url,
-                                         "uploads": self.unsent + ([[job.path, job.url]] if job.url else [])})
+            reply = self._finalizer.run({"raw": raw, "final": job.path, "meta": job.meta, "url": job.url})
         except BaseException as err:
             for leftover in [*glob.glob(glob.escape(raw) + "*"), *glob.glob(temporary_pattern(job.path))]:
                 if os.path.lexists(leftover):
@@ -209,25 +224,48 @@ class TraceWriter:
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:
                 raise DiskFull(folder, job.meta.get("estimated_mb")) from None
             raise
-        self._stored(reply)
         if self._on_written is not None:
             self._on_written(reply["done"])
+        if job.url:  # written here in full: uploaded once no other window waits to be written, or kept until then
+            self.unsent.append([job.path, job.url])
+            if self._jobs.empty():
+                self._store()
 
     def remove(self, urls: list[str]) -> None:
-        """On this writer's thread (from ``on_written``, or at its end): delete objects from the store (a trace
-        not uploaded yet is deleted locally instead) and retry the failed uploads."""
+        """On this writer's thread (from ``on_written``): delete objects from the store (a trace not uploaded yet
+        is deleted locally instead)."""
         for local, url in [u for u in self.unsent if u[1] in urls]:
             self.unsent.remove([local, url])
             os.remove(local)
-        self._stored(self._finalizer.run({"uploads": self.unsent, "removals": urls}))
+        self._store([u for u in urls if u not in {url for _, url in self.unsent}])
 
-    def _stored(self, reply: dict[str, Any]) -> None:
-        """Take in what the store work of a job left undone."""
+    def _store(self, removals: Sequence[str] = (), last: bool = False) -> None:
+        """Upload the traces that wait, oldest first, and delete ``removals``: in the finalizing process, never after
+        the deadline, and (but for the ``last`` try) not before the backoff after a failed upload has passed, so
+        that a store that is down costs one try per backoff, not one per window."""
+        now = time.perf_counter()
+        uploads = self.unsent if self.unsent and (last or now >= self._retry_at) else []
+        if (not uploads and not removals) or now >= self._deadline:
+            return
+        try:
+            reply = self._finalizer.run({"uploads": uploads, "removals": list(removals)})
+        except OSError:
+            if time.perf_counter() >= self._deadline:
+                return  # ended with the fit: what waits stays here, and the end lists it
+            raise
         unsent = reply.get("unsent", [])
-        for local, url, why in unsent:
-            if [local, url] not in self.unsent:
+        if unsent:
+            local, url, why = unsent[0]
+            if self._backoff == 0.0:
                 self._on_error(f"a profiler trace could not be uploaded to {url} (training continues; {why}); it is "
-                               f"kept at {local}, and later windows and the end of the fit try again", "upload")
-        self.unsent = [[local, url] for local, url, _ in unsent]
+                               f"kept at {local}; the uploads are tried again after {UPLOAD_BACKOFF_S[0]:.0f} s, "
+                               f"then ever less often (at most every {UPLOAD_BACKOFF_S[1]:.0f} s), and at the end "
+                               "of the fit", "upload")
+            self._backoff = min(max(2 * self._backoff, UPLOAD_BACKOFF_S[0]), UPLOAD_BACKOFF_S[1])
+            self._retry_at = time.perf_counter() + self._backoff
+        elif uploads:
+            self._backoff = 0.0
+        sent = {url for _, url in uploads} - {url for _, url, _ in unsent}
+        self.unsent = [u for u in self.unsent if u[1] not in sent]
         for why in reply.get("failed", []):
             self._on_error(f"an old profiler trace could not be deleted (keep_last_windows; {why})", "retention")
