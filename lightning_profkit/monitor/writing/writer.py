@@ -14,8 +14,8 @@ import contextlib
 import errno
 import glob
 import os
-import shutil
 import queue
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
