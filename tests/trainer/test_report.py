@@ -72,7 +72,7 @@ def test_runs_without_alerts_or_windows_still_render(tmp_path):
     said, page = report(monitor.trace_dir, tmp_path / "from-profiler.html")  # given the profiler/ folder
     assert "1 epoch(s), 1 trace(s)" in said and "class='window'" in page and "step=000001-000002-epoch=0" in page
     link = page.split("Trace: <a href='")[1].split("'")[0]
-    assert (tmp_path / link).is_file()  # relative to the page
+    assert (tmp_path / urllib.parse.unquote(link)).is_file()  # relative to the page, percent-encoded
     # a page that cannot be written is named as the user gave it (it named the temporary file written first)
     out = tmp_path / "missing" / "r.html"
     done = subprocess.run([PROFKIT, "report", monitor.trace_dir, "-o", str(out)], capture_output=True, text=True,
