@@ -95,6 +95,9 @@ class Verdict:
         return {**asdict(self), "waiting": [{"rank": r, "extra_communication_ms_per_step": ms} for r, ms in self.waiting.items()]}
 
 
+NAMED_WAITING = 5  # the waiting ranks the verdict line names, those that wait most
+
+
 def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:
     """The slowest rank and why, over two or more ranks; None for fewer."""
     if len(ranks) < 2:
@@ -117,7 +120,11 @@ def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:
             f"{fast.own_ms_per_step:.2f} ms on rank {fast.rank} ({own_spread:.2f}x); it {REASONS[reason]}, "
             f"{excess[reason]:+.2f} ms per step over the other ranks' median")
     if waiting:
-        names = ", ".join(f"{r} (+{ms:.2f} ms)" for r, ms in sorted(waiting.items(), key=lambda kv: -kv[1]))
+        most = sorted(waiting.items(), key=lambda kv: (-kv[1], kv[0]))
+        names = ", ".join(f"{r} (+{ms:.2f} ms)" for r, ms in most[:NAMED_WAITING])
+        if len(most) > NAMED_WAITING:  # a line, not a list of a thousand ranks: all of them are in the JSON
+            rest = [ms for _, ms in most[NAMED_WAITING:]]
+            names += f" and {len(rest)} more (+{min(rest):.2f} to +{max(rest):.2f} ms)"
         line += f"; waiting for it in communication each step: rank{'s' if len(waiting) > 1 else ''} {names}"
     return Verdict(slow.rank, fast.rank, step_spread, own_spread, reason, excess[reason], waiting, line)
 

@@ -70,6 +70,17 @@ def test_the_verdict_names_the_rank_and_its_reason(slow, reason):
     assert found.line.startswith("rank 1 is the slowest") and "ranks 0 (+5.50 ms), 2 (+5.50 ms)" in found.line
 
 
+def test_the_verdict_line_of_a_thousand_ranks_is_a_line():
+    """1,024 ranks, one slow: the line listed every waiting rank (16,506 characters); it names the 5 that wait most
+    and counts the others, and the JSON keeps every one."""
+    ranks = [rank(n, communication=6.0 + n / 1000) for n in range(1024)]
+    ranks[7] = rank(7, data=6.0, communication=0.5)
+    found = verdict(ranks)
+    assert found.slowest == 7 and len(found.waiting) == 1023 and len(found.line) < 400, len(found.line)
+    assert "ranks 1023 (+6.52 ms), 1022 (+6.52 ms), 1021 (+6.52 ms), 1020 (+6.52 ms), 1019 (+6.52 ms) and 1018 more " \
+           "(+5.50 to +6.52 ms)" in found.line, found.line
+
+
 def test_balanced_ranks_and_a_single_rank():
     assert verdict([rank(0)]) is None
     found = verdict([rank(0), rank(1, compute=5.2)])
