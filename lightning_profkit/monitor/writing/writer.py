@@ -4,8 +4,10 @@ The training thread only queues the profiler's results. A writer thread saves th
 holds the GIL for a few milliseconds; it is the only part that can touch training) and hands the
 rewrite, gzip and rename to the fit's finalizing process (:mod:`~lightning_profkit.monitor.writing.process`),
 which holds no lock of ours. Files appear under their final name only when complete. A window bound for object
-storage is written in full to a local staging folder and uploaded by the same process; an upload that fails is
-kept there and retried with every later job and once more at the end.
+storage is written in full to a local staging folder and uploaded by the same process, as a job of its own once
+no window waits to be written; an upload that fails is kept there and retried after a backoff (2 s, doubling to
+60 s), and once more at the end if the fit's ``flush_timeout`` allows. A window that does not fit on its disk
+(:class:`DiskFull`) leaves nothing behind.
 """
 
 from __future__ import annotations
