@@ -52,23 +52,24 @@ def use_options(options: Optional[dict[str, Any]]) -> None:
 
 
 def filesystem(url: str) -> tuple[Any, str]:
-    """fsspec's file system for ``url`` and the path in it."""
+    """fsspec's file system for ``url`` and the path in it (called inside :func:`_store_errors`, which takes the
+    credentials out of its errors)."""
     protocol = url.partition("://")[0]
     if protocol in LOCAL_TO_A_PROCESS:
-        raise StoreError(f"{redact(url)}: {protocol}:// lives inside one process and cannot hold traces, which are written by "
+        raise StoreError(f"{url}: {protocol}:// lives inside one process and cannot hold traces, which are written by "
                          "a helper process: use a local folder or an object store (s3://, gs://, az://)")
     package = PACKAGES.get(protocol)
     needs = f"pip install {package}" if package else "pip install fsspec"  # each of these packages brings fsspec
     try:
         import fsspec
     except ImportError:
-        raise StoreError(f"{redact(url)}: {protocol}:// needs {package or 'fsspec'}: {needs}") from None
+        raise StoreError(f"{url}: {protocol}:// needs {package or 'fsspec'}: {needs}") from None
     try:
         return fsspec.core.url_to_fs(url, **_OPTIONS)
     except ImportError as err:
-        raise StoreError(f"{redact(url)}: {protocol}:// needs {package or err.name or 'a package fsspec names'}: {needs}") from None
+        raise StoreError(f"{url}: {protocol}:// needs {package or err.name or 'a package fsspec names'}: {needs}") from None
     except ValueError as err:
-        raise StoreError(f"{redact(url)}: {err}") from None
+        raise StoreError(f"{url}: {err}") from None
 
 
 @contextlib.contextmanager

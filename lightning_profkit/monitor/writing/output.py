@@ -198,10 +198,11 @@ class TraceOutput:
             first, last = window["meta"]["steps"]
             validation = bool(window["meta"].get("validation"))
             meta = window["meta"]
-            done.append(WrittenWindow(redact(window["path"]), first, last, HostFigures.from_json(window["figures"]),
+            shown = redact(window["path"])  # a URL's credentials stay out of what users see
+            done.append(WrittenWindow(shown, first, last, HostFigures.from_json(window["figures"]),
                                       window.get("json_bytes"), meta.get("memory_growth_bytes"), validation,
                                       meta.get("log_step", last), tuple(meta.get("problems", ()))))
-            traces.append(redact(window["path"]))
+            traces.append(shown)
             if window.get("json_bytes"):
                 self._need_mb = window["json_bytes"] / 1e6
             if window.get("summary") and not validation:  # the end-of-fit line is about training

@@ -64,11 +64,6 @@ def free_mb(folder: str) -> float:
     return shutil.disk_usage(folder).free / 1e6
 
 
-def _nearly_full(folder: str) -> bool:
-    """Whether a write in ``folder`` can have failed for room: under 1 MB free."""
-    return free_mb(folder) < 1.0
-
-
 class TraceWriter:
     """Background writer. ``submit`` never blocks; ``flush`` waits, with a bound, for pending windows.
 
@@ -94,7 +89,8 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._pending = 0  # jobs submitted and not yet done or dropped
         self._waiting: list[str] = []  # the paths of the windows submitted and not yet written or dropped
-        self._finalizer = FinalizingProcess(storage_options)  # its process starts with the first window, ends with the thread
+        # its process starts with the first window, ends with the thread
+        self._finalizer = FinalizingProcess(storage_options)
         self._cpu_lock = threading.Lock()  # not ``_lock``: ``close`` holds that while it joins the thread
         self._ended_thread_cpu_s = 0.0  # CPU seconds of this writer's threads that ended
         self._thread_clock: Optional[int] = None  # the running thread's CPU clock, where the OS has one
@@ -214,7 +210,8 @@ class TraceWriter:
             job.results.save(raw)  # kineto writes <raw>.tmp, then renames it; on a full disk it says nothing
             job.results = None
             if not os.path.exists(raw):
-                raise OSError(errno.ENOSPC if _nearly_full(folder) else 0, f"torch.profiler wrote no trace at {raw}")
+                # under 1 MB free, the write failed for room
+                raise OSError(errno.ENOSPC if free_mb(folder) < 1.0 else 0, f"torch.profiler wrote no trace at {raw}")
             reply = self._finalizer.run({"raw": raw, "final": job.path, "meta": job.meta, "url": job.url})
         except BaseException as err:
             for leftover in [*glob.glob(glob.escape(raw) + "*"), *glob.glob(temporary_pattern(job.path))]:
@@ -236,10 +233,12 @@ class TraceWriter:
     def remove(self, urls: list[str]) -> None:
         """On this writer's thread (from ``on_written``): delete objects from the store (a trace not uploaded yet
         is deleted locally instead)."""
-        for local, url in [u for u in self.unsent if u[1] in urls]:
+        local_only = [u for u in self.unsent if u[1] in urls]
+        for local, url in local_only:
             self.unsent.remove([local, url])
             os.remove(local)
-        self._store([u for u in urls if u not in {url for _, url in self.unsent}])
+        never_sent = {url for _, url in local_only}
+        self._store([u for u in urls if u not in never_sent])
 
     def _store(self, removals: Sequence[str] = (), last: bool = False) -> None:
         """Upload the traces that wait, oldest first, and delete ``removals``: in the finalizing process, never after
