@@ -169,10 +169,11 @@ class TraceOutput:
         return self._writer
 
     def _on_written(self, window: dict[str, Any]) -> None:
-        """On the writer thread: a window is in place; older ones may go."""
-        self._written.append(window)
+        """On the writer thread: a window is in place; older ones may go. What retention deleted is published
+        first, so that the training thread never takes the new window without the deletion it caused."""
         if self._retention is not None:
             self._removed.extend(self._retention.add(window["path"]))
+        self._written.append(window)
 
     def _delete_remote(self, folder: str, urls: list[str]) -> list[str]:
         assert self._writer is not None  # on its thread
