@@ -171,31 +171,62 @@ def probe(url: str, env: Optional[dict[str, str]] = None, options: Optional[dict
     _in_child(["probe", url], url, env, options)
 
 
-def fetch(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:
+def fetch(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
     """:func:`download` in a child process: fsspec's I/O thread would stay in ours, which then could not fork
     its decoding workers."""
     return json.loads(_in_child(["download", url, into, *suffixes], url))
 
 
-def download(url: str, suffixes: tuple[str, ...], into: str) -> list[str]:
-    """Copy the files under ``url`` (or the file ``url``) whose names end with one of ``suffixes`` into the
-    local folder ``into``, keeping their paths below ``url``; returns the local paths."""
+def download(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
+    """The traces under ``url`` (or the trace ``url``): those whose names end with one of ``suffixes``. Their fresh
+    sidecars are read (:mod:`~lightning_profkit.trace.sidecar`) and the other traces copied into the local folder
+    ``into``, keeping their paths below ``url``, both many at a time. Returns ``paths`` (the local copies) and
+    ``known`` (the summary of each trace not copied, by the local path a copy would have)."""
+    from lightning_profkit.trace import sidecar
+
     with _store_errors(url):
         fs, root = filesystem(url)
         if fs.isfile(root):
-            found = [root]
+            listing = {root: fs.info(root)}
+            if fs.isfile(sidecar.sidecar_of(root)):
+                listing[sidecar.sidecar_of(root)] = fs.info(sidecar.sidecar_of(root))
             root = root.rsplit("/", 2)[0] if root.count("/") >= 2 else ""
         else:
-            found = [p for p in fs.find(root) if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith(".")]
-        local = [os.path.join(into, *p[len(root):].strip("/").split("/")) for p in found]
-        for remote, path in zip(found, local):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fs.get_file(remote, path)
-    return local
+            listing = fs.find(root, detail=True)
+        found = [p for p in listing if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith(".")]
+        local = {p: os.path.join(into, *p[len(root):].strip("/").split("/")) for p in found}
+        beside = [sidecar.sidecar_of(p) for p in found
+                  if listing.get(sidecar.sidecar_of(p), {}).get("size", sidecar.MAX_BYTES + 1) <= sidecar.MAX_BYTES]
+        texts = fs.cat(beside, on_error="omit") if beside else {}
+        known = {}
+        for p in found:
+            text = texts.get(sidecar.sidecar_of(p))
+            summary = sidecar.loads(text, listing[p].get("size")) if text is not None else None
+            if summary is not None:
+                known[local[p]] = summary
+        copied = [p for p in found if local[p] not in known]
+        for p in copied:
+            os.makedirs(os.path.dirname(local[p]), exist_ok=True)
+        if copied:
+            fs.get(copied, [local[p] for p in copied])
+    return {"paths": [local[p] for p in copied], "known": known}
+
+
+def put(pairs: list[list[str]]) -> None:
+    """Upload each ``[local, url]``, many at a time (one store: the first URL's)."""
+    with _store_errors(pairs[0][1]):
+        fs, _ = filesystem(pairs[0][1])
+        fs.put([local for local, _ in pairs], [filesystem(url)[1] for _, url in pairs])
+
+
+def send(pairs: list[list[str]]) -> None:
+    """:func:`put` in a child process."""
+    if pairs:
+        _in_child(["put", json.dumps(pairs)], pairs[0][1])
 
 
 def main(argv: list[str]) -> int:
-    """``probe URL`` or ``download URL DIR SUFFIX...`` (prints the local paths as JSON); a :class:`StoreError`
+    """``probe URL``, ``download URL DIR SUFFIX...`` (prints what it returns as JSON) or ``put PAIRS``; a :class:`StoreError`
     is printed as its line, exit status 1."""
     try:
         use_options(json.loads(sys.stdin.read() or "{}"))
@@ -203,8 +234,11 @@ def main(argv: list[str]) -> int:
             write_probe(argv[1])
         elif len(argv) >= 4 and argv[0] == "download":
             print(json.dumps(download(argv[1], tuple(argv[3:]), argv[2])))
+        elif len(argv) == 2 and argv[0] == "put":
+            put(json.loads(argv[1]))
         else:
-            print("usage: python -m lightning_profkit.store probe URL | download URL DIR SUFFIX...", file=sys.stderr)
+            print("usage: python -m lightning_profkit.store probe URL | download URL DIR SUFFIX... | put PAIRS",
+                  file=sys.stderr)
             return 2
     except StoreError as err:
         print(err)

@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -169,8 +170,11 @@ def profiler_steps(trace: dict) -> list[int]:
 
 
 @pytest.fixture
-def gpu_traces() -> Path:
-    return GPU_TRACES
+def gpu_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the real GPU traces, for each test: `profkit` writes a sidecar beside each trace it parses."""
+    copy = tmp_path_factory.mktemp("gpu") / "traces"
+    shutil.copytree(GPU_TRACES, copy)
+    return copy
 
 
 @pytest.fixture

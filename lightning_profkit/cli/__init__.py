@@ -25,11 +25,13 @@ import tempfile
 from typing import Any, Optional, Sequence
 
 # Neither msgspec nor numpy here: `profkit summary` starts its decoding workers before it imports numpy.
+from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.cli.progress import Progress
+from lightning_profkit.companions import SIDECAR
 from lightning_profkit.machine import usable_cpus
 from lightning_profkit.printable import printable, redact
-from lightning_profkit.store import StoreError, fetch, is_url, join, read, subfolders, write
-from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces, missing
+from lightning_profkit.store import StoreError, fetch, is_url, join, read, send, subfolders, write
+from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces, missing, natural
 
 JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
 LEFT_OUT = 3  # the exit status when some traces could not be read
@@ -100,6 +102,7 @@ def capture(args: argparse.Namespace) -> int:
 def upload_kept(args: argparse.Namespace) -> int:
     """``profkit upload LOCAL URL``: the traces a fit kept on this machine when its store failed (the folder its end
     warning names), put at ``URL`` under the same paths; each local copy goes once it is up."""
+    from lightning_profkit.companions import with_companions
     from lightning_profkit.store import upload
 
     if not is_url(args.url):
@@ -110,11 +113,15 @@ def upload_kept(args: argparse.Namespace) -> int:
     if not found:
         raise CommandError(f"{args.local}: no trace files (*.pt.trace.json[.gz]) there")
     for done, path in enumerate(found):
+        url = join(args.url, os.path.relpath(path, args.local).replace(os.sep, "/"))
+        kept = [(p, at) for p, at in zip(with_companions(path), with_companions(url)) if os.path.exists(p)]
         try:
-            upload(path, join(args.url, os.path.relpath(path, args.local).replace(os.sep, "/")))
+            for p, at in kept:
+                upload(p, at)
         except StoreError as err:
             raise CommandError(f"{err}; {done} of {len(found)} trace(s) uploaded, the others are still in {args.local}")
-        os.remove(path)
+        for p, _ in kept:
+            os.remove(p)
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(path))  # a window's folder, once empty
     print(f"profkit: uploaded {len(found)} trace(s) to {redact(args.url)}", file=sys.stderr)
@@ -148,13 +155,21 @@ def summaries(path: str, jobs: int, left_out: list[str]) -> list[dict[str, Any]]
         left_out += skipped
         return readable(path, found, skipped)
     with tempfile.TemporaryDirectory(prefix="profkit-") as local:
-        if not fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local):
+        got = fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local)
+        if not got["paths"] and not got["known"]:
             raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
-        skipped = []
-        found = local_summaries(local, jobs, skipped)
 
-    def remote(p: str) -> str:  # the object a copy in ``local`` was made from
-        return path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + p[len(local):].replace(os.sep, "/")
+        def remote(p: str) -> str:  # the object a copy in ``local`` was made from
+            return path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + p[len(local):].replace(os.sep, "/")
+
+        skipped: list[str] = []
+        kept: list[str] = []
+        found = local_summaries(local, jobs, skipped, kept, got["known"])
+        try:  # the second look at the run is instant for everyone who reads it
+            send([[p, remote(p[:-len(SIDECAR)]) + SIDECAR] for p in kept])
+        except StoreError as err:
+            print(f"profkit: could not keep the summaries beside the traces ({printable(redact(str(err)))}); the next "
+                  "look parses them again", file=sys.stderr)
 
     named = []
     for line in skipped:  # "<local copy>: why"
@@ -173,16 +188,29 @@ def readable(path: str, found: list[dict[str, Any]], skipped: list[str]) -> list
     return found
 
 
-def local_summaries(path: str, jobs: int, left_out: list[str]) -> list[dict[str, Any]]:
-    """The summary of every trace under the local ``path``, read one after the other (each as a stream: see
-    :mod:`~lightning_profkit.trace.load`), with a progress line on a terminal for long reads. A trace that cannot
-    be read is left out, with a line in ``left_out`` that names it and says why."""
-    paths = find_traces(path)
+def local_summaries(path: str, jobs: int, left_out: list[str], kept: Optional[list[str]] = None,
+                    known: Optional[dict[str, dict[str, Any]]] = None) -> list[dict[str, Any]]:
+    """The summary of every trace under the local ``path`` and of those ``known`` (summaries by path, of traces not
+    there): from its sidecar where that is fresh (see :mod:`~lightning_profkit.trace.sidecar`), else read (each as a
+    stream: see :mod:`~lightning_profkit.trace.load`), with a progress line on a terminal for long reads, and its
+    sidecar written beside it (``kept`` gains its path). A trace that cannot be read is left out, with a line in
+    ``left_out`` that names it and says why."""
+    from lightning_profkit.trace import sidecar
+
+    known = known or {}
+    if known:
+        with contextlib.suppress(TraceError):  # none there: all known
+            known = {**dict.fromkeys(find_traces(path)), **known}
+    paths = sorted(known, key=natural) if known else find_traces(path)
     from lightning_profkit.trace.load import load
 
     progress = Progress.on(sys.stderr)
-    out = []
+    out, unkept = [], None
     for p in paths:
+        summary = known.get(p) or sidecar.read(p)
+        if summary is not None:
+            out.append(sidecar.placed(p, summary))
+            continue
         try:
             trace = load(p, jobs, progress=progress.reading(p) if progress else None)
             from lightning_profkit.trace.summary import summarize_trace  # numpy: after the first read's workers
@@ -191,15 +219,26 @@ def local_summaries(path: str, jobs: int, left_out: list[str]) -> list[dict[str,
             del trace  # before the next one is read
         except TraceError as err:  # its text starts with the path
             left_out.append(str(err))
+            continue
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as err:  # a trace with unexpected content: one line, never a traceback
             if os.environ.get("PROFKIT_DEBUG"):
                 raise
             left_out.append(f"{p}: could not be read ({type(err).__name__}: {err}; PROFKIT_DEBUG=1 shows where)")
+            continue
         finally:
             if progress:
                 progress.done()
+        try:
+            write_atomic(sidecar.sidecar_of(p), sidecar.dumps(out[-1], os.stat(p)))
+            if kept is not None:
+                kept.append(sidecar.sidecar_of(p))
+        except OSError as err:
+            unkept = unkept or f"{sidecar.sidecar_of(p)}: {err.strerror or err}"
+    if unkept:  # once: the figures are shown all the same
+        print(f"profkit: could not keep the summaries beside the traces ({printable(unkept)}); the next look parses "
+              "them again", file=sys.stderr)
     name_windows(out)
     return out
 
@@ -260,7 +299,6 @@ def report(args: argparse.Namespace) -> int:
         windows = local_summaries(trace_dir, args.jobs, left_out)
     except TraceError:  # no trace: a run without windows still has its epochs
         windows = []
-    from lightning_profkit.atomic_files import write_atomic
     from lightning_profkit.report.page import page
     from lightning_profkit.report.run_data import read_run
     from lightning_profkit.trace.ranks import ranks_section

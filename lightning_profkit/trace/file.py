@@ -140,7 +140,7 @@ def json_blocks(path: str, size: int) -> Iterator[tuple[bytes, int]]:
         raise TraceError(f"{path}: {err.strerror or err}") from None
 
 
-def _natural(path: str) -> list:
+def natural(path: str) -> list:
     """Sort key that orders numbers by value: ``step=75`` before ``step=101``."""
     return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", path)]
 
@@ -161,7 +161,7 @@ def find_traces(path: str) -> list[str]:
                 found[True].append(os.path.join(folder, name))
             elif name.endswith(JSON_SUFFIXES):
                 found[False].append(os.path.join(folder, name))
-    traces = sorted(found[True] or found[False], key=_natural)
+    traces = sorted(found[True] or found[False], key=natural)
     if not traces:
         raise TraceError(f"{path}: no trace files (*.pt.trace.json[.gz]) in this folder")
     return traces

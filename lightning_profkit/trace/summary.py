@@ -25,6 +25,7 @@ from lightning_profkit.trace.columns import Columns, from_rows
 from lightning_profkit.trace.file import TraceError
 from lightning_profkit.trace.load import LoadedTrace
 from lightning_profkit.trace.host_steps import window_figures
+from lightning_profkit.trace.sidecar import placed
 
 TOP_N = 10
 BESIDE_ROWS = 500_000  # events (about 140 MB of JSON) up to which the operator tables are made on a thread
@@ -93,12 +94,7 @@ def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
     """The summary of a loaded trace, labelled with its window, worker and rank."""
     meta = trace.meta or {}
     worker = meta.get("worker") or os.path.basename(path).split(".")[0]
-    out = {
-        "path": path,
-        "window": os.path.basename(os.path.dirname(os.path.abspath(path))),
-        "worker": worker,
-        "rank": rank_of(trace.distributed_info, worker),
-    }
+    out = {**placed(path), "worker": worker, "rank": rank_of(trace.distributed_info, worker)}
     columns = from_rows(trace.rows)
     damaged = np.flatnonzero((columns.dur < 0) | np.isinf(columns.dur) | ~np.isfinite(columns.ts))
     if damaged.size:  # figures from them would be negative or infinite

@@ -282,3 +282,36 @@ def test_trace_bombs_are_refused_unread_and_named(tmp_path):
         done = profkit("summary", tmp_path / f"{name}.json")
         assert done.returncode == 1 and f"{tmp_path / name}.json: {says}" in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_the_second_look_reads_the_sidecars_and_a_changed_trace_is_parsed_again(tmp_path, gpu_traces):
+    window = tmp_path / "step=000001-000003-epoch=0"
+    window.mkdir()
+    trace = window / "w_rank0.1.pt.trace.json.gz"
+    shutil.copy(gpu_traces / WORKERS_0, trace)
+    first = profkit("summary", "--json", tmp_path)
+    assert first.returncode == 0 and first.stderr == "", first.stderr
+    kept = window / (trace.name + ".profkit")
+    assert sorted(os.listdir(window)) == [trace.name, kept.name]
+    second = profkit("summary", "--json", tmp_path)
+    assert json.loads(second.stdout) == json.loads(first.stdout)
+
+    # read from the sidecar: a figure changed there is what is shown
+    doc = json.loads(kept.read_bytes())
+    doc["summary"]["worker"] = "from-the-sidecar"
+    kept.write_text(json.dumps(doc))
+    assert json.loads(profkit("summary", "--json", tmp_path).stdout)["traces"][0]["worker"] == "from-the-sidecar"
+    os.utime(trace)  # the trace changed since: parsed again, and its sidecar made anew
+    assert json.loads(profkit("summary", "--json", tmp_path).stdout) == json.loads(first.stdout)
+    assert json.loads(kept.read_bytes())["summary"]["worker"] != "from-the-sidecar"
+
+    # where no sidecar can be written, the figures are shown all the same, and why is said once
+    os.remove(kept)
+    kept.mkdir()
+    other = window / "w_rank1.1.pt.trace.json.gz"
+    shutil.copy(trace, other)
+    (window / (other.name + ".profkit")).mkdir()
+    done = profkit("summary", "--json", tmp_path)
+    assert done.returncode == 0 and len(json.loads(done.stdout)["traces"]) == 2
+    assert done.stderr == (f"profkit: could not keep the summaries beside the traces ({kept}: Is a directory); "
+                           "the next look parses them again\n")

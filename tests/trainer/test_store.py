@@ -12,11 +12,12 @@ import time
 import warnings
 
 import pytest
+from conftest import S3Server, SleepDataset, TinyModel, WaitForTraces, make_trainer, profiler_steps
 from lightning.pytorch import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from conftest import S3Server, SleepDataset, TinyModel, WaitForTraces, make_trainer, profiler_steps
 from lightning_profkit import PerformanceMonitor
+from lightning_profkit.companions import SIDECAR
 
 pytest.importorskip("s3fs")
 
@@ -53,7 +54,8 @@ def test_a_fit_logging_to_s3_puts_every_trace_there_whole(tmp_path, s3_server, m
     keys = s3_server.keys("exp/m/version_0/profiler")
     traces = [k for k in keys if k.endswith(".pt.trace.json.gz")]
     assert [k.split("/")[-2] for k in traces] == ["step=000011-000013-epoch=0", "step=000031-000033-epoch=1"]
-    assert traces == keys  # no temporary keys, no probe, no marker
+    # each with its sidecar; no temporary keys, no probe, no marker
+    assert sorted(traces + [k + SIDECAR for k in traces]) == keys
     assert sorted(monitor.traces) == [f"s3://runs/{k}" for k in traces]
     for key in traces:
         trace = json.loads(gzip.decompress(s3_server.read(key)))
@@ -116,7 +118,9 @@ def test_the_store_going_down_mid_run_keeps_every_trace_and_ends_on_time(tmp_pat
     assert ended < 10 + 5 and finalizing_processes() == [], ended  # flush_timeout, and nothing left running
     (staged,) = staging.iterdir()  # one private folder: mode 0700, a name no one could foresee
     assert staged.name.startswith("profkit-staging-") and staged.stat().st_mode & 0o777 == 0o700
-    kept = sorted(os.path.join(d, f) for d, _, files in os.walk(staged) for f in files)
+    files = sorted(os.path.join(d, f) for d, _, files in os.walk(staged) for f in files)
+    kept = [p for p in files if p.endswith(".pt.trace.json.gz")]
+    assert files == sorted(kept + [p + SIDECAR for p in kept])  # each kept with its sidecar
     windows = [f"step={s:06d}-{s + 1:06d}-epoch={s // 20}" for s in range(5, 60, 5)]
     assert sorted([k.split("/")[-2] for k in stop.uploaded] + [p.split(os.sep)[-2] for p in kept]) == windows
     assert [k.split("/")[-2] for k in stop.uploaded] == windows[:3]
@@ -135,7 +139,7 @@ def test_the_store_going_down_mid_run_keeps_every_trace_and_ends_on_time(tmp_pat
         done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "profkit"), "upload", str(staged), url],
                               capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0 and f"uploaded {len(kept)} trace(s) to {url}" in done.stderr, done.stderr
-        assert back.keys("down") == sorted(f"down/profiler/{os.path.relpath(p, staged)}" for p in kept)
+        assert back.keys("down") == sorted(f"down/profiler/{os.path.relpath(p, staged)}" for p in files)
         assert not any(files for _, _, files in os.walk(staged))
     finally:
         back.stop()
@@ -168,8 +172,9 @@ def test_retention_deletes_old_windows_from_the_store(tmp_path, s3_server):
     _, warned = fit(tmp_path, monitor, False, epochs=3, callbacks=[WaitForTraces(monitor, 1), WaitForTraces(monitor, 2)])
     assert not warned
     keys = s3_server.keys("keep/profiler")
-    assert [k.split("/")[-2] for k in keys] == ["step=000051-000053-epoch=2"], keys
-    assert monitor.traces == [f"s3://runs/{k}" for k in keys]
+    assert [k.split("/")[-2] for k in keys] == ["step=000051-000053-epoch=2"] * 2, keys  # the trace and its sidecar
+    assert keys[1] == keys[0] + SIDECAR
+    assert monitor.traces == [f"s3://runs/{keys[0]}"]
 
 
 def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_server):
@@ -180,6 +185,19 @@ def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_ser
     assert done.returncode == 0, done.stderr
     (trace,) = json.loads(done.stdout)["traces"]
     assert trace["path"] == url and trace["window"] == "step=000003-000004-epoch=0" and trace["rank"] == 0
+
+    # the summary came from the sidecar the fit put beside the trace: a figure changed there is what is shown
+    key = url[len("s3://runs/"):] + SIDECAR
+    sidecar = json.loads(s3_server.read(key))
+    sidecar["summary"]["host"]["steps"] = 1234
+    s3_server.fs.pipe(f"{s3_server.bucket}/{key}", json.dumps(sidecar).encode())
+    assert json.loads(profkit("summary", "--json", url).stdout)["traces"][0]["host"]["steps"] == 1234
+    # with none, the trace is parsed, its figures are the fit's, and the sidecar is put back for the next look
+    s3_server.fs.rm_file(f"{s3_server.bucket}/{key}")
+    parsed = profkit("summary", "--json", url)
+    assert parsed.returncode == 0 and json.loads(parsed.stdout)["traces"] == [trace], parsed.stderr
+    assert s3_server.keys("one") == sorted([url[len("s3://runs/"):], key])
+    assert json.loads(profkit("summary", "--json", url).stdout)["traces"] == [trace]
     missing = profkit("summary", "s3://runs/nothing-here")
     assert missing.returncode == 1 and missing.stderr == "profkit: s3://runs/nothing-here: no trace files (*.pt.trace.json[.gz]) there\n"
     capture = profkit("capture", "s3://runs/one")  # the fit has ended: its marker is gone
@@ -214,7 +232,8 @@ def test_capture_requested_through_the_store(tmp_path, s3_server):
     finally:
         run.kill()
     assert run.returncode == 0, out[-2000:]
-    (trace,) = s3_server.keys("cap")  # written while training went on; the marker and the request are gone
+    (trace, sidecar) = s3_server.keys("cap")  # written while training went on; the marker and the request are gone
+    assert sidecar == trace + SIDECAR
     assert not os.path.exists(staged)  # and so is the staging folder
     assert len(profiler_steps(json.loads(gzip.decompress(s3_server.read(trace))))) == 4
     assert "requested from outside" in out
@@ -233,7 +252,7 @@ def test_credentials_travel_in_storage_options_and_are_never_shown(tmp_path, s3_
     trainer, warned = fit(tmp_path, monitor, False, epochs=1)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # the test's own client reads them
         monkeypatch.setenv(name, s3_server.env()[name])
-    assert [k.split("/")[-2] for k in s3_server.keys("creds")] == ["step=000001-000002-epoch=0"]
+    assert [k.split("/")[-2] for k in s3_server.keys("creds")] == ["step=000001-000002-epoch=0"] * 2  # and sidecar
     out, err = capfd.readouterr()
     shown = [out, err, *warned, *monitor.traces, monitor.trace_dir, repr(monitor.options)]
     assert not any(secret in text for text in shown) and "storage_options" not in repr(monitor.options)

@@ -24,11 +24,13 @@ from typing import Any, Optional, TextIO
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.capture_request import MARKER, REQUEST, marker_of
+from lightning_profkit.companions import with_companions
 from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.store import StoreError, join, read, remove, upload, use_options, write
 from lightning_profkit.trace.headline import fit_line
 from lightning_profkit.trace.integrity import problems
 from lightning_profkit.trace.load import load
+from lightning_profkit.trace.sidecar import dumps, sidecar_of
 from lightning_profkit.trace.summary import aggregate, summarize_trace
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.vocabulary import is_step, step_number
@@ -59,6 +61,10 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
     del trace, events
     # the figures from the text just written, by the reader of `profkit summary`
     summary = summarize_trace(final_path, load(final_path, text=text))
+    try:
+        write_atomic(sidecar_of(final_path), dumps(summary, os.stat(final_path)))
+    except OSError:
+        pass  # the trace is whole without it: `profkit` parses it instead (a full disk is told by the next window)
     shown = summary["path"] = url or final_path
     return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": len(text)}
 
@@ -75,27 +81,33 @@ def steps_through(events: list[dict[str, Any]], last: int) -> list[dict[str, Any
 
 
 def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]:
-    """Upload each ``[local, url]`` in turn (the local copy deleted once it is up) until one fails, and delete each
-    URL; returns what failed: ``unsent`` (``[local, url, why]``: the failed upload, then those not tried after it:
-    a store that failed is not asked again at once) and ``failed`` (why a deletion failed)."""
+    """Upload each ``[local, url]`` in turn with its companions (the local copies deleted once they are up) until
+    one fails, and delete each URL with its companions; returns what failed: ``unsent`` (``[local, url, why]``: the
+    failed upload, then those not tried after it: a store that failed is not asked again at once) and ``failed``
+    (why a deletion failed)."""
     unsent, failed = [], []
     for local, url in uploads:
         if unsent:
             unsent.append([local, url, "not tried: the store failed just before"])
             continue
         try:
-            upload(local, url)
+            for path, at in zip(with_companions(local), with_companions(url)):
+                if path == local or os.path.exists(path):
+                    upload(path, at)
         except StoreError as err:
             unsent.append([local, url, str(err)])
             continue
-        os.remove(local)
+        for path in with_companions(local):
+            if os.path.exists(path):
+                os.remove(path)
         try:
             os.rmdir(os.path.dirname(local))  # the window's staging folder, once empty
         except OSError:
             pass
     for url in removals:
         try:
-            remove(url)
+            for at in with_companions(url):
+                remove(at)
         except StoreError as err:
             failed.append(str(err))
     return {"unsent": unsent, "failed": failed}

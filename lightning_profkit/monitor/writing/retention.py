@@ -9,16 +9,20 @@ import os
 from collections import OrderedDict
 from typing import Callable, Optional
 
+from lightning_profkit.companions import with_companions
+
 
 def delete_local(folder: str, files: list[str]) -> list[str]:
-    """Delete ``files`` and then ``folder`` if that left it empty; returns the files deleted."""
+    """Delete ``files`` (with their companions) and then ``folder`` if that left it empty; returns the files deleted."""
     removed = []
     for f in files:
-        try:
-            os.remove(f)
-            removed.append(f)
-        except FileNotFoundError:
-            pass
+        for path in with_companions(f):
+            try:
+                os.remove(path)
+                if path == f:
+                    removed.append(f)
+            except FileNotFoundError:
+                pass
     try:
         os.rmdir(folder)  # only when empty: other ranks' files stay
     except OSError:

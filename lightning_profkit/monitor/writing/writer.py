@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
 from lightning_profkit.atomic_files import temporary_pattern
+from lightning_profkit.companions import with_companions
 from lightning_profkit.monitor.writing.process import FinalizingProcess
 
 
@@ -236,7 +237,9 @@ class TraceWriter:
         local_only = [u for u in self.unsent if u[1] in urls]
         for local, url in local_only:
             self.unsent.remove([local, url])
-            os.remove(local)
+            for path in with_companions(local):
+                if os.path.exists(path):
+                    os.remove(path)
         never_sent = {url for _, url in local_only}
         self._store([u for u in urls if u not in never_sent])
 
