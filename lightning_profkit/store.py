@@ -120,6 +120,15 @@ def read(url: str) -> Optional[bytes]:
             return None
 
 
+def files_under(url: str, suffixes: tuple[str, ...]) -> tuple[Any, list[str]]:
+    """fsspec's file system for ``url`` and the URLs of the files under it whose names end with one of ``suffixes``
+    (our hidden temporary files left out)."""
+    with _store_errors(url):
+        fs, root = filesystem(url)
+        found = [p for p in fs.find(root) if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith(".")]
+    return fs, [fs.unstrip_protocol(p) for p in found]
+
+
 def subfolders(url: str, prefix: str) -> list[str]:
     """The URLs of the folders right under ``url`` whose names start with ``prefix``, sorted (none where ``url`` is
     not a folder)."""

@@ -5,6 +5,8 @@
     profkit capture RUN_DIR [--steps N]         ask a running PerformanceMonitor to record a window now
     profkit report RUN_DIR [-o report.html]     one HTML page of a run: epochs, windows, alerts, ranks (offline)
     profkit upload LOCAL URL                    upload the traces a fit kept here when its store failed
+    profkit sql RUN ["QUERY"] [--json]          SQL (DuckDB) over the run's events tables; no query: the views
+    profkit export RUN [--jobs N]               write the events table (Parquet) of each trace that has none
 
 PATH, A and B may be URLs of object storage (``s3://…``, ``gs://…``): their traces are copied to a temporary
 folder first.
@@ -27,7 +29,7 @@ from typing import Any, Optional, Sequence
 # Neither msgspec nor numpy here: `profkit summary` starts its decoding workers before it imports numpy.
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.cli.progress import Progress
-from lightning_profkit.companions import SIDECAR
+from lightning_profkit.companions import EVENTS, SIDECAR
 from lightning_profkit.machine import usable_cpus
 from lightning_profkit.printable import printable, redact
 from lightning_profkit.store import StoreError, fetch, is_url, join, read, send, subfolders, write
@@ -189,12 +191,14 @@ def readable(path: str, found: list[dict[str, Any]], skipped: list[str]) -> list
 
 
 def local_summaries(path: str, jobs: int, left_out: list[str], kept: Optional[list[str]] = None,
-                    known: Optional[dict[str, dict[str, Any]]] = None) -> list[dict[str, Any]]:
+                    known: Optional[dict[str, dict[str, Any]]] = None, tables: Optional[list[str]] = None
+                    ) -> list[dict[str, Any]]:
     """The summary of every trace under the local ``path`` and of those ``known`` (summaries by path, of traces not
     there): from its sidecar where that is fresh (see :mod:`~lightning_profkit.trace.sidecar`), else read (each as a
     stream: see :mod:`~lightning_profkit.trace.load`), with a progress line on a terminal for long reads, and its
-    sidecar written beside it (``kept`` gains its path). A trace that cannot be read is left out, with a line in
-    ``left_out`` that names it and says why."""
+    sidecar written beside it (``kept`` gains its path). Where ``tables`` is given, a trace whose events table is
+    missing or stale is read too and its table written (``tables`` gains its path). A trace that cannot be read is
+    left out, with a line in ``left_out`` that names it and says why."""
     from lightning_profkit.trace import sidecar
 
     known = known or {}
@@ -208,14 +212,20 @@ def local_summaries(path: str, jobs: int, left_out: list[str], kept: Optional[li
     out, unkept = [], None
     for p in paths:
         summary = known.get(p) or sidecar.read(p)
-        if summary is not None:
+        if summary is not None and (tables is None or has_table(p)):
             out.append(sidecar.placed(p, summary))
             continue
         try:
             trace = load(p, jobs, progress=progress.reading(p) if progress else None)
             from lightning_profkit.trace.summary import summarize_trace  # numpy: after the first read's workers
 
-            out.append(summarize_trace(p, trace))
+            out.append(sidecar.placed(p, summary) if summary is not None else summarize_trace(p, trace))
+            if tables is not None:
+                try:
+                    write_table(p, out[-1], trace)
+                    tables.append(p + EVENTS)
+                except OSError as err:
+                    left_out.append(f"{p + EVENTS}: cannot write the events table ({err.strerror or err})")
             del trace  # before the next one is read
         except TraceError as err:  # its text starts with the path
             left_out.append(str(err))
@@ -230,6 +240,8 @@ def local_summaries(path: str, jobs: int, left_out: list[str], kept: Optional[li
         finally:
             if progress:
                 progress.done()
+        if summary is not None:
+            continue
         try:
             write_atomic(sidecar.sidecar_of(p), sidecar.dumps(out[-1], os.stat(p)))
             if kept is not None:
@@ -241,6 +253,22 @@ def local_summaries(path: str, jobs: int, left_out: list[str], kept: Optional[li
               "them again", file=sys.stderr)
     name_windows(out)
     return out
+
+
+def has_table(trace: str) -> bool:
+    """Whether the local ``trace`` has a fresh events table beside it."""
+    from lightning_profkit.trace.event_table import fresh
+
+    return fresh(trace + EVENTS, os.path.getsize(trace))
+
+
+def write_table(trace: str, summary: dict[str, Any], loaded: Any) -> None:
+    """Write the events table of the local ``trace`` (read as ``loaded``) beside it."""
+    from lightning_profkit.trace import event_table
+    from lightning_profkit.trace.columns import from_rows
+
+    table = event_table.table_of(trace, summary, from_rows(loaded.rows))
+    write_atomic(trace + EVENTS, event_table.to_parquet(table, os.path.getsize(trace)))
 
 
 def name_windows(found: list[dict[str, Any]]) -> None:
@@ -322,6 +350,75 @@ def report(args: argparse.Namespace) -> int:
     return status(left_out)
 
 
+SQL_NEEDS = "pip install 'lightning_profkit[sql]'"
+
+
+def tables_of(run: str) -> tuple[Any, list[str], int]:
+    """The events tables of the run (a folder or a URL: its traces' ``*.parquet`` companions), the file system that
+    reads them (None: local) and how many traces the run has."""
+    if is_url(run):
+        from lightning_profkit.store import files_under
+
+        fs, found = files_under(run, TRACE_SUFFIXES + tuple(t + EVENTS for t in TRACE_SUFFIXES))
+    else:
+        fs, found = None, find_traces(trace_dir_of(run))
+        found += [p + EVENTS for p in found if os.path.isfile(p + EVENTS)]
+    tables = sorted((p for p in found if p.endswith(EVENTS)), key=natural)
+    return fs, tables, len(found) - len(tables)
+
+
+def sql(args: argparse.Namespace) -> int:
+    """``profkit sql RUN [QUERY]``: the query over the run's events tables, or (no query) the views and columns."""
+    try:
+        import duckdb
+
+        from lightning_profkit.trace.sql_views import VIEWS, connect
+    except ImportError:
+        raise CommandError(f"`profkit sql` needs DuckDB and pyarrow: {SQL_NEEDS}") from None
+    fs, tables, traces = tables_of(args.run)
+    if not tables:
+        raise CommandError(f"{args.run}: no events tables (*.parquet beside {traces} trace(s)); `profkit export "
+                           f"{args.run}` writes them")
+    left_out = []
+    if len(tables) < traces:
+        left_out.append(f"{args.run}: {traces - len(tables)} of {traces} trace(s) have no events table (`profkit "
+                        f"export {args.run}` writes them); their events are not in the views")
+    db = connect(tables, fs)
+    from lightning_profkit.cli.text import table, use_color, write
+
+    if not args.query:
+        columns = db.execute("DESCRIBE events").fetchall()
+        lines = [f"{name}: {what}" for name, (what, _) in VIEWS.items()]
+        write("\n".join(["Views:", *lines, "", "Columns of events:", table(["column", "type"], [c[:2] for c in columns])]))
+        return status(left_out)
+    try:
+        result = db.execute(args.query)
+        names, rows = [d[0] for d in result.description], result.fetchall()
+    except duckdb.Error as err:
+        raise CommandError(f"the query failed: {str(err).splitlines()[0]}") from None
+    if args.json:
+        write(json.dumps({"columns": names, "rows": [[None if x != x else x for x in r] for r in rows]}, default=str))
+    else:
+        write(table(names, [["NULL" if x is None else str(x) for x in r] for r in rows], use_color(sys.stdout)))
+    return status(left_out)
+
+
+def export(args: argparse.Namespace) -> int:
+    """``profkit export RUN``: an events table (and a summary) beside every trace of the local run that lacks one."""
+    from lightning_profkit.trace.event_table import available
+
+    if is_url(args.run):
+        raise CommandError(f"{args.run}: `profkit export` writes beside local traces; copy the run here first")
+    if not available():
+        raise CommandError(f"`profkit export` needs pyarrow: {SQL_NEEDS}")
+    left_out: list[str] = []
+    written: list[str] = []
+    found = local_summaries(trace_dir_of(args.run), args.jobs, left_out, tables=written)
+    print(f"profkit: wrote {len(written)} events table(s); {len(found) - len(written)} trace(s) had one already",
+          file=sys.stderr)
+    return status(left_out)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="profkit", description="lightning_profkit's command line")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -329,30 +426,39 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
     p.add_argument("--jobs", type=at_least_1, default=usable_cpus(), help=JOBS_HELP)
-    p.set_defaults(run=summary)
+    p.set_defaults(handler=summary)
     p = sub.add_parser("compare", help="two traces or folders side by side, with differences")
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
     p.add_argument("--jobs", type=at_least_1, default=usable_cpus(), help=JOBS_HELP)
-    p.set_defaults(run=compare_paths)
+    p.set_defaults(handler=compare_paths)
     p = sub.add_parser("capture", help="ask a running PerformanceMonitor to record a window now")
     p.add_argument("run_dir", help="the run folder (its profiler/ subfolder) or the trace folder itself")
     p.add_argument("--steps", type=steps_to_record, default=None,
                    help="steps to record, 1 to 100 (default: the callback's `active`)")
-    p.set_defaults(run=capture)
+    p.set_defaults(handler=capture)
+    p = sub.add_parser("sql", help="query a run's events tables with SQL (DuckDB); no query: the views and columns")
+    p.add_argument("run", help="a run folder, a trace folder, or its URL on object storage")
+    p.add_argument("query", nargs="?", help="SQL over the views events, steps, operators, kernels and ranks")
+    p.add_argument("--json", action="store_true", help="the result as JSON: columns and rows")
+    p.set_defaults(handler=sql)
+    p = sub.add_parser("export", help="write an events table (Parquet) beside each trace of a run that has none")
+    p.add_argument("run", help="a run folder or a trace folder")
+    p.add_argument("--jobs", type=at_least_1, default=usable_cpus(), help=JOBS_HELP)
+    p.set_defaults(handler=export)
     p = sub.add_parser("upload", help="upload the traces a fit kept on this machine when its store failed")
     p.add_argument("local", help="the folder the fit's end warning names")
     p.add_argument("url", help="where they belong: the run's trace folder on the store")
-    p.set_defaults(run=upload_kept)
+    p.set_defaults(handler=upload_kept)
     p = sub.add_parser("report", help="one self-contained HTML page of a run, readable offline and printable")
     p.add_argument("run_dir", help="the run folder (the logger's log_dir, holding profiler/) or its profiler/ folder")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
     p.add_argument("--jobs", type=at_least_1, default=usable_cpus(), help=JOBS_HELP)
-    p.set_defaults(run=report)
+    p.set_defaults(handler=report)
     args = parser.parse_args(argv)
     try:
-        return args.run(args)
+        return args.handler(args)
     except (CommandError, TraceError, StoreError) as err:
         print(f"profkit: {printable(redact(str(err)))}", file=sys.stderr)
         return 1

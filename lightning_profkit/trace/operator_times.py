@@ -6,12 +6,13 @@ from typing import Any
 
 import numpy as np
 
-from lightning_profkit.trace import intervals, vocabulary as v
+from lightning_profkit.trace import intervals
+from lightning_profkit.trace import vocabulary as v
 from lightning_profkit.trace.columns import Columns, code_mask
 
 # host events nested by containment; runtime calls count as children so that an operator's self time
 # leaves out the CUDA calls it makes (as torch's own tables do)
-_CPU_CATS = v.OPERATOR + (v.USER_ANNOTATION,) + v.HOST_CUDA
+CPU_CATEGORIES = v.OPERATOR + (v.USER_ANNOTATION,) + v.HOST_CUDA
 
 
 def _children_time(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -51,7 +52,7 @@ def operator_times(c: Columns) -> dict[str, dict[str, dict[str, Any]]]:
     thread (nesting by containment, as torch-tb-profiler and the autograd profiler build their trees).
     """
     steps = [i for i, n in enumerate(c.names) if v.is_step(n)]  # reported by the step breakdown
-    cpu = np.flatnonzero(c.cat_mask(*_CPU_CATS) & ~code_mask(c.name, steps, len(c.names)))
+    cpu = np.flatnonzero(c.cat_mask(*CPU_CATEGORIES) & ~code_mask(c.name, steps, len(c.names)))
     # on the CPU rows only: a large trace's columns are most of memory
     start, end, thread = c.ts[cpu], c.end[cpu], c.thread[cpu]
     dur = end - start

@@ -17,15 +17,15 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from lightning_profkit.figures import HostFigures
-from lightning_profkit.trace.threads import soon
-from lightning_profkit.trace.operator_times import operator_times, top
-from lightning_profkit.trace.step_breakdown import ROLES, step_breakdown
-from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
 from lightning_profkit.trace.columns import Columns, from_rows
 from lightning_profkit.trace.file import TraceError
-from lightning_profkit.trace.load import LoadedTrace
 from lightning_profkit.trace.host_steps import window_figures
+from lightning_profkit.trace.load import LoadedTrace
+from lightning_profkit.trace.operator_times import operator_times, top
 from lightning_profkit.trace.sidecar import placed
+from lightning_profkit.trace.step_breakdown import ROLES, step_breakdown
+from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
+from lightning_profkit.trace.threads import soon
 
 TOP_N = 10
 BESIDE_ROWS = 500_000  # events (about 140 MB of JSON) up to which the operator tables are made on a thread

@@ -5,7 +5,9 @@ takes one job per line: for each, it reads the raw JSON that torch saved,
 applies the TensorBoard fix, adds our labels under the ``"profkit"`` key (with ``problems`` where the trace lacks
 what its window recorded: :mod:`~lightning_profkit.trace.integrity`; and ``distributedInfo`` with the rank and
 world size where torch wrote none), writes gzip under a
-temporary name that no viewer picks up, renames it to ``FINAL`` and removes ``RAW``. It prints the
+temporary name that no viewer picks up, renames it to ``FINAL`` and removes ``RAW``. Beside it go its summary
+(:mod:`~lightning_profkit.trace.sidecar`) and, where pyarrow is installed, its events as Parquet
+(:mod:`~lightning_profkit.trace.event_table`). It prints the
 window's figures and summary (:mod:`~lightning_profkit.trace.summary`) as one JSON line on stdout. For a run
 that writes to object storage it then uploads the trace (:mod:`~lightning_profkit.store`), retries the uploads
 that failed before and deletes what retention gave up; the local copy goes once its upload is done.
@@ -24,9 +26,11 @@ from typing import Any, Optional, TextIO
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.capture_request import MARKER, REQUEST, marker_of
-from lightning_profkit.companions import with_companions
+from lightning_profkit.companions import EVENTS, with_companions
 from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.store import StoreError, join, read, remove, upload, use_options, write
+from lightning_profkit.trace import event_table
+from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.headline import fit_line
 from lightning_profkit.trace.integrity import problems
 from lightning_profkit.trace.load import load
@@ -60,11 +64,17 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
     os.remove(raw_path)
     del trace, events
     # the figures from the text just written, by the reader of `profkit summary`
-    summary = summarize_trace(final_path, load(final_path, text=text))
-    try:
-        write_atomic(sidecar_of(final_path), dumps(summary, os.stat(final_path)))
+    trace = load(final_path, text=text)
+    summary = summarize_trace(final_path, trace)
+    status = os.stat(final_path)
+    try:  # the trace is whole without these: `profkit` parses it instead (a full disk is told by the next window)
+        write_atomic(sidecar_of(final_path), dumps(summary, status))
+        if event_table.available():
+            table = event_table.table_of(url or final_path, summary, from_rows(trace.rows))
+            write_atomic(final_path + EVENTS, event_table.to_parquet(table, status.st_size))
     except OSError:
-        pass  # the trace is whole without it: `profkit` parses it instead (a full disk is told by the next window)
+        pass
+    del trace
     shown = summary["path"] = url or final_path
     return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": len(text)}
 
