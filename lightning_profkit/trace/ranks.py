@@ -12,6 +12,7 @@ Pure (no numpy): the callback computes its rank's figures from its window summar
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from statistics import median
 from typing import Any, Optional, Sequence
@@ -90,12 +91,33 @@ class Verdict:
     excess_ms_per_step: float  # the slowest rank's lead in that part over the other ranks' median
     waiting: dict[int, float]  # rank: its communication per step beyond the slowest rank's, ms
     line: str
+    own_ms_per_step: dict[str, float]  # the distribution over the ranks: median, p90, max
+    outliers: dict[int, float]  # rank: its own work per step beyond the median, where it is outside the balance, ms
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "waiting": [{"rank": r, "extra_communication_ms_per_step": ms} for r, ms in self.waiting.items()]}
+        return {**asdict(self),
+                "waiting": [{"rank": r, "extra_communication_ms_per_step": ms} for r, ms in self.waiting.items()],
+                "outliers": [{"rank": r, "own_ms_per_step_over_median": ms} for r, ms in self.outliers.items()]}
 
 
-NAMED_WAITING = 5  # the waiting ranks the verdict line names, those that wait most
+NAMED_WAITING = 5  # the waiting ranks (and the outliers) the verdict line names, those that wait (or exceed) most
+
+
+def named(ranks: dict[int, float]) -> str:
+    """The ``NAMED_WAITING`` ranks with the most ms, and how many others (with their range): a line, not a list of a
+    thousand ranks (all of them are in the JSON)."""
+    most = sorted(ranks.items(), key=lambda kv: (-kv[1], kv[0]))
+    names = ", ".join(f"{r} (+{ms:.2f} ms)" for r, ms in most[:NAMED_WAITING])
+    if len(most) > NAMED_WAITING:
+        rest = [ms for _, ms in most[NAMED_WAITING:]]
+        names += f" and {len(rest)} more (+{min(rest):.2f} to +{max(rest):.2f} ms)"
+    return f"rank{'s' if len(most) > 1 else ''} {names}"
+
+
+def distribution(values: Sequence[float]) -> dict[str, float]:
+    """Median, 90th percentile (nearest rank) and maximum."""
+    ordered = sorted(values)
+    return {"median": median(ordered), "p90": ordered[math.ceil(0.9 * len(ordered)) - 1], "max": ordered[-1]}
 
 
 def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:
@@ -110,23 +132,25 @@ def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:
     excess = {name: slow.part(name) - median(r.part(name) for r in others) for name in PARTS}
     reason = max(excess, key=lambda name: excess[name])
     lead = slow.own_ms_per_step - fast.own_ms_per_step
+    spread = distribution([r.own_ms_per_step for r in ranks])
     if lead < BALANCED_SHARE * slow.step_time_ms or excess[reason] <= 0:
         line = (f"no straggler: the ranks' own work per step is within {100 * BALANCED_SHARE:.0f}% of the step time "
                 f"({fast.own_ms_per_step:.2f}-{slow.own_ms_per_step:.2f} ms; rank {slow.rank} has the most)")
-        return Verdict(slow.rank, fast.rank, step_spread, own_spread, None, 0.0, {}, line)
+        return Verdict(slow.rank, fast.rank, step_spread, own_spread, None, 0.0, {}, line, spread, {})
+    outliers = {r.rank: r.own_ms_per_step - spread["median"] for r in ranks
+                if r.own_ms_per_step - spread["median"] > BALANCED_SHARE * slow.step_time_ms}
     waiting = {r.rank: r.communication_ms_per_step - slow.communication_ms_per_step for r in others
                if r.communication_ms_per_step - slow.communication_ms_per_step > BALANCED_SHARE * slow.step_time_ms}
     line = (f"rank {slow.rank} is the slowest: {slow.own_ms_per_step:.2f} ms of its own work per step against "
             f"{fast.own_ms_per_step:.2f} ms on rank {fast.rank} ({own_spread:.2f}x); it {REASONS[reason]}, "
             f"{excess[reason]:+.2f} ms per step over the other ranks' median")
+    line += (f"; own work per step over {len(ranks)} ranks: median {spread['median']:.2f}, p90 {spread['p90']:.2f}, "
+             f"max {spread['max']:.2f} ms; above the median by more than {100 * BALANCED_SHARE:.0f}% of the step: "
+             f"{named(outliers)}")
     if waiting:
-        most = sorted(waiting.items(), key=lambda kv: (-kv[1], kv[0]))
-        names = ", ".join(f"{r} (+{ms:.2f} ms)" for r, ms in most[:NAMED_WAITING])
-        if len(most) > NAMED_WAITING:  # a line, not a list of a thousand ranks: all of them are in the JSON
-            rest = [ms for _, ms in most[NAMED_WAITING:]]
-            names += f" and {len(rest)} more (+{min(rest):.2f} to +{max(rest):.2f} ms)"
-        line += f"; waiting for it in communication each step: rank{'s' if len(waiting) > 1 else ''} {names}"
-    return Verdict(slow.rank, fast.rank, step_spread, own_spread, reason, excess[reason], waiting, line)
+        line += f"; waiting for it in communication each step: {named(waiting)}"
+    return Verdict(slow.rank, fast.rank, step_spread, own_spread, reason, excess[reason], waiting, line, spread,
+                   outliers)
 
 
 def ranks_section(summaries: Sequence[dict[str, Any]]) -> Optional[dict[str, Any]]:

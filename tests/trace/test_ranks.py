@@ -76,9 +76,24 @@ def test_the_verdict_line_of_a_thousand_ranks_is_a_line():
     ranks = [rank(n, communication=6.0 + n / 1000) for n in range(1024)]
     ranks[7] = rank(7, data=6.0, communication=0.5)
     found = verdict(ranks)
-    assert found.slowest == 7 and len(found.waiting) == 1023 and len(found.line) < 400, len(found.line)
+    assert found.slowest == 7 and len(found.waiting) == 1023 and len(found.line) < 500, len(found.line)
+    assert found.own_ms_per_step == {"median": 8.0, "p90": 8.0, "max": 13.0} and found.outliers == {7: 5.0}
+    assert "own work per step over 1024 ranks: median 8.00, p90 8.00, max 13.00 ms; above the median by more than " \
+           "5% of the step: rank 7 (+5.00 ms)" in found.line, found.line
     assert "ranks 1023 (+6.52 ms), 1022 (+6.52 ms), 1021 (+6.52 ms), 1020 (+6.52 ms), 1019 (+6.52 ms) and 1018 more " \
            "(+5.50 to +6.52 ms)" in found.line, found.line
+
+
+def test_the_ranks_outside_the_distribution_are_named_most_first():
+    """A thousand ranks with a tail: median, p90 (nearest rank) and max, and the ranks beyond the balance named."""
+    ranks = [rank(n, host=2.0 + (n >= 900) * 0.1 + (n >= 1000) * (n - 999) * 0.5) for n in range(1024)]
+    found = verdict(ranks)
+    assert found.own_ms_per_step == {"median": 8.0, "p90": pytest.approx(8.1), "max": pytest.approx(20.1)}
+    # more than 5% of the slowest's 21.1 ms step (1.055 ms) over the median: ranks 1001 to 1023
+    assert sorted(found.outliers) == list(range(1001, 1024)) and found.outliers[1023] == pytest.approx(12.1)
+    assert "rank 1023 is the slowest" in found.line
+    assert "ranks 1023 (+12.10 ms), 1022 (+11.60 ms), 1021 (+11.10 ms), 1020 (+10.60 ms), 1019 (+10.10 ms) and 18 " \
+           "more (+1.10 to +9.60 ms)" in found.line, found.line
 
 
 def test_balanced_ranks_and_a_single_rank():
