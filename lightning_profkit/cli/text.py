@@ -11,6 +11,7 @@ from lightning_profkit.printable import printable
 from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.headline import short_name
+from lightning_profkit.trace.ranks import shown
 from lightning_profkit.trace.step_breakdown import ROLES
 from lightning_profkit.trace.summary import key_figures, unit
 
@@ -59,9 +60,14 @@ RANK_COLUMNS = ("traces", "step_time_ms", "own_ms_per_step", "data_ms_per_step",
 
 def ranks_text(ranks: dict[str, Any], color: bool = False) -> list[str]:
     """The per-rank table and the verdict line."""
-    rows = [[str(r["rank"])] + [str(r["traces"])] + [fmt(k)(r[k]) for k in RANK_COLUMNS[1:]] for r in ranks["per_rank"]]
-    return ["", _title("Ranks: own = step less communication (where a rank waits for the others), ms per step", color),
-            table(["rank", *RANK_COLUMNS], rows, color), "", f"Verdict: {printable(ranks['verdict']['line'])}"]
+    picked, left = shown(ranks)
+    rows = [[str(r["rank"])] + [str(r["traces"])] + [fmt(k)(r[k]) for k in RANK_COLUMNS[1:]] for r in picked]
+    out = ["", _title("Ranks: own = step less communication (where a rank waits for the others), ms per step", color),
+           table(["rank", *RANK_COLUMNS], rows, color)]
+    if left:
+        out.append(f"({len(picked)} of {len(picked) + left} ranks: the slowest, those outside the distribution, the "
+                   "median and the fastest; --json has every rank)")
+    return out + ["", f"Verdict: {printable(ranks['verdict']['line'])}"]
 
 
 def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool = False,

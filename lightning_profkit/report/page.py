@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 
 from lightning_profkit.alerts import MARKDOWN_ESCAPABLE
 from lightning_profkit.report.run_data import Epoch, RunData
+from lightning_profkit.trace.ranks import NAMED_WAITING, shown
 from lightning_profkit.trace.step_breakdown import ROLES
 from lightning_profkit.trace.summary import key_figures
 
@@ -192,11 +193,47 @@ def _window(summary: dict[str, Any], here: str, run_dir: str) -> str:
 def _ranks(ranks: Optional[dict[str, Any]]) -> str:
     if not ranks:
         return ""
+    picked, left = shown(ranks)
     rows = "".join(f"<tr><td>{r['rank']}</td><td>{r['step_time_ms']:.2f}</td><td>{r['own_ms_per_step']:.2f}</td>"
                    f"<td>{r['data_ms_per_step']:.2f}</td><td>{r['communication_ms_per_step']:.2f}</td></tr>"
-                   for r in ranks["per_rank"])
-    return ("<h2>Ranks</h2><p>" + _e(ranks["verdict"]["line"]) + "</p><table><tr><th>rank</th><th>step, ms</th>"
-            "<th>own work, ms</th><th>data, ms</th><th>communication, ms</th></tr>" + rows + "</table>")
+                   for r in picked)
+    note = (f"<p class='muted'>{len(picked)} of {len(picked) + left} ranks: the slowest, those outside the "
+            "distribution, the median and the fastest; <code>profkit summary --json</code> has every rank.</p>"
+            if left else "")
+    return ("<h2>Ranks</h2><p>" + _e(ranks["verdict"]["line"]) + "</p>" + rank_histogram(ranks) +
+            "<table><tr><th>rank</th><th>step, ms</th><th>own work, ms</th><th>data, ms</th><th>communication, ms</th>"
+            "</tr>" + rows + "</table>" + note)
+
+
+def rank_histogram(ranks: dict[str, Any], width: int = 640, height: int = 150, bins: int = 24) -> str:
+    """How many ranks have each amount of own work per step, the slowest and the outliers named over their bar."""
+    own = [r["own_ms_per_step"] for r in ranks["per_rank"]]
+    lo, hi = min(own), max(own)
+    size = (hi - lo) / bins or 1.0
+    counts = [0] * bins
+    for value in own:
+        counts[min(int((value - lo) / size), bins - 1)] += 1
+    named = {ranks["verdict"]["slowest"], *(o["rank"] for o in ranks["verdict"].get("outliers", [])[:NAMED_WAITING])}
+    labels: dict[int, list[str]] = {}
+    for r in ranks["per_rank"]:
+        if r["rank"] in named:
+            labels.setdefault(min(int((r["own_ms_per_step"] - lo) / size), bins - 1), []).append(str(r["rank"]))
+    top, bottom, bar = 16, 28, width / bins
+    y = lambda n: top + (1 - n / max(counts)) * (height - top - bottom)  # noqa: E731
+    out = [f"<svg class='chart' role='img' aria-label='ranks by own work per step' width='{width}' height='{height}' "
+           f"viewBox='0 0 {width} {height}'>"]
+    for k, n in enumerate(counts):
+        if n:
+            out.append(f"<rect x='{k * bar + 1:.1f}' y='{y(n):.1f}' width='{bar - 2:.1f}' height='{height - bottom - y(n):.1f}' "
+                       f"fill='{COLORS['Kernel']}'><title>{n} rank(s), {lo + k * size:.2f}-{lo + (k + 1) * size:.2f} ms"
+                       "</title></rect>")
+        if k in labels:
+            out.append(f"<text x='{(k + 0.5) * bar:.1f}' y='{y(n) - 4:.1f}' text-anchor='middle'>rank "
+                       f"{_e(', '.join(labels[k][:3]))}</text>")
+    out.append(f"<text x='0' y='{height - 14}'>{lo:.2f}</text><text x='{width}' y='{height - 14}' text-anchor='end'>"
+               f"{hi:.2f}</text><text x='{width / 2}' y='{height - 2}' text-anchor='middle' class='muted'>own work per "
+               f"step, ms ({len(own)} ranks)</text></svg>")
+    return "".join(out)
 
 
 def page(run_dir: str, data: RunData, windows: list[dict[str, Any]], ranks: Optional[dict[str, Any]], here: str,

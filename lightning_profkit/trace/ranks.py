@@ -153,6 +153,24 @@ def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:
                    outliers)
 
 
+SHOWN_RANKS = 16  # up to this many ranks each has a row in the terminal and the report; beyond, a few (see shown)
+
+
+def shown(section: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """The per-rank rows of ``section`` (:func:`ranks_section`) to show and how many are left out: every rank up to
+    ``SHOWN_RANKS``; beyond, the slowest, the outliers the verdict names, the median rank and the fastest (the JSON
+    keeps every rank)."""
+    rows = section["per_rank"]
+    if len(rows) <= SHOWN_RANKS:
+        return rows, 0
+    found = section["verdict"]
+    middle = sorted(rows, key=lambda r: r["own_ms_per_step"])[len(rows) // 2]["rank"]
+    outliers = [o["rank"] for o in sorted(found.get("outliers", []), key=lambda o: -o["own_ms_per_step_over_median"])]
+    wanted = {found["slowest"], *outliers[:NAMED_WAITING], middle, found["fastest"]}
+    picked = sorted((r for r in rows if r["rank"] in wanted), key=lambda r: -r["own_ms_per_step"])
+    return picked, len(rows) - len(picked)
+
+
 def ranks_section(summaries: Sequence[dict[str, Any]]) -> Optional[dict[str, Any]]:
     """``profkit summary``'s ``ranks``: per-rank figures and the verdict, when some window holds several ranks."""
     windows: dict[str, set] = {}
