@@ -134,6 +134,14 @@ def query(profkit: str, target: str, slow: int) -> tuple[float, float]:
     return timings[0][0], timings[1][1]
 
 
+class Rows(list):
+    """The table's rows, each printed as it comes (a failure later keeps what was measured)."""
+
+    def append(self, row: tuple) -> None:
+        super().append(row)
+        print(row, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", type=int, default=1024)
@@ -141,7 +149,7 @@ def main() -> None:
     parser.add_argument("--stretch", type=float, default=1.3)
     parser.add_argument("--no-s3", action="store_true")
     args = parser.parse_args()
-    rows = []
+    rows = Rows()
     with tempfile.TemporaryDirectory(prefix="many-ranks-") as folder:
         profkit = os.path.join(installed_copy(folder), "profkit")
         root = os.path.join(folder, "run")
@@ -163,8 +171,12 @@ def main() -> None:
                 url = "s3://runs/run"
                 local = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if not f.endswith(".profkit")]
                 moto.fs.put(local, [url + p[len(root):] for p in local])
-                rows.append(("s3", "first look: summary parses, writes sidecars", *look(
-                    profkit, url, args.slow, lambda: moto.fs.rm([p for p in moto.fs.find(url) if p.endswith(".profkit")]))))
+                def clear() -> None:
+                    kept = [p for p in moto.fs.find(url) if p.endswith(".profkit")]
+                    if kept:
+                        moto.fs.rm(kept)
+
+                rows.append(("s3", "first look: summary parses, writes sidecars", *look(profkit, url, args.slow, clear)))
                 rows.append(("s3", "second look: summary reads sidecars", *look(profkit, url, args.slow)))
                 rows.append(("s3", "profkit sql: slowest rank", *query(profkit, url, args.slow)))
             finally:

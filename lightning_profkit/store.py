@@ -159,15 +159,18 @@ def write_probe(url: str) -> None:
 
 
 def _in_child(args: list[str], url: str, env: Optional[dict[str, str]] = None,
-              options: Optional[dict[str, Any]] = None) -> str:
-    """Run this module's command ``args`` in a child process, the storage ``options`` on its standard input (not
-    its command line or environment, which other processes can read); its output, or :class:`StoreError` saying
-    why not."""
+              options: Optional[dict[str, Any]] = None, data: Any = None) -> str:
+    """Run this module's command ``args`` in a child process, the storage ``options`` and the command's ``data`` on
+    its standard input (not its command line or environment, which other processes can read, and which hold little);
+    its output, or :class:`StoreError` saying why not."""
     try:
         done = subprocess.run([sys.executable, "-m", __name__, *args], capture_output=True, text=True,
-                              timeout=CHILD_TIMEOUT_S, env=env, input=json.dumps(options or {}))
+                              timeout=CHILD_TIMEOUT_S, env=env,
+                              input=json.dumps({"options": options or {}, "data": data}))
     except subprocess.TimeoutExpired:
         raise StoreError(f"{redact(url)}: no answer from the store within {CHILD_TIMEOUT_S:.0f}s") from None
+    except OSError as err:  # the process could not start
+        raise StoreError(f"{redact(url)}: {err.strerror or err}") from None
     if done.returncode:
         lines = (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}").splitlines()
         raise StoreError(redact(lines[-1]))
@@ -231,22 +234,23 @@ def put(pairs: list[list[str]]) -> None:
 def send(pairs: list[list[str]]) -> None:
     """:func:`put` in a child process."""
     if pairs:
-        _in_child(["put", json.dumps(pairs)], pairs[0][1])
+        _in_child(["put"], pairs[0][1], data=pairs)  # on its input: a command line holds 128 kB at most
 
 
 def main(argv: list[str]) -> int:
-    """``probe URL``, ``download URL DIR SUFFIX...`` (prints what it returns as JSON) or ``put PAIRS``; a :class:`StoreError`
-    is printed as its line, exit status 1."""
+    """``probe URL``, ``download URL DIR SUFFIX...`` (prints what it returns as JSON) or ``put`` (its pairs on the
+    input, beside the storage options); a :class:`StoreError` is printed as its line, exit status 1."""
     try:
-        use_options(json.loads(sys.stdin.read() or "{}"))
+        given = json.loads(sys.stdin.read() or "{}")
+        use_options(given.get("options") or {})
         if len(argv) == 2 and argv[0] == "probe":
             write_probe(argv[1])
         elif len(argv) >= 4 and argv[0] == "download":
             print(json.dumps(download(argv[1], tuple(argv[3:]), argv[2])))
-        elif len(argv) == 2 and argv[0] == "put":
-            put(json.loads(argv[1]))
+        elif argv == ["put"]:
+            put(given["data"])
         else:
-            print("usage: python -m lightning_profkit.store probe URL | download URL DIR SUFFIX... | put PAIRS",
+            print("usage: python -m lightning_profkit.store probe URL | download URL DIR SUFFIX... | put",
                   file=sys.stderr)
             return 2
     except StoreError as err:

@@ -271,3 +271,19 @@ def test_credentials_travel_in_storage_options_and_are_never_shown(tmp_path, s3_
             make_trainer(tmp_path, [PerformanceMonitor(dirpath=url)]).fit(TinyModel())
         assert "***@" in str(failed.value) and not any(
             part in str(failed.value) for part in ("wJalrXUtnFEMI", "AKIDEXAMPLE", "pa55word-value")), str(failed.value)
+
+
+def test_many_sidecars_are_sent_in_one_call(tmp_path, s3_server):
+    """What `profkit summary` puts back on a store after parsing a run of many ranks: the pairs went on the child's
+    command line, which holds 128 kB at most (1,024 ranks failed with "Argument list too long")."""
+    from lightning_profkit.store import send
+
+    folder = tmp_path / ("w" * 200)
+    folder.mkdir()
+    pairs = []
+    for n in range(400):
+        (folder / f"r{n}.profkit").write_bytes(b"%d" % n)
+        pairs.append([str(folder / f"r{n}.profkit"), f"s3://runs/many/{'w' * 200}/r{n}.profkit"])
+    assert len(json.dumps(pairs)) > 128 * 1024
+    send(pairs)
+    assert len(s3_server.keys("many")) == 400 and s3_server.read(f"many/{'w' * 200}/r399.profkit") == b"399"
