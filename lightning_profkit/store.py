@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from lightning_profkit.printable import redact
@@ -100,6 +101,13 @@ def upload(local: str, url: str) -> None:
     with _store_errors(url):
         fs, path = filesystem(url)
         fs.put_file(local, path)
+
+
+def fetch_file(url: str, local: str) -> None:
+    """Copy the object at ``url`` to the local path ``local``."""
+    with _store_errors(url):
+        fs, path = filesystem(url)
+        fs.get_file(path, local)
 
 
 def remove(url: str) -> None:
@@ -189,11 +197,20 @@ def fetch(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
     return json.loads(_in_child(["download", url, into, *suffixes], url))
 
 
-def download(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
-    """The traces under ``url`` (or the trace ``url``): those whose names end with one of ``suffixes``. Their fresh
-    sidecars are read (:mod:`~lightning_profkit.trace.sidecar`) and the other traces copied into the local folder
-    ``into``, keeping their paths below ``url``, both many at a time. Returns ``paths`` (the local copies) and
-    ``known`` (the summary of each trace not copied, by the local path a copy would have)."""
+@dataclass
+class Survey:
+    """The traces under a URL, as :func:`survey` finds them."""
+
+    fs: Any  # fsspec's file system
+    root: str  # the folder they are found under
+    found: list[str]  # their paths in ``fs``
+    known: dict[str, dict[str, Any]]  # the summaries of those with a fresh sidecar, by path
+    unread: Optional[str] = None  # why some sidecars could not be read (their traces are parsed), in words
+
+
+def survey(url: str, suffixes: tuple[str, ...]) -> Survey:
+    """The traces under ``url`` (or the trace ``url``: those whose names end with one of ``suffixes``) and the
+    summaries in their fresh sidecars (:mod:`~lightning_profkit.trace.sidecar`), read many at a time."""
     from lightning_profkit.trace import sidecar
 
     with _store_errors(url):
@@ -206,22 +223,40 @@ def download(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
         else:
             listing = fs.find(root, detail=True)
         found = [p for p in listing if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith(".")]
-        local = {p: os.path.join(into, *p[len(root):].strip("/").split("/")) for p in found}
         beside = [sidecar.sidecar_of(p) for p in found
                   if listing.get(sidecar.sidecar_of(p), {}).get("size", sidecar.MAX_BYTES + 1) <= sidecar.MAX_BYTES]
-        texts = fs.cat(beside, on_error="omit") if beside else {}
-        known = {}
-        for p in found:
-            text = texts.get(sidecar.sidecar_of(p))
-            summary = sidecar.loads(text, listing[p].get("size")) if text is not None else None
-            if summary is not None:
-                known[local[p]] = summary
-        copied = [p for p in found if local[p] not in known]
-        for p in copied:
-            os.makedirs(os.path.dirname(local[p]), exist_ok=True)
-        if copied:
-            fs.get(copied, [local[p] for p in copied])
-    return {"paths": [local[p] for p in copied], "known": known}
+        texts = fs.cat(beside, on_error="return") if beside else {}
+    failed = {p: t for p, t in texts.items() if isinstance(t, BaseException)}
+    known = {}
+    for p in found:
+        text = texts.get(sidecar.sidecar_of(p))
+        summary = sidecar.loads(text, listing[p].get("size")) if isinstance(text, bytes) else None
+        if summary is not None:
+            known[p] = summary
+    unread = None
+    if failed:
+        path, err = next(iter(failed.items()))
+        unread = (f"{len(failed)} of {len(beside)} summaries beside the traces could not be read from the store (the "
+                  f"first, {redact(fs.unstrip_protocol(path))}: {redact(str(err) or type(err).__name__)}); their "
+                  "traces were parsed")
+    return Survey(fs, root, found, known, unread)
+
+
+def download(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
+    """The traces under ``url`` (see :func:`survey`): those without a fresh sidecar copied into the local folder
+    ``into``, keeping their paths below ``url``, many at a time. Returns ``paths`` (the local copies), ``known``
+    (the summary of each trace not copied, by the local path a copy would have) and ``unread`` (see
+    :class:`Survey`)."""
+    found = survey(url, suffixes)
+    local = {p: os.path.join(into, *p[len(found.root):].strip("/").split("/")) for p in found.found}
+    copied = [p for p in found.found if p not in found.known]
+    for p in copied:
+        os.makedirs(os.path.dirname(local[p]), exist_ok=True)
+    if copied:
+        with _store_errors(url):
+            found.fs.get(copied, [local[p] for p in copied])
+    return {"paths": [local[p] for p in copied], "known": {local[p]: s for p, s in found.known.items()},
+            "unread": found.unread}
 
 
 def put(pairs: list[list[str]]) -> None:

@@ -1,6 +1,7 @@
 """The ``profkit`` command.
 
     profkit summary PATH [--json] [--jobs N]    where the time went: a trace, a window folder or a run folder
+                 [--scheduler ADDRESS]          (a URL's traces parsed on a Dask cluster)
     profkit compare A B [--json] [--jobs N]     the same figures for two paths side by side (before / after)
     profkit capture RUN_DIR [--steps N]         ask a running PerformanceMonitor to record a window now
     profkit report RUN_DIR [-o report.html]     one HTML page of a run: epochs, windows, alerts, ranks (offline)
@@ -147,10 +148,26 @@ def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
     return url.rstrip("/"), None
 
 
-def summaries(path: str, jobs: int, left_out: list[str]) -> list[dict[str, Any]]:
+def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str] = None) -> list[dict[str, Any]]:
     """The summary of every readable trace under ``path`` (a file, a window folder or a run folder; a URL of
-    object storage is copied to a temporary folder first, and the summaries name the objects); ``left_out``
-    gains a line for each trace that could not be read. None readable: a :class:`CommandError`."""
+    object storage is copied to a temporary folder first, or parsed by the workers of the Dask cluster at
+    ``scheduler``, and the summaries name the objects); ``left_out`` gains a line for each trace that could not be
+    read. None readable: a :class:`CommandError`."""
+    if scheduler is not None:
+        if not is_url(path):
+            raise CommandError(f"{path}: --scheduler reads traces from object storage, where the cluster's workers "
+                               "read them too: give an s3://, gs:// or az:// URL")
+        try:
+            from lightning_profkit.cli.cluster import cluster_summaries
+            found = cluster_summaries(path, scheduler, TRACE_SUFFIXES + JSON_SUFFIXES, left_out)
+        except ImportError:
+            raise CommandError(f"--scheduler needs Dask's distributed: {DASK_NEEDS}") from None
+        except OSError as err:  # the scheduler cannot be reached
+            raise CommandError(f"{scheduler}: no Dask scheduler answers there ({err})") from None
+        if not found and not left_out:
+            raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
+        name_windows(found)
+        return readable(path, found, left_out)
     if not is_url(path):
         skipped: list[str] = []
         found = local_summaries(path, jobs, skipped)
@@ -160,6 +177,8 @@ def summaries(path: str, jobs: int, left_out: list[str]) -> list[dict[str, Any]]
         got = fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local)
         if not got["paths"] and not got["known"]:
             raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
+        if got["unread"]:
+            print(f"profkit: {printable(got['unread'])}", file=sys.stderr)
 
         def remote(p: str) -> str:  # the object a copy in ``local`` was made from
             return path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + p[len(local):].replace(os.sep, "/")
@@ -290,7 +309,7 @@ def status(left_out: list[str]) -> int:
 
 def summary(args: argparse.Namespace) -> int:
     left_out: list[str] = []
-    traces = summaries(args.path, args.jobs, left_out)
+    traces = summaries(args.path, args.jobs, left_out, args.scheduler)
     from lightning_profkit.cli.text import summary_text, use_color, write
     from lightning_profkit.trace.ranks import ranks_section
     from lightning_profkit.trace.summary import UNITS, aggregate
@@ -351,6 +370,7 @@ def report(args: argparse.Namespace) -> int:
 
 
 SQL_NEEDS = "pip install 'lightning_profkit[sql]'"
+DASK_NEEDS = "pip install 'lightning_profkit[dask]'"
 
 
 def tables_of(run: str) -> tuple[Any, list[str], int]:
@@ -426,6 +446,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
     p.add_argument("--jobs", type=at_least_1, default=usable_cpus(), help=JOBS_HELP)
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="parse the traces of an object-store URL on this Dask distributed cluster (tcp://host:8786)")
     p.set_defaults(handler=summary)
     p = sub.add_parser("compare", help="two traces or folders side by side, with differences")
     p.add_argument("a")

@@ -16,7 +16,7 @@ import functools
 import hashlib
 import json
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from lightning_profkit.companions import SIDECAR
 
@@ -51,11 +51,12 @@ def version() -> str:
     return digest.hexdigest()[:16]
 
 
-def dumps(summary: dict[str, Any], trace: os.stat_result) -> bytes:
-    """The sidecar of ``summary``, made from a trace whose file has the status ``trace``."""
+def dumps(summary: dict[str, Any], trace: Union[os.stat_result, int]) -> bytes:
+    """The sidecar of ``summary``, made from a local trace whose file has the status ``trace``, or from an object of
+    ``trace`` bytes."""
     figures = {k: v for k, v in summary.items() if k not in _PLACE}
-    return json.dumps({"version": version(), "trace_bytes": trace.st_size, "trace_mtime_ns": trace.st_mtime_ns,
-                       "summary": figures}).encode()
+    size, mtime = (trace, None) if isinstance(trace, int) else (trace.st_size, trace.st_mtime_ns)
+    return json.dumps({"version": version(), "trace_bytes": size, "trace_mtime_ns": mtime, "summary": figures}).encode()
 
 
 def loads(text: bytes, trace_bytes: int, trace_mtime_ns: Optional[int] = None) -> Optional[dict[str, Any]]:

@@ -45,3 +45,9 @@ def test_a_changed_trace_or_other_code_makes_it_stale(tmp_path):
 def test_companions_are_named_after_their_trace():
     assert with_companions("a.pt.trace.json.gz") == [
         "a.pt.trace.json.gz.profkit", "a.pt.trace.json.gz.parquet", "a.pt.trace.json.gz"]
+
+
+def test_a_sidecar_made_on_a_store_is_fresh_there_by_size_alone(tmp_path):
+    text = sidecar.dumps(SUMMARY, 100)
+    assert sidecar.loads(text, 100) is not None and sidecar.loads(text, 101) is None
+    assert sidecar.loads(text, 100, 12345) is None  # a local file's time: not the one it was made from
