@@ -176,7 +176,8 @@ def main() -> None:
                     if kept:
                         moto.fs.rm(kept)
 
-                rows.append(("s3", "first look: summary parses, writes sidecars", *look(profkit, url, args.slow, clear)))
+                first = look(profkit, url, args.slow, clear)
+                rows.append(("s3", "first look: summary parses, writes sidecars", *first))
                 rows.append(("s3", "second look: summary reads sidecars", *look(profkit, url, args.slow)))
                 rows.append(("s3", "profkit sql: slowest rank", *query(profkit, url, args.slow)))
             finally:

@@ -409,7 +409,8 @@ def sql(args: argparse.Namespace) -> int:
     if not args.query:
         columns = db.execute("DESCRIBE events").fetchall()
         lines = [f"{name}: {what}" for name, (what, _) in VIEWS.items()]
-        write("\n".join(["Views:", *lines, "", "Columns of events:", table(["column", "type"], [c[:2] for c in columns])]))
+        described = table(["column", "type"], [c[:2] for c in columns])
+        write("\n".join(["Views:", *lines, "", "Columns of events:", described]))
         return status(left_out)
     try:
         result = db.execute(args.query)

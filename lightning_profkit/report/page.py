@@ -224,7 +224,8 @@ def rank_histogram(ranks: dict[str, Any], width: int = 640, height: int = 150, b
            f"viewBox='0 0 {width} {height}'>"]
     for k, n in enumerate(counts):
         if n:
-            out.append(f"<rect x='{k * bar + 1:.1f}' y='{y(n):.1f}' width='{bar - 2:.1f}' height='{height - bottom - y(n):.1f}' "
+            out.append(f"<rect x='{k * bar + 1:.1f}' y='{y(n):.1f}' width='{bar - 2:.1f}' "
+                       f"height='{height - bottom - y(n):.1f}' "
                        f"fill='{COLORS['Kernel']}'><title>{n} rank(s), {lo + k * size:.2f}-{lo + (k + 1) * size:.2f} ms"
                        "</title></rect>")
         if k in labels:
