@@ -77,10 +77,12 @@ def loads(text: bytes, trace_bytes: int, trace_mtime_ns: Optional[int] = None) -
 
 
 def read(trace: str) -> Optional[dict[str, Any]]:
-    """The fresh summary beside the local trace ``trace`` (its place not yet set), or None."""
+    """The fresh summary beside the local trace ``trace`` (its place not yet set), or None (also where the sidecar
+    is a symbolic link: we never make one)."""
     try:
         status = os.stat(trace)
-        with open(sidecar_of(trace), "rb") as f:
+        fd = os.open(sidecar_of(trace), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # a link is not one we made
+        with os.fdopen(fd, "rb") as f:
             text = f.read(MAX_BYTES + 1)
     except OSError:
         return None

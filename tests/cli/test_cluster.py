@@ -1,6 +1,7 @@
-"""`profkit summary URL --scheduler ADDRESS` on a real Dask cluster (a LocalCluster of two worker processes, started
-and closed by the test) reading from a real S3-protocol server: the figures of parsing here, the sidecars put back."""
+"""`profkit summary URL --scheduler ADDRESS` on a real Dask cluster (a LocalCluster of two worker processes, in a
+process the test starts and stops by its pid) reading from a real S3-protocol server: the figures of parsing here, the sidecars put back."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -8,12 +9,36 @@ import subprocess
 import sys
 
 import pytest
+from conftest import stop_session
 
-distributed = pytest.importorskip("distributed")
+pytest.importorskip("distributed")
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 TRACES = ["kineto/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
           "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"]
+
+
+# a scheduler and two worker processes of one thread, in a process of their own (the cluster's threads would stay
+# in the test's process); it prints the scheduler's address and ends when its input does
+CLUSTER = ("import sys; from distributed import LocalCluster; "
+           "cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None); "
+           "print(cluster.scheduler_address, flush=True); sys.stdin.read(); cluster.close()")
+
+
+@contextlib.contextmanager
+def local_cluster():
+    proc = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        address = proc.stdout.readline().strip()
+        assert address.startswith("tcp://"), proc.communicate(timeout=60)
+        yield address
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        finally:
+            stop_session(proc)
 
 
 def profkit(*args):
@@ -31,8 +56,8 @@ def test_a_cluster_parses_the_traces_the_store_holds_and_leaves_their_sidecars(t
         if name.endswith(".gz"):  # the traces only: the sidecars written here stay here
             s3_server.fs.put_file(str(window / name), f"runs/run/{window.name}/{name}")
     url = "s3://runs/run"
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        done = profkit("summary", "--json", url, "--scheduler", cluster.scheduler_address)
+    with local_cluster() as address:
+        done = profkit("summary", "--json", url, "--scheduler", address)
     assert done.returncode == 3, done.stderr  # the broken trace is left out, named
     assert f"{url}/{window.name}/w_rank2.1.pt.trace.json.gz: " in done.stderr
     got, want = json.loads(done.stdout), json.loads(here.stdout)

@@ -51,3 +51,14 @@ def test_a_sidecar_made_on_a_store_is_fresh_there_by_size_alone(tmp_path):
     text = sidecar.dumps(SUMMARY, 100)
     assert sidecar.loads(text, 100) is not None and sidecar.loads(text, 101) is None
     assert sidecar.loads(text, 100, 12345) is None  # a local file's time: not the one it was made from
+
+
+def test_a_link_in_a_sidecars_place_is_not_followed(tmp_path):
+    trace = made(tmp_path)
+    elsewhere = tmp_path / "elsewhere.profkit"
+    elsewhere.write_bytes(sidecar.dumps(SUMMARY, os.stat(trace)))
+    os.symlink(elsewhere, sidecar.sidecar_of(trace))
+    assert sidecar.read(trace) is None
+    os.remove(sidecar.sidecar_of(trace))
+    os.rename(elsewhere, sidecar.sidecar_of(trace))
+    assert sidecar.read(trace) is not None
