@@ -186,7 +186,7 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
         skipped: list[str] = []
         kept: list[str] = []
         found = local_summaries(local, jobs, skipped, kept, got["known"])
-        try:  # the second look at the run is instant for everyone who reads it
+        try:  # the next look, by anyone, reads them instead of parsing the traces
             send([[p, remote(p[:-len(SIDECAR)]) + SIDECAR] for p in kept])
         except StoreError as err:
             print(f"profkit: could not keep the summaries beside the traces ({printable(redact(str(err)))}); the next "

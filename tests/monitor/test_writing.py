@@ -128,3 +128,29 @@ def test_the_setup_probe_never_writes_through_a_link(tmp_path):
     (shared / f".profkit-probe-{os.getpid()}").symlink_to(victim)
     check_trace_dir(str(shared / "run" / "profiler"))
     assert victim.read_text() == "keep me" and sorted(os.listdir(shared)) == [f".profkit-probe-{os.getpid()}"]
+
+
+def test_a_companion_that_cannot_be_written_never_costs_the_trace(tmp_path):
+    """The finalizing process writes the sidecar and the events table beside the trace; where one cannot be written
+    (here the sidecar's name is taken by a folder) the trace stays and why is returned, for one warning."""
+    from lightning_profkit.monitor.writing.child import companions
+    from lightning_profkit.trace.load import load
+    from lightning_profkit.trace.summary import summarize_trace
+
+    done = []
+    output = TraceOutput(str(tmp_path), 0, 1, keep_last=0, on_error=lambda message, key: done.append(message))
+    path = output.submit(recorded(2), 0, 0, 1, 0)
+    written, deadline = [], time.monotonic() + 120
+    while not written and time.monotonic() < deadline:
+        written += output.take_written([])
+        time.sleep(0.01)
+    output.close(timeout=120)
+    assert sorted(os.listdir(os.path.dirname(path))) == sorted(os.path.basename(p) for p in [
+        path, path + ".parquet", path + ".profkit"])
+    for companion in (path + ".parquet", path + ".profkit"):
+        os.remove(companion)
+    os.mkdir(path + ".profkit")
+    trace = load(path)
+    why = companions(path, None, summarize_trace(path, trace), trace)
+    assert why.startswith("IsADirectoryError") and os.path.isfile(path) and not os.path.exists(path + ".parquet")
+    assert done == []

@@ -67,17 +67,25 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
     # the figures from the text just written, by the reader of `profkit summary`
     trace = load(final_path, text=text)
     summary = summarize_trace(final_path, trace)
+    unkept = companions(final_path, url, summary, trace)
+    del trace
+    shown = summary["path"] = url or final_path
+    return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": len(text),
+            "unkept": unkept}
+
+
+def companions(final_path: str, url: Optional[str], summary: dict[str, Any], trace: Any) -> Optional[str]:
+    """Write the trace's sidecar and (where pyarrow is installed) its events table beside it; why one could not be
+    written, in words, or None. The trace is whole without them: `profkit` parses it instead."""
     status = os.stat(final_path)
-    try:  # the trace is whole without these: `profkit` parses it instead (a full disk is told by the next window)
+    try:
         write_atomic(sidecar_of(final_path), dumps(summary, status))
         if event_table.available():
             table = event_table.table_of(url or final_path, summary, from_rows(trace.rows))
             write_atomic(final_path + EVENTS, event_table.to_parquet(table, status.st_size))
-    except OSError:
-        pass
-    del trace
-    shown = summary["path"] = url or final_path
-    return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": len(text)}
+    except Exception as err:  # noqa: BLE001 - whatever it is, it must not cost the trace
+        return f"{type(err).__name__}: {err}"
+    return None
 
 
 def steps_through(events: list[dict[str, Any]], last: int) -> list[dict[str, Any]]:
