@@ -9,7 +9,7 @@ stretched by ``--stretch``). Every command runs as a fresh process of the instal
 sidecars are removed before each first look. Each look must name the planted rank: the summary's verdict and the
 query both.
 
-    python benchmarks/many_ranks.py [--ranks 1024] [--slow 737] [--stretch 1.3] [--no-s3]
+    python benchmarks/many_ranks.py [--ranks 1024] [--slow 737] [--stretch 1.3] [--no-s3] [--no-local]
 """
 
 from __future__ import annotations
@@ -122,6 +122,8 @@ def look(profkit: str, target: str, slow: int, clear=None) -> tuple[float, float
             clear()
         timings.append(run([profkit, "summary", "--json", target], sample))
     out = subprocess.run([profkit, "summary", "--json", target], capture_output=True, text=True, env=ENV, check=True)
+    if out.stderr:  # what the look said (a sidecar the store did not give, say)
+        print(out.stderr.strip(), flush=True)
     verdict = json.loads(out.stdout)["ranks"]["verdict"]
     assert verdict["slowest"] == slow, verdict
     return timings[0][0], timings[1][1]
@@ -148,6 +150,7 @@ def main() -> None:
     parser.add_argument("--slow", type=int, default=737)
     parser.add_argument("--stretch", type=float, default=1.3)
     parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument("--no-local", action="store_true", help="the store's looks only")
     args = parser.parse_args()
     rows = Rows()
     with tempfile.TemporaryDirectory(prefix="many-ranks-") as folder:
@@ -156,15 +159,17 @@ def main() -> None:
         json_bytes, gz_bytes = make_run(root, args.ranks, args.slow, args.stretch)
         print(f"{args.ranks} ranks, rank {args.slow} {args.stretch}x slower: {json_bytes / 1e6:.0f} MB of JSON, "
               f"{gz_bytes / 1e6:.0f} MB gzipped, {len(first_step(SOURCE)['traceEvents'])} events a trace", flush=True)
-        rows.append(("local", "first look: summary parses, writes sidecars",
-                     *look(profkit, root, args.slow, lambda: remove(root, ".profkit"))))
-        rows.append(("local", "second look: summary reads sidecars", *look(profkit, root, args.slow)))
+        if not args.no_local:
+            rows.append(("local", "first look: summary parses, writes sidecars",
+                         *look(profkit, root, args.slow, lambda: remove(root, ".profkit"))))
+            rows.append(("local", "second look: summary reads sidecars", *look(profkit, root, args.slow)))
         start = time.perf_counter()
         subprocess.run([profkit, "export", root], check=True, env=ENV, capture_output=True)
         rows.append(("local", "profkit export (parse, write Parquet)", time.perf_counter() - start, None))
         parquet = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs
                       if f.endswith(".parquet"))
-        rows.append(("local", "profkit sql: slowest rank", *query(profkit, root, args.slow)))
+        if not args.no_local:
+            rows.append(("local", "profkit sql: slowest rank", *query(profkit, root, args.slow)))
         if not args.no_s3:
             moto = Moto(os.path.join(folder, "moto.log"))
             try:
