@@ -20,7 +20,6 @@ from typing import Any, Optional, Union
 
 from lightning_profkit.companions import SIDECAR
 
-SUFFIX = SIDECAR
 MAX_BYTES = 64 * 2**20  # a sidecar larger than this is not ours: it is not read
 _PLACE = ("path", "window")  # where the trace is: told by where it is found, never by the sidecar
 
@@ -35,7 +34,7 @@ def placed(path: str, summary: Optional[dict[str, Any]] = None) -> dict[str, Any
 
 def sidecar_of(trace: str) -> str:
     """Where the sidecar of the trace at ``trace`` (a path or a URL) is."""
-    return trace + SUFFIX
+    return trace + SIDECAR
 
 
 @functools.lru_cache(maxsize=None)
