@@ -17,8 +17,9 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
+from lightning_profkit.companions import with_companions
 from lightning_profkit.printable import redact
 
 _OPTIONS: dict[str, Any] = {}  # fsspec's storage options (credentials, endpoint) for this process: use_options()
@@ -103,6 +104,14 @@ def upload(local: str, url: str) -> None:
         fs.put_file(local, path)
 
 
+def upload_with_companions(local: str, url: str) -> None:
+    """:func:`upload` the local trace ``local`` to ``url``, its companions that are there first (see
+    :func:`~lightning_profkit.companions.with_companions`)."""
+    for path, at in zip(with_companions(local), with_companions(url)):
+        if path == local or os.path.exists(path):
+            upload(path, at)
+
+
 def fetch_file(url: str, local: str) -> None:
     """Copy the object at ``url`` to the local path ``local``."""
     with _store_errors(url):
@@ -128,12 +137,17 @@ def read(url: str) -> Optional[bytes]:
             return None
 
 
+def named(paths: Iterable[str], suffixes: tuple[str, ...]) -> list[str]:
+    """The ``paths`` whose names end with one of ``suffixes``, our hidden temporary files left out."""
+    return [p for p in paths if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith(".")]
+
+
 def files_under(url: str, suffixes: tuple[str, ...]) -> tuple[Any, list[str]]:
     """fsspec's file system for ``url`` and the URLs of the files under it whose names end with one of ``suffixes``
-    (our hidden temporary files left out)."""
+    (see :func:`named`)."""
     with _store_errors(url):
         fs, root = filesystem(url)
-        found = [p for p in fs.find(root) if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith(".")]
+        found = named(fs.find(root), suffixes)
     return fs, [fs.unstrip_protocol(p) for p in found]
 
 
@@ -222,7 +236,7 @@ def survey(url: str, suffixes: tuple[str, ...]) -> Survey:
             root = root.rsplit("/", 2)[0] if root.count("/") >= 2 else ""
         else:
             listing = fs.find(root, detail=True)
-        found = [p for p in listing if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith(".")]
+        found = named(listing, suffixes)
         beside = [sidecar.sidecar_of(p) for p in found
                   if listing.get(sidecar.sidecar_of(p), {}).get("size", sidecar.MAX_BYTES + 1) <= sidecar.MAX_BYTES]
         texts = fs.cat(beside, on_error="return") if beside else {}

@@ -105,8 +105,8 @@ def capture(args: argparse.Namespace) -> int:
 def upload_kept(args: argparse.Namespace) -> int:
     """``profkit upload LOCAL URL``: the traces a fit kept on this machine when its store failed (the folder its end
     warning names), put at ``URL`` under the same paths; each local copy goes once it is up."""
-    from lightning_profkit.companions import with_companions
-    from lightning_profkit.store import upload
+    from lightning_profkit.companions import remove_local
+    from lightning_profkit.store import upload_with_companions
 
     if not is_url(args.url):
         raise CommandError(f"{args.url}: not an object-store URL (s3://, gs://, az://, ...)")
@@ -116,15 +116,11 @@ def upload_kept(args: argparse.Namespace) -> int:
     if not found:
         raise CommandError(f"{args.local}: no trace files (*.pt.trace.json[.gz]) there")
     for done, path in enumerate(found):
-        url = join(args.url, os.path.relpath(path, args.local).replace(os.sep, "/"))
-        kept = [(p, at) for p, at in zip(with_companions(path), with_companions(url)) if os.path.exists(p)]
         try:
-            for p, at in kept:
-                upload(p, at)
+            upload_with_companions(path, join(args.url, os.path.relpath(path, args.local).replace(os.sep, "/")))
         except StoreError as err:
             raise CommandError(f"{err}; {done} of {len(found)} trace(s) uploaded, the others are still in {args.local}")
-        for p, _ in kept:
-            os.remove(p)
+        remove_local(path)
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(path))  # a window's folder, once empty
     print(f"profkit: uploaded {len(found)} trace(s) to {redact(args.url)}", file=sys.stderr)

@@ -27,9 +27,9 @@ from typing import Any, Optional, TextIO
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.capture_request import MARKER, REQUEST, marker_of
-from lightning_profkit.companions import EVENTS, with_companions
+from lightning_profkit.companions import EVENTS, remove_local, with_companions
 from lightning_profkit.monitor.writing import SUMMARIZED
-from lightning_profkit.store import StoreError, join, read, remove, upload, use_options, write
+from lightning_profkit.store import StoreError, join, read, remove, upload_with_companions, use_options, write
 from lightning_profkit.trace import event_table
 from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.headline import fit_line
@@ -110,15 +110,11 @@ def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]
             unsent.append([local, url, "not tried: the store failed just before"])
             continue
         try:
-            for path, at in zip(with_companions(local), with_companions(url)):
-                if path == local or os.path.exists(path):
-                    upload(path, at)
+            upload_with_companions(local, url)
         except StoreError as err:
             unsent.append([local, url, str(err)])
             continue
-        for path in with_companions(local):
-            if os.path.exists(path):
-                os.remove(path)
+        remove_local(local)
         try:
             os.rmdir(os.path.dirname(local))  # the window's staging folder, once empty
         except OSError:

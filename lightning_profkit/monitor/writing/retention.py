@@ -9,20 +9,12 @@ import os
 from collections import OrderedDict
 from typing import Callable, Optional
 
-from lightning_profkit.companions import with_companions
+from lightning_profkit.companions import remove_local
 
 
 def delete_local(folder: str, files: list[str]) -> list[str]:
     """Delete ``files`` (with their companions) and then ``folder`` if that left it empty; returns the files deleted."""
-    removed = []
-    for f in files:
-        for path in with_companions(f):
-            try:
-                os.remove(path)
-                if path == f:
-                    removed.append(f)
-            except FileNotFoundError:
-                pass
+    removed = [f for f in files if remove_local(f)]
     try:
         os.rmdir(folder)  # only when empty: other ranks' files stay
     except OSError:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
 from lightning_profkit.atomic_files import temporary_pattern
-from lightning_profkit.companions import with_companions
+from lightning_profkit.companions import remove_local
 from lightning_profkit.monitor.writing.process import FinalizingProcess
 
 
@@ -237,9 +237,7 @@ class TraceWriter:
         local_only = [u for u in self.unsent if u[1] in urls]
         for local, url in local_only:
             self.unsent.remove([local, url])
-            for path in with_companions(local):
-                if os.path.exists(path):
-                    os.remove(path)
+            remove_local(local)
         never_sent = {url for _, url in local_only}
         self._store([u for u in urls if u not in never_sent])
 
