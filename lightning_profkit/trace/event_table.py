@@ -126,7 +126,7 @@ def to_parquet(table: dict[str, Any], trace_bytes: int) -> bytes:
 
     n = table["start_us"].size
     arrays = {}
-    for column, kind in SCHEMA.items():
+    for column in SCHEMA:
         value = table[column]
         if isinstance(value, tuple):  # codes and the strings they point to
             codes, strings = value
