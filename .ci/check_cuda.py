@@ -58,6 +58,10 @@ from lightning_profkit import PerformanceMonitor  # noqa: E402
 # where lightning_profkit may synchronise: a window's profiler session starting or ending
 ALLOWED_FILES = ("monitor/profiling/windows.py",)  # paths in the package, with /
 ALLOWED_FUNCTIONS: tuple[str, ...] = ()
+# where lightning_profkit only calls Lightning's own code (timing it): a synchronisation below such a frame is
+# Lightning's unless another frame of ours is below it (Lightning's setup_data reduces the loader's length
+# on the device every epoch, measured on an H200 with Lightning 2.6)
+PASS_THROUGH = (("monitor/timing/fetch_timer.py", "_timed"),)
 SKIP_FIRST, WARMUP, ACTIVE = 5, 1, 3
 failures: list[str] = []
 findings: list[tuple[str, str]] = []  # (what, measured): the markdown table
@@ -105,7 +109,7 @@ class SyncLog:
     """Sorts the synchronising calls that ``set_sync_debug_mode("warn")`` reports by their Python stack."""
 
     def __init__(self) -> None:
-        self.ours: list[str] = []  # on the training thread, outside the allowed places
+        self.ours: dict[str, int] = {}  # on the training thread, outside the allowed places: stack -> times
         self.background = 0  # in our writer or sampler threads
         self.others = 0  # Lightning's or the model's
         self.forward = warnings.showwarning  # every other warning is shown as usual
@@ -115,13 +119,17 @@ class SyncLog:
             self.forward(message, category, filename, lineno, file, line)
             return
         stack = traceback.extract_stack()[:-1]
-        mine = [f for f in stack if f"{os.sep}lightning_profkit{os.sep}" in f.filename]
+        through = [i for i, f in enumerate(stack)
+                   if any(f.filename.replace(os.sep, "/").endswith(path) and f.name == name for path, name in PASS_THROUGH)]
+        below = stack[through[-1] + 1:] if through else stack
+        mine = [f for f in below if f"{os.sep}lightning_profkit{os.sep}" in f.filename]
         if not mine:
             self.others += 1
         elif threading.current_thread() is not threading.main_thread():
             self.background += 1
         elif not any(f.filename.replace(os.sep, "/").endswith(ALLOWED_FILES) or f.name in ALLOWED_FUNCTIONS for f in mine):
-            self.ours.append("".join(traceback.format_list(stack[-8:])))
+            where = "".join(traceback.format_list(stack[-8:]))
+            self.ours[where] = self.ours.get(where, 0) + 1
 
 
 def fit(root: str, cuda: bool, delay: float, depth: int, steps: int, sync_log: SyncLog | None, epochs: int = 2,
@@ -238,6 +246,12 @@ def viewers(run: dict, cuda: bool) -> None:
     compute = breakdown[0].get("compute_time(us)", 0) if breakdown else 0
     check(compute > 0, "HolisticTraceAnalysis reads a window's trace with GPU kernels", f"compute {compute} µs")
     found("HolisticTraceAnalysis temporal breakdown", f"compute {compute} µs, idle {breakdown[0].get('idle_time(us)')} µs")
+    # the same window's GPU idle share, ours against HTA's (HTA's span is first to last GPU activity without the last
+    # step, ours the steps' span: close, not equal, on a GPU-bound model)
+    hta_idle = breakdown[0].get("idle_time_pctg", float("nan")) / 100 if breakdown else float("nan")
+    ours = float(run["windows"][0].get("profkit/window/gpu_idle_share") or "nan") if run["windows"] else float("nan")
+    check(abs(ours - hta_idle) <= 0.1, "the first window's gpu_idle_share agrees with HTA's idle share (within 0.1)",
+          f"ours {ours:.3f}, HTA {hta_idle:.3f}")
 
 
 def scheduled(steps: int) -> list[tuple[int, int]]:
@@ -285,7 +299,7 @@ def main() -> int:
             torch.cuda.set_sync_debug_mode("warn")
             torch.ones(1, device="cuda").sum().item()
             torch.cuda.set_sync_debug_mode(0)
-        check(probe.others == 1, "sync detection sees a deliberate .item()", f"{probe.others} seen")
+        check(probe.others >= 1, "sync detection sees a deliberate .item()", f"{probe.others} warning(s)")
 
     sync_log = SyncLog() if cuda else None
     runs = {
@@ -318,7 +332,7 @@ def main() -> int:
         check(logged and min(idle) > max(busy), "NVML: the data-bound run idles more than the compute-bound one")
         print(f"# {nvml_clock()}")
         check(not sync_log.ours, "no device synchronisation from lightning_profkit on unprofiled steps (both fits)",
-              f"{len(sync_log.ours)} found" + ("\n" + sync_log.ours[0] if sync_log.ours else ""))
+              f"{sum(sync_log.ours.values())} found" + "".join(f"\n{n} time(s) at:\n{where}" for where, n in sync_log.ours.items()))
         print(f"# synchronising calls during both fits (informational): {sync_log.others} from Lightning "
               f"or the model, {sync_log.background} in lightning_profkit's background threads")
     viewers(runs["compute-bound"], cuda)

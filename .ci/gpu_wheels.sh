@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:-3.12}
 # the pinned versions; isal is optional (zlib otherwise); the viewers are for the check's section 5 (HTA also
-# needs pandas, which GPU images usually have; without it that check says "not checked")
-want=$(grep -E '^(msgspec|isal|torch-tb-profiler|HolisticTraceAnalysis)==' constraints.txt)
+# needs pandas, which GPU images usually have, and plotly and pydot, which they often lack; without them that check
+# says "not checked")
+want=$(grep -E '^(msgspec|isal|torch-tb-profiler|HolisticTraceAnalysis|plotly|pydot)==' constraints.txt)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$version" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .whl $want
