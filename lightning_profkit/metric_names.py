@@ -96,7 +96,8 @@ METRICS: tuple[Metric, ...] = (
            "blocking CUDA synchronisation on the training thread inside the steps, per step (GPU only)", ""),
     Metric("window/sync_ms_per_step/<call>", "ms", WINDOW, "the same, per call that blocked (GPU only)", ""),
     Metric("window/gpu_idle_share", "fraction", WINDOW,
-           "1 - share of the window with kernels, memcpy or memset on the GPU, averaged over its GPUs (GPU only)", ""),
+           "1 - share of the window's steps, as the GPU ran them, with kernels, memcpy or memset on the GPU, "
+           "averaged over its GPUs (GPU only)", ""),
     Metric("window/peak_memory_mb/<device>", "MiB", WINDOW, "peak memory allocated, with `profile_memory=True`", ""),
     Metric("val_window/<figure>", "as window/", WINDOW,
            "the window figures of a validation window (`validation_batches`), at the training step it followed", ""),

@@ -18,3 +18,11 @@ def test_every_trace_is_here_with_its_licence_and_checksum():
         if name in named:
             assert (GPU_TRACES / name.split("/")[0] / "LICENSE").read_text().split()[0] in ("BSD", "MIT"), name
     assert {path.relative_to(GPU_TRACES).as_posix() for path in GPU_TRACES.rglob("*.gz")} == named
+
+
+def test_the_h200_traces_are_here_as_their_readme_says():
+    folder = GPU_TRACES.parent / "h200"
+    table = {name: sha for name, sha in re.findall(r"^\| `([^`]+)` \| `([0-9a-f]{64})` \|", (folder / "README.md").read_text(), re.M)}
+    assert set(table) == {path.name for path in folder.glob("*.gz")} and table
+    for name, sha in table.items():
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == sha, name

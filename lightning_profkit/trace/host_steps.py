@@ -1,9 +1,9 @@
 """Figures of one profiled window, from its trace events: interval math only, no torch.
 
-Definitions (the figures under "host_step" in ``tests/data/traces/reference.json``, with two changes): steps are the host-side
-``ProfilerStep#N`` spans; device activity is kernels, memcpy and memset on a GPU's streams, and the GPU idle
-share is averaged over the GPUs in the trace (a trace of one process driving two GPUs is not "busy" while
-one of them idles); blocking calls are counted on the threads that run the steps only (NCCL's watchdog
+Definitions (the figures under "host_step" in ``tests/data/traces/reference.json``, with three changes): steps are
+the host-side ``ProfilerStep#N`` spans; device activity is kernels, memcpy and memset on a GPU's streams; the GPU
+idle share is taken over the steps as the GPU ran them (:func:`gpu_steps`) and averaged over the GPUs in the
+trace (a trace of one process driving two GPUs is not "busy" while one of them idles); blocking calls are counted on the threads that run the steps only (NCCL's watchdog
 thread polls ``cudaEventQuery`` all the time under DDP, and that call never blocks: it is not counted).
 Times are in µs, the trace unit. A figure that a trace cannot support is None (no steps: no step
 figures; no GPU events: no GPU idle; no CUDA calls: no blocking time).
@@ -18,6 +18,7 @@ import numpy as np
 from lightning_profkit.figures import HostFigures, MemoryPeak
 from lightning_profkit.trace import intervals, vocabulary as v
 from lightning_profkit.trace.columns import Columns
+from lightning_profkit.trace.step_breakdown import on_device
 
 
 def window_figures(c: Columns) -> HostFigures:
@@ -44,7 +45,7 @@ def window_figures(c: Columns) -> HostFigures:
     sync = {name: runtime & on_step_threads & c.name_mask(lambda n, name=name: n == name) for name in v.BLOCKING_SYNC_CALLS}
     data_wait = in_steps(c.spans(dataloader))
     blocking = in_steps(c.spans(np.logical_or.reduce(list(sync.values()))))
-    busy = gpu_busy_fraction(c, device, (float(c.ts[steps].min()), float(c.end[steps].max())))
+    busy = gpu_busy_fraction(c, device, gpu_steps(c, steps, runtime))
     calls = runtime.any()  # a trace without CUDA (or HIP) calls cannot tell blocking time: absent, not zero
     return HostFigures(
         steps=int(steps.sum()), step_time_us=step_time, data_wait_us=data_wait, data_wait_share=share(data_wait),
@@ -54,14 +55,25 @@ def window_figures(c: Columns) -> HostFigures:
     )
 
 
-def gpu_busy_fraction(c: Columns, device: np.ndarray, window: tuple[float, float]) -> Optional[float]:
-    """Share of ``window`` during which a GPU had activity (events where ``device``), averaged over the GPUs
+def gpu_steps(c: Columns, steps: np.ndarray, launches: np.ndarray) -> intervals.Union:
+    """The steps as the GPU ran them (:func:`~lightning_profkit.trace.step_breakdown.on_device`, linking by
+    every host call into CUDA: the driver launches compiled kernels). A GPU-bound model's host runs steps ahead
+    of its GPU (on an H200, 63-82 ms ahead in 32 ms steps): the host steps' own span would count as idle the
+    GPU's work on steps launched before the window."""
+    at = np.flatnonzero(steps)
+    at = at[np.argsort(c.ts[at], kind="stable")]
+    spans, _ = on_device(c, list(zip(c.ts[at].tolist(), c.end[at].tolist())), [None] * at.size, launches)
+    return intervals.union([a for a, _ in spans], [b for _, b in spans])
+
+
+def gpu_busy_fraction(c: Columns, device: np.ndarray, steps: intervals.Union) -> Optional[float]:
+    """Share of ``steps`` during which a GPU had activity (events where ``device``), averaged over the GPUs
     (a device event's process id is its GPU); None when the trace has no device events."""
-    if not device.any() or window[1] <= window[0]:
+    total = intervals.length(steps)
+    if not device.any() or total <= 0:
         return None
-    span = (np.array([window[0]]), np.array([window[1]]))
     codes: dict[Any, int] = {}
     gpu_of_thread = np.array([codes.setdefault(pid, len(codes)) for pid, _ in c.threads], dtype=np.int64)
     gpus = gpu_of_thread[c.thread]
-    shares = [intervals.overlap(c.spans(device & (gpus == gpu)), span) for gpu in intervals.distinct(gpus[device])]
-    return sum(shares) / len(shares) / (window[1] - window[0])
+    shares = [intervals.overlap(c.spans(device & (gpus == gpu)), steps) for gpu in intervals.distinct(gpus[device])]
+    return sum(shares) / len(shares) / total

@@ -47,17 +47,19 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
         if not cpu.any():
             return None
         steps, names = [(float(c.ts[cpu].min()), float(c.end[cpu].max()))], [None]  # the whole trace
-    device = np.flatnonzero(kernel | memcpy | memset)
-    runtime = np.flatnonzero(runtime_calls)
-    steps, names = _device_steps(c, steps, names, runtime, device)
+    steps, names = on_device(c, steps, names, runtime_calls)
     return _aggregate(steps, names, {r: c.spans(m) for r, m in roles.items()})
 
 
-def _device_steps(
-    c: Columns, steps: list[tuple[float, float]], names: list[Optional[int]], runtime: np.ndarray, device: np.ndarray
+def on_device(
+    c: Columns, steps: list[tuple[float, float]], names: list[Optional[int]], launches: np.ndarray
 ) -> tuple[list[tuple[float, float]], list[Optional[int]]]:
-    """Move steps to the device side, as torch-tb-profiler's ``StepParser`` does: a runtime call lying inside
-    a host step links the step to the GPU work it launched (same correlation id)."""
+    """``steps`` (host spans, in time order) as the GPU ran them, as torch-tb-profiler's ``StepParser`` moves
+    them: a host call (where ``launches``) lying inside a step links the step to the GPU work it launched
+    (same correlation id); a step starts when the previous one's GPU work ended and ends when its own GPU work
+    ends, and trailing steps without GPU work are dropped. Unchanged when no GPU work can be linked."""
+    runtime = np.flatnonzero(launches)
+    device = np.flatnonzero(c.cat_mask(*v.DEVICE))
     n = len(steps)
     s0 = np.array([s for s, _ in steps])
     s1 = np.array([e for _, e in steps])
