@@ -22,7 +22,8 @@ Checks, on one GPU with a real Trainer, for a data-bound run (a DataLoader that 
    process (kineto reads it there), and whether the warning about it was given; the training thread's
    milliseconds per window and the CPU off it (``overhead/window_ms``, ``overhead/helper_cpu_s``).
 5. A window's trace opens in torch-tb-profiler's loader and, on CUDA, in HolisticTraceAnalysis, with GPU
-   kernels (each where it is installed; "not checked" otherwise, which fails nothing).
+   kernels, and HTA's idle share of the compute-bound fit's first window is within 0.1 of our
+   ``gpu_idle_share`` (each where it is installed; "not checked" otherwise, which fails nothing).
 
 The findings end as a markdown table, printed and written to ``--markdown`` (default: ``findings.md`` in the
 run's folder), for the README.
