@@ -26,7 +26,7 @@ Checks, on one GPU with a real Trainer, for a data-bound run (a DataLoader that 
    ``gpu_idle_share`` (each where it is installed; "not checked" otherwise, which fails nothing).
 
 The findings end as a markdown table, printed and written to ``--markdown`` (default: ``findings.md`` in the
-run's folder), for the README.
+run's folder), for docs/gpu-check.md.
 
 Exit status: 0 all passed, 1 a check failed, 3 no CUDA device (``--allow-cpu`` runs the CPU path instead:
 GPU figures must then be absent, which is what the test suite does with this script).

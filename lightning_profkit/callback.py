@@ -38,7 +38,7 @@ class PerformanceMonitor(Callback):
     first TensorBoardLogger's or CSVLogger's ``log_dir``; with no such logger, each run gets
     ``<trainer.log_dir>/profiler/run=YYYYmmdd-HHMMSS.ffffff-xxxxxx``), so ``tensorboard --logdir <run dir>``
     shows every window in the PyTorch Profiler tab. Metrics go to the trainer's loggers under ``profkit/``
-    (the README's metrics table names each, with its unit). A data-wait alert is a
+    (the documentation's Metrics page names each, with its unit). A data-wait alert is a
     :class:`~lightning_profkit.alerts.DataWaitWarning` on rank zero, with advice and the folder of a window
     recorded right after it; ``profkit capture <run dir>`` asks a running fit for a window.
 
@@ -53,7 +53,11 @@ class PerformanceMonitor(Callback):
         ranks: global ranks that profile (default: all).
         dirpath: folder for the window folders, used as given (default: a folder of the run's own, see above).
         activities: ``"cpu"``, ``"cuda"`` (default: CPU, plus CUDA when the model is on a CUDA device).
-        record_shapes, profile_memory, with_stack, with_flops, with_modules: ``torch.profiler``'s, each adds cost.
+        record_shapes: ``torch.profiler``'s: record operator input shapes (adds cost to profiled steps).
+        profile_memory: ``torch.profiler``'s: record allocations (adds cost; gives ``window/peak_memory_mb``).
+        with_stack: ``torch.profiler``'s: record Python stacks (adds cost).
+        with_flops: ``torch.profiler``'s: estimate FLOPs of matrix operators (adds cost).
+        with_modules: ``torch.profiler``'s: record the module hierarchy (adds cost).
         quiet: hide the ``USDT:`` lines torch prints whenever a session starts or stops (the default).
         flush_timeout: seconds to wait at the end of ``fit`` for traces still being written.
         log_metrics: log the per-epoch and per-window metrics above.

@@ -3,7 +3,7 @@
 trace (as JSON) to every reader: the callback's logged window metrics and advice, ``profkit summary`` and
 its JSON. Shared by both sides of the package, so pure: no numpy, no torch.
 
-Definitions (README, "Metrics"): steps are the host-side ``ProfilerStep#N`` spans; data wait is DataLoader
+Definitions (docs/metrics.md): steps are the host-side ``ProfilerStep#N`` spans; data wait is DataLoader
 time inside them; blocking time is the host's blocking CUDA calls on the threads that run the steps; GPU
 idle is the share of the steps' window without device activity, averaged over the trace's GPUs.
 """

@@ -1,8 +1,8 @@
 """Every metric PerformanceMonitor logs, with its unit and meaning: the one place their names are written.
 
 The training side logs them (``monitor/``), ``profkit report`` reads them back from the loggers' files
-(``report/``), and the README's metrics table is :func:`markdown_table` (``tests/test_metric_names.py`` checks
-all three against this list). A name with ``<...>`` has a part filled in at run time. The window metrics are
+(``report/``), and the documentation's Metrics page (``docs/metrics.md``) holds :func:`markdown_table`
+(``tests/test_metric_names.py`` checks all three against this list). A name with ``<...>`` has a part filled in at run time. The window metrics are
 the per-step figures of :class:`~lightning_profkit.figures.HostFigures`, under the names ``profkit summary``
 uses for them (its ``--json`` too). Pure: no Lightning, no torch.
 """
@@ -117,7 +117,7 @@ def find(name: str) -> Metric:
 
 
 def markdown_table() -> str:
-    """The README's table of every metric."""
+    """The table of every metric, in docs/metrics.md."""
     rows = ["| metric | unit | logged | meaning |", "|---|---|---|---|"]
     for m in METRICS:
         ranks = {"mean": "; several ranks: the mean", "max": "; several ranks: the largest"}.get(m.ranks, "")

@@ -1,16 +1,14 @@
 """One list of every logged metric (lightning_profkit/metric_names.py): what the code logs is in it, everything
-in it is logged by some path of the code, and the README's table is made from it."""
+in it is logged by some path of the code (the Metrics page's table is made from it: tests/test_docs.py)."""
 
 import math
-import os
 
 import pytest
 from lightning_profkit.figures import HostFigures, MemoryPeak
-from lightning_profkit.metric_names import EXCHANGED, METRICS, PREFIX, find, markdown_table
+from lightning_profkit.metric_names import EXCHANGED, METRICS, PREFIX, find
 from lightning_profkit.monitor.timing.epoch_figures import reduce_ranks, rolling_metrics, window_metrics
 from lightning_profkit.report.run_data import EPOCH_METRICS
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 EVERY_FIGURE = HostFigures(steps=2, step_time_us=10.0, data_wait_us=1.0, data_wait_share=0.1, blocking_sync_us=2.0,
                            blocking_sync_share=0.2, blocking_sync_us_by_call={"cudaStreamSynchronize": 2.0},
                            gpu_busy_share=0.5, gpu_idle_share=0.5,
@@ -54,8 +52,3 @@ def test_units_and_the_readers_names():
     with pytest.raises(KeyError):
         find("profkit/no_such_metric")
     assert not math.isnan(reduce_ranks([[0.5] * len(EXCHANGED)])[PREFIX + "data_wait_ratio"])
-
-
-def test_the_readme_table_is_made_from_the_list():
-    with open(README, encoding="utf-8") as f:
-        assert markdown_table() in f.read(), "regenerate: python -c 'from lightning_profkit.metric_names import markdown_table; print(markdown_table())'"

@@ -87,7 +87,8 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
             for label, n, fig in lines]
     out.append(table(["trace", "steps", "step_time_ms"] + list(ROLES + ("Other",)), rows, color))
     rows = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
-    out += ["", _title("Host steps and GPU (hta/: HTA's temporal breakdown, first to last GPU activity), % or ms per step", color)]
+    out += ["", _title("Host steps and GPU (hta/: HTA's temporal breakdown, first to last GPU activity, the last step "
+                       "left out as HTA does), % or ms per step", color)]
     out.append(table(["trace", *HOST], rows, color))
     if ranks is not None:
         out += ranks_text(ranks, color)

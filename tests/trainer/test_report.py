@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 from lightning_profkit import PerformanceMonitor
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
-SCREENSHOT = os.environ.get("PROFKIT_REPORT_SCREENSHOT")  # set to write the README's screenshot
+SCREENSHOT = os.environ.get("PROFKIT_REPORT_SCREENSHOT")  # set to write docs/report.png
 
 
 def report(run_dir, out):

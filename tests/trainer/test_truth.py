@@ -4,7 +4,7 @@ fetch and step, a count over the raw trace, the reaped finalizing process's CPU.
 One real fit (:func:`run`) is read through every surface: its logged metrics, its rolling checks, its alert, its
 end-of-fit lines, and what ``profkit summary``, ``compare`` and ``report`` show of it. The data-wait ratio is also
 checked over the kinds of loader and loop (workers, ``dataloader_iter``, iterable, validation, a slow logger). The
-README's "Which test vouches for which figure" lists these tests; the same figures, exactly, against a fake clock
+docs/guarantees.md's "Which test vouches for which figure" lists these tests; the same figures, exactly, against a fake clock
 are in tests/monitor/test_fit.py.
 """
 
@@ -390,7 +390,7 @@ def test_data_wait_ratio_matches_the_truth(tmp_path, case):
     assert len(logged) == 2
     for row, epoch in zip(logged, truth.epochs):
         ratio = row["profkit/data_wait_ratio"]
-        # the definition (README, "Metrics"): Lightning's fetch of each batch, nothing of ours in it ...
+        # the definition (docs/metrics.md): Lightning's fetch of each batch, nothing of ours in it ...
         assert ratio == pytest.approx(epoch.ratio, abs=0.005), case  # (seen: up to 0.0033)
         # ... which is the DataLoader's next() and Lightning's wrapping of it (CombinedLoader), tens of µs a
         # batch (the median: a busy machine may take the core away between two readings now and then)

@@ -1,0 +1,115 @@
+"""The README and the documentation site are checked against the code: the site builds offline with warnings as
+errors, every metric name they mention is one the code logs (and the Metrics page lists every one), every relative
+link resolves, and every code block marked ``<!-- runnable -->`` runs."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_profkit.metric_names import METRICS, PREFIX, find, markdown_table
+from test_metric_names import every_logged_name
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md"] + sorted(DOCS.glob("*.md"))
+HERE = Path(__file__).resolve().parent
+# names under profkit/ that are not metrics: the alert's text in TensorBoard's TEXT tab (torch's add_text adds the suffix)
+NOT_METRICS = {"profkit/alerts/text_summary"}
+RUNNABLE = re.compile(r"^<!-- runnable -->\n```(\w+)\n(.*?)^```$", re.M | re.S)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def text(page: Path) -> str:
+    return page.read_text(encoding="utf-8")
+
+
+def test_the_site_builds_offline_with_warnings_as_errors_and_shows_the_callbacks_arguments(tmp_path):
+    site = tmp_path / "site"
+    env = dict(os.environ, HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="")  # offline
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    api = (site / "api" / "index.html").read_text(encoding="utf-8")
+    for argument in ("skip_first", "alert_threshold", "validation_batches", "storage_options"):
+        assert argument in api, argument
+    assert "consecutive checks over the threshold before an alert" in api  # alert_patience's line in the docstring
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "Quick start" in home and 'href="metrics/"' in home  # the README, its links made the site's
+
+
+def test_the_metrics_page_lists_every_logged_metric_and_nothing_else():
+    page = text(DOCS / "metrics.md")
+    assert markdown_table() in page, "regenerate: python -c 'from lightning_profkit.metric_names import markdown_table; print(markdown_table())'"
+    listed = re.findall(r"^\| `([^`]+)` \|", page, re.M)
+    assert sorted(listed) == sorted(m.name for m in METRICS)
+    for name in every_logged_name():
+        assert any(m.matches(name[len(PREFIX):]) for m in METRICS if m.name in listed), name
+
+
+def mentioned(page: Path) -> list[str]:
+    return re.findall(r"(?<![\w/])profkit/[A-Za-z0-9_/<>.-]*[A-Za-z0-9_>/]", text(page))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_metric_name_the_docs_mention_is_one_the_code_logs(page):
+    for name in mentioned(page):
+        if name in NOT_METRICS:
+            continue
+        if name.endswith("/") or "<" in name:  # a group: profkit/rolling/, profkit/window/<name>
+            group = name[len(PREFIX):].split("<")[0]
+            assert any(m.name.startswith(group) for m in METRICS), name
+        else:
+            find(name)  # KeyError: not a metric
+
+
+def anchors(page: Path) -> set[str]:
+    """The ids of a page's headings, as MkDocs' toc (Python-Markdown's slugify) makes them."""
+    out = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"^```.*?^```$", "", text(page), flags=re.M | re.S), re.M):
+        slug = re.sub(r"[^\w\s-]", "", re.sub(r"<[^>]+>", "", heading)).strip().lower()
+        out.add(re.sub(r"[-\s]+", "-", slug))
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_resolves(page):
+    for target in LINK.findall(re.sub(r"^```.*?^```$", "", text(page), flags=re.M | re.S)):
+        if re.match(r"^[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition("#")
+        where = (page.parent / path).resolve() if path else page
+        assert where.exists(), f"{page.name}: {target}"
+        where = ROOT / "README.md" if where == DOCS / "index.md" else where  # the site's home is the README
+        if anchor:
+            assert anchor in anchors(where), f"{page.name}: {target}: no such heading"
+
+
+def runnable_blocks() -> list[tuple[str, str, str]]:
+    """(where, language, code) of every marked block: the README's first (its quick start makes the run the
+    others read), then the pages'."""
+    return [(f"{page.relative_to(ROOT).as_posix()}#{i}", lang, code)
+            for page in PAGES for i, (lang, code) in enumerate(RUNNABLE.findall(text(page)))]
+
+
+def test_every_runnable_block_runs(tmp_path):
+    blocks = runnable_blocks()
+    assert {lang for _, lang, _ in blocks} == {"python", "bash", "yaml"}
+    assert any("TraceAnalysis" in code for _, _, code in blocks)  # the HTA snippet
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    for n, (where, lang, code) in enumerate(blocks):
+        if lang == "python":
+            (tmp_path / f"block{n}.py").write_text(code)
+            command = [sys.executable, f"block{n}.py"]
+        elif lang == "bash":
+            command = ["bash", "-euo", "pipefail", "-c", code]
+        else:  # a LightningCLI config: a fit of the tests' model with it
+            (tmp_path / f"block{n}.yaml").write_text(code)
+            command = [sys.executable, str(HERE / "trainer" / "cli_script.py"), "fit", "--config", f"block{n}.yaml",
+                       "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
+                       f"--trainer.default_root_dir={tmp_path / 'cli'}"]
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, f"{where} ({lang}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
