@@ -1,6 +1,7 @@
 """Every argument of PerformanceMonitor, its invalid values, and the error each gets at construction."""
 
 import os
+import re
 
 import pytest
 
@@ -61,7 +62,7 @@ COMBINATIONS = [
 ]
 
 
-@pytest.mark.parametrize("argument, value, message", TABLE, ids=[f"{a}={v!r}" for a, v, _ in TABLE])
+@pytest.mark.parametrize("argument, value, message", TABLE, ids=[re.sub(r" at 0x[0-9a-f]+", "", f"{a}={v!r}") for a, v, _ in TABLE])
 def test_invalid_value_names_the_argument(argument, value, message):
     with pytest.raises(ValueError) as err:
         PerformanceMonitor(**{argument: value})
