@@ -248,7 +248,7 @@ def viewers(run: dict, cuda: bool) -> None:
     check(compute > 0, "HolisticTraceAnalysis reads a window's trace with GPU kernels", f"compute {compute} µs")
     found("HolisticTraceAnalysis temporal breakdown", f"compute {compute} µs, idle {breakdown[0].get('idle_time(us)')} µs")
     # the same window's GPU idle share, ours against HTA's (HTA's span is first to last GPU activity without the last
-    # step, ours the steps' span: close, not equal, on a GPU-bound model)
+    # step, ours the steps as the GPU ran them: close, not equal, on a GPU-bound model)
     hta_idle = breakdown[0].get("idle_time_pctg", float("nan")) / 100 if breakdown else float("nan")
     ours = float(run["windows"][0].get("profkit/window/gpu_idle_share") or "nan") if run["windows"] else float("nan")
     check(abs(ours - hta_idle) <= 0.1, "the first window's gpu_idle_share agrees with HTA's idle share (within 0.1)",

@@ -5,7 +5,7 @@ its JSON. Shared by both sides of the package, so pure: no numpy, no torch.
 
 Definitions (docs/metrics.md): steps are the host-side ``ProfilerStep#N`` spans; data wait is DataLoader
 time inside them; blocking time is the host's blocking CUDA calls on the threads that run the steps; GPU
-idle is the share of the steps' window without device activity, averaged over the trace's GPUs.
+idle is the share of the steps, as the GPU ran them, without device activity, averaged over the trace's GPUs.
 """
 
 from __future__ import annotations
