@@ -1,6 +1,6 @@
 """The README and the documentation site are checked against the code: the site builds offline with warnings as
 errors, every metric name they mention is one the code logs (and the Metrics page lists every one), every relative
-link resolves, and every code block marked ``<!-- runnable -->`` runs."""
+link resolves, and every code block marked ``<!-- runnable -->`` runs, as does the callback's docstring example."""
 
 import os
 import re
@@ -113,3 +113,17 @@ def test_every_runnable_block_runs(tmp_path):
                        f"--trainer.default_root_dir={tmp_path / 'cli'}"]
         done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, f"{where} ({lang}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+
+
+def test_the_callbacks_docstring_example_runs(tmp_path):
+    """The example the API page shows, from ``PerformanceMonitor``'s docstring."""
+    import textwrap
+
+    from lightning_profkit.callback import PerformanceMonitor
+
+    example = textwrap.dedent(PerformanceMonitor.__doc__.split("Example::", 1)[1])
+    (tmp_path / "example.py").write_text(example)
+    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "profiling batches 11-13 of every epoch" in done.stdout + done.stderr
+    assert list((tmp_path / "lightning_logs" / "version_0" / "profiler").glob("step=000011-000013-epoch=0/*.pt.trace.json.gz"))
