@@ -27,6 +27,11 @@ def text(page: Path) -> str:
     return page.read_text(encoding="utf-8")
 
 
+def prose(page: Path) -> str:
+    """The page without its code blocks."""
+    return re.sub(r"^```.*?^```$", "", text(page), flags=re.M | re.S)
+
+
 def test_the_site_builds_offline_with_warnings_as_errors_and_shows_the_callbacks_arguments(tmp_path):
     site = tmp_path / "site"
     env = dict(os.environ, HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="")  # offline
@@ -69,7 +74,7 @@ def test_every_metric_name_the_docs_mention_is_one_the_code_logs(page):
 def anchors(page: Path) -> set[str]:
     """The ids of a page's headings, as MkDocs' toc (Python-Markdown's slugify) makes them."""
     out = set()
-    for heading in re.findall(r"^#{1,6} (.+)$", re.sub(r"^```.*?^```$", "", text(page), flags=re.M | re.S), re.M):
+    for heading in re.findall(r"^#{1,6} (.+)$", prose(page), re.M):
         slug = re.sub(r"[^\w\s-]", "", re.sub(r"<[^>]+>", "", heading)).strip().lower()
         out.add(re.sub(r"[-\s]+", "-", slug))
     return out
@@ -77,7 +82,7 @@ def anchors(page: Path) -> set[str]:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_relative_link_resolves(page):
-    for target in LINK.findall(re.sub(r"^```.*?^```$", "", text(page), flags=re.M | re.S)):
+    for target in LINK.findall(prose(page)):
         if re.match(r"^[a-z]+:", target):
             continue  # https:, mailto:
         path, _, anchor = target.partition("#")
