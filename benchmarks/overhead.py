@@ -168,7 +168,8 @@ def inside_us(steps: int, root: str) -> dict[str, float]:
 
     spent: dict = {}
     lightning_pair = (_TrainingEpochLoop, ("_on_before_fetch", "_on_after_fetch"))
-    ours_per_step = ((fetch_timer.FetchTimer, ("_train_before", "_train_after")), (PerformanceMonitor, ("_step_end",)))
+    ours_per_step = ((fetch_timer.FetchTimer, ("_train_before", "_train_after")),
+                     (PerformanceMonitor, ("on_train_batch_end",)))
     # one set at a time: with Lightning's pair wrapped, the fetch timer would take it for a loop's override
     for config, wrapped in (("none", (lightning_pair,)), ("metrics", ours_per_step)):
         saved = [(cls, n, vars(cls)[n]) for cls, names in wrapped for n in names]
@@ -181,7 +182,7 @@ def inside_us(steps: int, root: str) -> dict[str, float]:
                 setattr(cls, name, fn)
     lightning = (spent["_on_before_fetch"] + spent["_on_after_fetch"]) / steps / 1e3
     ours = (spent.get("_train_before", 0) + spent.get("_train_after", 0)) / steps / 1e3
-    return {"lightning": lightning, "ours": ours, "step_end": spent.get("_step_end", 0) / steps / 1e3}
+    return {"lightning": lightning, "ours": ours, "step_end": spent.get("on_train_batch_end", 0) / steps / 1e3}
 
 
 # No windows at all: this model waits about 20% on its in-memory data, the alert threshold, so an alert

@@ -4,7 +4,6 @@ imports no Lightning; what comes back (metrics to log, lines to print, stop, rai
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Optional, Sequence
 
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -12,8 +11,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
 from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
-                                              guarded, log_step, own_trace_dir, rank_of, runs_pytorch_profiler,
-                                              trace_dir, train_loader, unhook, worker_pids)
+                                              guarded, log_step, own_trace_dir, rank_of, rehook,
+                                              runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.fit import FitRun
@@ -87,11 +86,11 @@ class PerformanceMonitor(Callback):
         trainer.fit(BoringModel())
     """
 
-    # Lightning calls a hook (about 7 µs each here) unless it is not callable: the per-batch hooks are None, but
-    # `on_train_batch_end` on the steps with work (set by `_wake`) and the validation ones with `validation_batches`.
-    on_train_batch_start = on_train_batch_end = on_before_backward = on_after_backward = None  # type: ignore[assignment]
+    # Lightning calls a hook (about 7 µs each here) unless it is not callable: the per-batch hooks are None, and the
+    # instance's SET_WHILE_NEEDED too, but `on_train_batch_end` on the steps with work (`_wake`) and the validation
+    # ones with `validation_batches`.
+    on_train_batch_start = on_before_backward = on_after_backward = None  # type: ignore[assignment]
     on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
-    on_validation_batch_start = on_validation_batch_end = None  # type: ignore[assignment]
     on_test_batch_start = on_test_batch_end = None  # type: ignore[assignment]
     on_predict_batch_start = on_predict_batch_end = None  # type: ignore[assignment]
 
@@ -109,8 +108,7 @@ class PerformanceMonitor(Callback):
         max_trace_mb: Optional[float] = DEFAULT_MAX_TRACE_MB, validation_batches: Optional[StepRanges] = None,
         storage_options: Optional[dict[str, Any]] = None,
     ) -> None:
-        arguments = {name: value for name, value in locals().items() if name in _PARAMETERS}
-        self.options = Options(**arguments)
+        self.options = Options(**{name: value for name, value in locals().items() if name != "self"})
         self.selection = self.options.selection()
         self.trace_dir: Optional[str] = None
         self.traces: list[str] = []  # this rank's trace files, oldest first
@@ -120,6 +118,7 @@ class PerformanceMonitor(Callback):
         self._notices = Notices()
         self._fit: Optional[FitRun] = None  # the running fit's machinery: never pickled or copied
         self._trainer: Optional[Trainer] = None
+        unhook(self)
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         # not guarded: a trace folder that cannot be written is the user's to fix, before the first step
@@ -140,7 +139,6 @@ class PerformanceMonitor(Callback):
 
     @guarded
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        assert self._fit is not None
         self._arm(trainer, pl_module.device.type == "cuda")
         why = self._fit.start_sampler(cuda_uuid(pl_module)) if self.options.log_metrics else None
         if why:
@@ -153,8 +151,6 @@ class PerformanceMonitor(Callback):
 
     @guarded
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._fit is None:
-            return
         if not self._fit.armed:  # given back while loops ran without us (a tuner's)
             self._arm(trainer, self._fit.on_cuda)
         loop = trainer.fit_loop.epoch_loop
@@ -163,51 +159,47 @@ class PerformanceMonitor(Callback):
         self._fit.epoch_start(trainer.current_epoch, loop.total_batch_idx + 1, batch_idx, epoch_length(trainer))
 
     @guarded
-    def _step_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """``on_train_batch_end`` of the steps we were woken for."""
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        """Called on the steps we were woken for."""
         self.on_train_batch_end = None  # type: ignore[assignment]
         loop = trainer.fit_loop.epoch_loop
-        if self._fit is not None:
-            apply(trainer, self._fit.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch,
-                                               lambda: loop.done, log_step(trainer)))
+        apply(trainer, self._fit.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch,
+                                           lambda: loop.done, log_step(trainer)))
 
     @guarded
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._fit is not None:
-            self._fit.validation_start(trainer.fit_loop.epoch_loop.total_batch_idx, log_step(trainer))
+        self._fit.validation_start(trainer.fit_loop.epoch_loop.total_batch_idx, log_step(trainer))
 
     @guarded
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         loop = trainer.fit_loop.epoch_loop
-        if self._fit is not None:
-            self._fit.validation_end(loop.total_batch_idx + 1, loop.batch_progress.current.ready)
+        self._fit.validation_end(loop.total_batch_idx + 1, loop.batch_progress.current.ready)
 
     @guarded
-    def _validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
-                                dataloader_idx: int = 0) -> None:
-        """``on_validation_batch_start`` when ``validation_batches`` is set: the first dataloader, no sanity check."""
-        if self._fit is not None and dataloader_idx == 0 and not trainer.sanity_checking:
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        """Called when ``validation_batches`` is set: the first dataloader, no sanity check."""
+        if dataloader_idx == 0 and not trainer.sanity_checking:
             self._fit.validation_batch_start(batch_idx)
 
     @guarded
-    def _validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-                              batch_idx: int, dataloader_idx: int = 0) -> None:
-        if self._fit is not None and dataloader_idx == 0:
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        if dataloader_idx == 0:
             self._fit.validation_batch_end()
 
     @guarded
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.on_train_batch_end = None  # type: ignore[assignment]
         loop = trainer.fit_loop.epoch_loop
-        if self._fit is not None:
-            apply(trainer, self._fit.epoch_end(loop.total_batch_idx, loop.batch_progress.total.completed,
-                                                log_step(trainer, epoch_end=True)))
+        apply(trainer, self._fit.epoch_end(loop.total_batch_idx, loop.batch_progress.total.completed,
+                                           log_step(trainer, epoch_end=True)))
 
     @guarded
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         unhook(self)
-        if self._fit is not None:
-            apply(trainer, self._fit.end())
+        apply(trainer, self._fit.end())
 
     @guarded
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
@@ -227,20 +219,15 @@ class PerformanceMonitor(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         """Configuration and resumable state; not the running fit's machinery, which a copy neither shares nor disturbs."""
-        state = dict(self.__dict__, _fit=None, _trainer=None)
-        for hook in SET_WHILE_NEEDED:
-            state.pop(hook, None)  # bound methods of this object, set while a fit runs
-        return state
+        return dict(self.__dict__, _fit=None, _trainer=None, **dict.fromkeys(SET_WHILE_NEEDED))
 
     def _arm(self, trainer: Trainer, on_cuda: bool) -> None:
         """Timer and machinery in place when training starts, not at ``setup``: a failing tuner's loop skips teardown."""
-        assert self._fit is not None
         processes = self._fit.rank.processes_per_node
         self._fit.arm(fetch_timer.install(trainer), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
                       lambda: loader_facts(train_loader(trainer), on_cuda, processes, worker_pids(trainer)))
         if self._fit.validation is not None:  # the validation batch hooks exist only then: else they cost nothing
-            self.on_validation_batch_start = self._validation_batch_start  # type: ignore[assignment]
-            self.on_validation_batch_end = self._validation_batch_end  # type: ignore[assignment]
+            rehook(self, "on_validation_batch_start", "on_validation_batch_end")
         self._trainer = trainer
 
     def _wake(self) -> None:
@@ -251,7 +238,7 @@ class PerformanceMonitor(Callback):
             if self._fit is not None:
                 self._fit.disarm(wait=False)
             return
-        self.on_train_batch_end = self._step_end  # type: ignore[assignment]
+        rehook(self, "on_train_batch_end")
 
     def _end(self, wait: bool = True) -> None:
         """Nothing of the fit left: hooks, profiler sessions, timer, writer, marker, exchange group."""
@@ -259,6 +246,3 @@ class PerformanceMonitor(Callback):
         fit, self._fit, self._trainer = self._fit, None, None
         if fit is not None:
             fit.close(wait)
-
-
-_PARAMETERS = frozenset(inspect.signature(PerformanceMonitor.__init__).parameters) - {"self"}

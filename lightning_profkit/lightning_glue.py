@@ -20,11 +20,14 @@ from lightning_profkit.store import is_url, join
 
 
 def guarded(hook: Callable) -> Callable:
-    """Every hook's guard: a failure inside the callback warns once, turns profiling off and never stops
-    training (an alert with ``alert_action="raise"`` is the one error meant to reach the user)."""
+    """Every hook's guard: the hook runs only while a fit runs (``self._fit``, from ``setup`` to ``teardown``); a
+    failure inside the callback warns once, turns profiling off and never stops training (an alert with
+    ``alert_action="raise"`` is the one error meant to reach the user)."""
 
     @functools.wraps(hook)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._fit is None:
+            return None
         try:
             return hook(self, *args, **kwargs)
         except DataWaitAlertError:
@@ -39,7 +42,8 @@ def guarded(hook: Callable) -> Callable:
     return wrapper
 
 
-# the hooks the callback sets only while it needs them (else None, so that Lightning skips them)
+# the hooks the callback has Lightning call only while it needs them: else the instance's are None, so that
+# Lightning skips them
 SET_WHILE_NEEDED = ("on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end")
 
 
@@ -47,6 +51,12 @@ def unhook(callback: Any) -> None:
     """None again for each of :data:`SET_WHILE_NEEDED`."""
     for hook in SET_WHILE_NEEDED:
         setattr(callback, hook, None)
+
+
+def rehook(callback: Any, *hooks: str) -> None:
+    """Lightning calls these hooks of the callback's class again (the instance's None is removed)."""
+    for hook in hooks:
+        vars(callback).pop(hook, None)
 
 
 def rank_of(trainer: Trainer) -> Rank:

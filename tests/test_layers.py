@@ -2,6 +2,7 @@
 (trace/) that never imports Lightning, torch or the training side, and one vocabulary of trace words."""
 
 import ast
+import inspect
 import os
 import subprocess
 import sys
@@ -86,6 +87,21 @@ def test_the_fit_and_what_it_owns_load_no_lightning():
     loaded = fresh("import sys, lightning_profkit.monitor.fit\n"
                    "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')) or 'none')")
     assert loaded == ["none"]
+
+
+def test_the_callback_is_glue_hooks_that_delegate():
+    """callback.py at most 250 lines; PerformanceMonitor defines ``__init__``, Lightning's hooks, the checkpoint and
+    copy methods, and at most three small helpers."""
+    from lightning.pytorch import Callback
+
+    from lightning_profkit import callback
+
+    lines = len(open(callback.__file__).read().splitlines())
+    assert lines <= 250, lines
+    own = {name for name, value in vars(callback.PerformanceMonitor).items() if callable(value)}
+    helpers = own - set(vars(Callback)) - {"__init__", "__getstate__"}
+    assert len(helpers) <= 3, helpers
+    assert all(len(inspect.getsource(getattr(callback.PerformanceMonitor, name)).splitlines()) <= 12 for name in helpers)
 
 
 def test_the_layer_check_sees_an_import_inside_a_function():

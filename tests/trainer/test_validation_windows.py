@@ -86,7 +86,7 @@ def test_a_training_window_ends_before_validation_inside_the_epoch(tmp_path):
 def test_the_batch_hooks_are_set_only_with_validation_batches(tmp_path):
     plain = PerformanceMonitor(steps="1-2", alert_threshold=None)
     make_trainer(tmp_path / "a", [plain], limit_val_batches=1.0).fit(Marked(8, 4))
-    assert PerformanceMonitor.on_validation_batch_start is None and plain.on_validation_batch_start is None
+    assert PerformanceMonitor().on_validation_batch_start is None and plain.on_validation_batch_start is None
     with_val = PerformanceMonitor(steps="1-2", validation_batches="0", alert_threshold=None)
     make_trainer(tmp_path / "b", [with_val], limit_val_batches=1.0).fit(Marked(8, 4))
     assert with_val.on_validation_batch_start is None  # given back when the fit ended
