@@ -41,7 +41,8 @@ floor() {
 
 case "${1:-}" in
   demo) shift; refresh_venv; exec "$VENV/bin/python" examples/data_bound.py "$@" ;;
-  test) shift; refresh_venv; browser_deps; exec "$VENV/bin/python" -m pytest -q "$@" ;;
+  # a test file per worker, as many workers as CPUs up to 4 (`-n 0` after `test` runs them one at a time)
+  test) shift; refresh_venv; browser_deps; exec "$VENV/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadfile "$@" ;;
   # the machine's own python3 with its CUDA torch: no virtual environment, nothing fetched (GPU machines are often offline)
   check-cuda) shift; exec "$PY" .ci/check_cuda.py "$@" ;;
   floor) floor ;;
