@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from lightning_profkit.companions import with_companions
 from lightning_profkit.printable import redact
@@ -149,6 +149,16 @@ def files_under(url: str, suffixes: tuple[str, ...]) -> tuple[Any, list[str]]:
         fs, root = filesystem(url)
         found = named(fs.find(root), suffixes)
     return fs, [fs.unstrip_protocol(p) for p in found]
+
+
+def copy_here(url: str, fs: Any, urls: Sequence[str], into: str, suffix: str) -> list[str]:
+    """Copy the objects ``urls`` of ``fs`` (found under ``url``) into the local folder ``into``, many at a time, as
+    ``000000<suffix>``, ``000001<suffix>`` … (names an object's key cannot steer out of ``into``); returns the
+    copies in the order of ``urls``."""
+    local = [os.path.join(into, f"{i:06d}{suffix}") for i in range(len(urls))]
+    with _store_errors(url):
+        fs.get(list(urls), local)
+    return local
 
 
 def subfolders(url: str, prefix: str) -> list[str]:

@@ -23,6 +23,7 @@ import contextlib
 import glob
 import json
 import os
+import re
 import sys
 import tempfile
 from typing import Any, Optional, Sequence
@@ -33,7 +34,7 @@ from lightning_profkit.cli.progress import Progress
 from lightning_profkit.companions import EVENTS, SIDECAR
 from lightning_profkit.machine import usable_cpus
 from lightning_profkit.printable import printable, redact
-from lightning_profkit.store import StoreError, fetch, is_url, join, read, send, subfolders, write
+from lightning_profkit.store import StoreError, copy_here, fetch, is_url, join, read, send, subfolders, write
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, TraceError, find_traces, missing, natural
 
 JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
@@ -399,20 +400,33 @@ def sql(args: argparse.Namespace) -> int:
     if len(tables) < traces:
         left_out.append(f"{args.run}: {traces - len(tables)} of {traces} trace(s) have no events table (`profkit "
                         f"export {args.run}` writes them); their events are not in the views")
-    db = connect(tables, fs)
     from lightning_profkit.cli.text import table, use_color, write
 
-    if not args.query:
-        columns = db.execute("DESCRIBE events").fetchall()
-        lines = [f"{name}: {what}" for name, (what, _) in VIEWS.items()]
-        described = table(["column", "type"], [c[:2] for c in columns])
-        write("\n".join(["Views:", *lines, "", "Columns of events:", described]))
-        return status(left_out)
-    try:
-        result = db.execute(args.query)
-        names, rows = [d[0] for d in result.description], result.fetchall()
-    except duckdb.Error as err:
-        raise CommandError(f"the query failed: {str(err).splitlines()[0]}") from None
+    # a store's tables are copied here many at a time (DuckDB reads through fsspec one request at a time)
+    with tempfile.TemporaryDirectory(prefix="profkit-") if fs is not None else contextlib.nullcontext("") as local:
+        objects = dict(zip(copy_here(args.run, fs, tables, local, EVENTS), tables)) if local else {}
+
+        def said(err: Exception) -> str:  # DuckDB's first line, with each copy named by its object
+            why = str(err).splitlines()[0]
+            for copy in re.findall(re.escape(local) + r"[^\s'\"]*", why) if local else ():
+                why = why.replace(copy, objects.get(copy, copy))
+            return why
+
+        try:
+            db = connect(list(objects) or tables)
+        except duckdb.Error as err:
+            raise CommandError(f"cannot read the events tables: {said(err)}") from None
+        if not args.query:
+            columns = db.execute("DESCRIBE events").fetchall()
+            lines = [f"{name}: {what}" for name, (what, _) in VIEWS.items()]
+            described = table(["column", "type"], [c[:2] for c in columns])
+            write("\n".join(["Views:", *lines, "", "Columns of events:", described]))
+            return status(left_out)
+        try:
+            result = db.execute(args.query)
+            names, rows = [d[0] for d in result.description], result.fetchall()
+        except duckdb.Error as err:
+            raise CommandError(f"the query failed: {said(err)}") from None
     if args.json:
         write(json.dumps({"columns": names, "rows": [[None if x != x else x for x in r] for r in rows]}, default=str))
     else:

@@ -4,7 +4,7 @@ of trace words, so that a view selects what the figures of ``profkit summary`` r
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from lightning_profkit.trace import vocabulary as v
 from lightning_profkit.trace.operator_times import CPU_CATEGORIES
@@ -36,14 +36,11 @@ VIEWS = {
 }
 
 
-def connect(files: Sequence[str], filesystem: Optional[Any] = None) -> Any:
-    """A DuckDB connection with :data:`VIEWS` over the Parquet ``files`` (paths, or URLs read through the fsspec
-    ``filesystem``)."""
+def connect(files: Sequence[str]) -> Any:
+    """A DuckDB connection with :data:`VIEWS` over the local Parquet ``files``."""
     import duckdb
 
     db = duckdb.connect()
-    if filesystem is not None:
-        db.register_filesystem(filesystem)
     listed = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
     db.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet({listed}, union_by_name = true, "
                "hive_partitioning = false)")

@@ -89,3 +89,8 @@ def test_what_sql_cannot_read_is_said(run, gpu_traces):
                               "them); their events are not in the views; left out\n")
     names = Counter(line.split(":")[0] for line in profkit("sql", run).stdout.splitlines()[1:6])
     assert set(names) == {"events", "steps", "operators", "kernels", "ranks"}
+    damaged = next((run / "profiler").glob("*/*.parquet"))
+    damaged.write_bytes(b"PAR1 not a table PAR1")
+    unread = profkit("sql", run, "SELECT 1")
+    assert unread.returncode == 1 and unread.stderr.startswith("profkit: cannot read the events tables: ")
+    assert str(damaged) in unread.stderr and unread.stderr.count("\n") == 1, unread.stderr

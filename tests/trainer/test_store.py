@@ -17,7 +17,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.companions import SIDECAR, with_companions
+from lightning_profkit.companions import EVENTS, SIDECAR, with_companions
 
 pytest.importorskip("s3fs")
 
@@ -205,6 +205,11 @@ def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_ser
     steps = {e["name"] for e in raw if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")}
     events = sum(1 for e in raw if e.get("ph") == "X" and "ts" in e)
     assert json.loads(done.stdout)["rows"] == [[events, len(steps)]] and len(steps) == 2
+    # a damaged table is named by its object, not by the temporary copy that DuckDB read
+    table = url[len("s3://runs/"):] + EVENTS
+    s3_server.fs.pipe(f"{s3_server.bucket}/{table}", b"PAR1 not a table PAR1")
+    bad = profkit("sql", "s3://runs/one", "SELECT count(*) FROM events")
+    assert bad.returncode == 1 and f"s3://runs/{table}" in bad.stderr and "profkit-" not in bad.stderr, bad.stderr
     missing = profkit("summary", "s3://runs/nothing-here")
     assert missing.returncode == 1 and missing.stderr == "profkit: s3://runs/nothing-here: no trace files (*.pt.trace.json[.gz]) there\n"
     capture = profkit("capture", "s3://runs/one")  # the fit has ended: its marker is gone
