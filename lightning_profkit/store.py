@@ -269,18 +269,21 @@ def survey(url: str, suffixes: tuple[str, ...]) -> Survey:
 def download(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
     """The traces under ``url`` (see :func:`survey`): those without a fresh sidecar copied into the local folder
     ``into``, keeping their paths below ``url``, many at a time. Returns ``paths`` (the local copies), ``known``
-    (the summary of each trace not copied, by the local path a copy would have) and ``unread`` (see
-    :class:`Survey`)."""
+    (the summary of each trace not copied, by the local path a copy would have), ``unread`` (see
+    :class:`Survey`) and ``refused`` (the URLs of traces whose keys would leave ``into``: not copied)."""
     found = survey(url, suffixes)
-    local = {p: os.path.join(into, *p[len(found.root):].strip("/").split("/")) for p in found.found}
-    copied = [p for p in found.found if p not in found.known]
+    parts = {p: p[len(found.root):].strip("/").split("/") for p in found.found}
+    # a key whose parts hold "..", "." or nothing would be copied elsewhere than into `into`: never copied
+    refused = [p for p, names in parts.items() if any(name in ("", ".", "..") for name in names)]
+    local = {p: os.path.join(into, *names) for p, names in parts.items() if p not in refused}
+    copied = [p for p in local if p not in found.known]
     for p in copied:
         os.makedirs(os.path.dirname(local[p]), exist_ok=True)
     if copied:
         with _store_errors(url):
             found.fs.get(copied, [local[p] for p in copied])
-    return {"paths": [local[p] for p in copied], "known": {local[p]: s for p, s in found.known.items()},
-            "unread": found.unread}
+    return {"paths": [local[p] for p in copied], "known": {local[p]: s for p, s in found.known.items() if p in local},
+            "unread": found.unread, "refused": [redact(found.fs.unstrip_protocol(p)) for p in refused]}
 
 
 def put(pairs: list[list[str]]) -> None:

@@ -172,10 +172,13 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
         return readable(path, found, skipped)
     with tempfile.TemporaryDirectory(prefix="profkit-") as local:
         got = fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local)
+        refused = [f"{name}: not read: a key with an empty, '.' or '..' part, which would be copied outside the "
+                   "temporary folder" for name in got["refused"]]
         if not got["paths"] and not got["known"]:
-            raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
+            raise CommandError("; ".join(refused) or f"{path}: no trace files (*.pt.trace.json[.gz]) there")
         if got["unread"]:
             print(f"profkit: {printable(got['unread'])}", file=sys.stderr)
+        left_out += refused
 
         def remote(p: str) -> str:  # the object a copy in ``local`` was made from
             return path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + p[len(local):].replace(os.sep, "/")

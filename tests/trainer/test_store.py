@@ -217,6 +217,25 @@ def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_ser
         1, "profkit: s3://runs/one: no running PerformanceMonitor writes traces here (no .profkit-run)\n")
 
 
+def test_a_key_that_would_leave_the_temporary_folder_is_not_copied(tmp_path, s3_server, gpu_traces):
+    """A store's trace is copied to a temporary folder under its key: a key with a '..' part is named and left out,
+    and nothing is written outside that folder."""
+    data = (gpu_traces / "hta" / "trace_diff_control" / "control.json.gz").read_bytes()
+    s3_server.fs.pipe({f"{s3_server.bucket}/hostile/w/ok.pt.trace.json.gz": data,
+                       f"{s3_server.bucket}/hostile/w/../../../escape.pt.trace.json.gz": data})
+    assert "hostile/w/../../../escape.pt.trace.json.gz" in s3_server.keys("hostile")  # kept as given
+    temporary = tmp_path / "a" / "b"
+    temporary.mkdir(parents=True)
+    exe = os.path.join(os.path.dirname(sys.executable), "profkit")
+    done = subprocess.run([exe, "summary", "s3://runs/hostile"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TMPDIR=str(temporary)))
+    assert done.returncode == 3, done.stderr
+    assert ("profkit: s3://runs/hostile/w/../../../escape.pt.trace.json.gz: not read: a key with an empty, '.' or "
+            "'..' part, which would be copied outside the temporary folder; left out") in done.stderr
+    assert done.stdout.startswith("Step time breakdown")  # the other trace is summarized
+    assert not [p for p in tmp_path.rglob("escape*")]  # the old code wrote tmp_path/escape.pt.trace.json.gz
+
+
 def test_capture_requested_through_the_store(tmp_path, s3_server):
     """A run on the store with no logger of its own writes under ``profiler/run=*``: ``profkit capture`` given the
     run's root folder finds it there."""
