@@ -4,7 +4,9 @@ The traces are made by repeating a real A100 trace (``control.json.gz``) in time
 trace's span, its ``ProfilerStep#N`` renumbered after the copy before, and its flow, correlation and external
 ids offset, so that the result is one valid trace of many steps. Written gzipped, as the callback writes them.
 Each tool runs as a fresh process of the installed console script (see ``summary_speed.py``); beside the
-figures, the time to inflate the file alone (ISA-L, in this process), the floor of any reader of it here.
+figures, the time to inflate the file alone (ISA-L, in this process), the floor of any reader of it here, and
+what one core does of the reader's work (:func:`one_core_s`): inflating and cutting the text into pieces (the
+command's own process), and decoding the pieces into rows (a worker's; the per-piece single-core limit).
 
     python benchmarks/large_traces.py [--sizes 30,300,1000] [--hta-up-to 300] [--repeats 1]
 """
@@ -27,9 +29,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from summary_speed import HTA, TRACES, installed_copy, run  # noqa: E402
 
+from lightning_profkit.companions import EVENTS, SIDECAR  # noqa: E402
+
 SOURCE = os.path.join(TRACES, "hta", "trace_diff_control", "control.json.gz")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 ID_ARGS = ("correlation", "External id", "Profiler Event Index")
+COMPANIONS = (SIDECAR, EVENTS)  # written beside a trace that is parsed: the next look would read them
 
 
 def repeated(source: str, json_mb: float, out: str) -> tuple[int, int]:
@@ -97,6 +102,25 @@ def inflate_s(path: str) -> float:
     return best
 
 
+def one_core_s(path: str) -> tuple[float, float]:
+    """Seconds one core spends, in this process, inflating and cutting the file into the reader's pieces, and
+    decoding those pieces into rows as a worker does (each piece timed alone): the limits of the command's own
+    process and of one decoding worker."""
+    from lightning_profkit.trace.file import json_blocks
+    from lightning_profkit.trace.load import PIECE, _decode, _framed_piece, pieces
+
+    cut = decode = 0.0
+    start = time.perf_counter()
+    for text, a, b, first, last in pieces((block for block, _ in json_blocks(path, PIECE)), PIECE):
+        framed = _framed_piece(text, a, b, first, last)
+        t0 = time.perf_counter()
+        _decode(framed)
+        decode += time.perf_counter() - t0
+        cut -= time.perf_counter() - t0  # the decoding is not the cutting's
+    cut += time.perf_counter() - start
+    return cut, decode
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="30,300,1000", help="MB of JSON, comma-separated")
@@ -116,23 +140,31 @@ def main() -> None:
             tools = {"profkit": [profkit, "summary", "--json", path]}
             if mb <= args.hta_up_to:
                 tools["hta"] = [python, "-c", HTA, folder]
-            run(tools["profkit"])  # warm-up: byte code, the file in the page cache
-            timed = {t: [run(cmd)[0] for _ in range(args.repeats)] for t, cmd in tools.items()}
-            peak = {t: [run(cmd, sample=True)[1] for _ in range(args.repeats)] for t, cmd in tools.items()}
+            def parsed(cmd: list[str], sample: bool = False) -> tuple[float, float]:
+                """``run(cmd)`` with no summary beside the trace: the trace itself is read (a first look)."""
+                for name in os.listdir(folder):
+                    if name.endswith(COMPANIONS):
+                        os.remove(os.path.join(folder, name))
+                return run(cmd, sample)
+
+            parsed(tools["profkit"])  # warm-up: byte code, the file in the page cache
+            timed = {t: [parsed(cmd)[0] for _ in range(args.repeats)] for t, cmd in tools.items()}
+            peak = {t: [parsed(cmd, sample=True)[1] for _ in range(args.repeats)] for t, cmd in tools.items()}
             med = {t: (statistics.median(timed[t]), statistics.median(peak[t])) for t in tools}
-            rows.append((json_bytes, copies, os.path.getsize(path), inflate_s(path), med))
+            rows.append((json_bytes, copies, os.path.getsize(path), inflate_s(path), one_core_s(path), med))
             print(f"{json_bytes / 1e6:.0f} MB done", file=sys.stderr)
             shutil.rmtree(folder)
         print(f"# {datetime.date.today()}, {os.cpu_count()} CPUs, median of {args.repeats}; control.json.gz repeated "
               "in time; peak MB counts worker processes too")
-        print("| JSON MB | copies | gz MB | inflate alone s | profkit s | profkit MB/s | profkit peak MB | peak / JSON "
-              "| HTA s | HTA peak MB |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for json_bytes, copies, gz, inflate, med in rows:
+        print("| JSON MB | copies | gz MB | inflate alone s | inflate and cut, one core s | decode pieces, one core s "
+              "(MB/s) | profkit s | profkit MB/s | profkit peak MB | peak / JSON | HTA s | HTA peak MB |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for json_bytes, copies, gz, inflate, (cut, decode), med in rows:
             (ps, pm) = med["profkit"]
             hta = med.get("hta")
-            print(f"| {json_bytes / 1e6:.0f} | {copies} | {gz / 1e6:.0f} | {inflate:.2f} | {ps:.2f} | "
-                  f"{json_bytes / 1e6 / ps:.0f} | {pm:.0f} | {pm * 2**20 / json_bytes:.2f}x | "
+            mb = json_bytes / 1e6
+            print(f"| {mb:.0f} | {copies} | {gz / 1e6:.0f} | {inflate:.2f} | {cut:.2f} | {decode:.2f} ({mb / decode:.0f}) | "
+                  f"{ps:.2f} | {mb / ps:.0f} | {pm:.0f} | {pm * 2**20 / json_bytes:.2f}x | "
                   f"{f'{hta[0]:.1f}' if hta else '-'} | {f'{hta[1]:.0f}' if hta else '-'} |")
     finally:
         shutil.rmtree(work, ignore_errors=True)
