@@ -86,9 +86,9 @@ class PerformanceMonitor(Callback):
         trainer.fit(BoringModel())
     """
 
-    # Lightning calls a hook (about 7 µs each here) unless it is not callable: the per-batch hooks are None, and the
-    # instance's SET_WHILE_NEEDED too, but `on_train_batch_end` on the steps with work (`_wake`) and the validation
-    # ones with `validation_batches`.
+    # Lightning calls a hook (about 7 µs each here) unless it is not callable: these per-batch hooks are None, and
+    # the instance's SET_WHILE_NEEDED are None but while needed: `on_train_batch_end` on the steps with work
+    # (`_wake`), the validation batch hooks with `validation_batches`.
     on_train_batch_start = on_before_backward = on_after_backward = None  # type: ignore[assignment]
     on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
     on_test_batch_start = on_test_batch_end = None  # type: ignore[assignment]
