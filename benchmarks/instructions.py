@@ -126,25 +126,27 @@ def totals(path: str) -> dict[str, int]:
     raise SystemExit(f"no totals in {path}")
 
 
-def finalizer_counts(folder: str) -> dict[str, int]:
+def finalizer_counts(folder: str, pyarrow: bool = True) -> dict[str, int]:
     """Callgrind's totals of a finalizing process, from its start to its exit, serving one default window of
-    the benchmark's fit."""
+    the benchmark's fit (with ``pyarrow=False``, as where pyarrow is not installed: no events table)."""
     sys.path.insert(0, HERE)
     from overhead import make_fit
 
     from lightning_profkit.monitor.writing.process import CHILD, child_env
 
-    run = os.path.join(folder, "trace-fit")
+    run = os.path.join(folder, f"trace-fit-{pyarrow}")
     make_fit("windows", 100, run)()
     (trace,) = glob.glob(os.path.join(run, "**", "*.pt.trace.json.gz"), recursive=True)
     raw = os.path.join(folder, "window.raw.json")
     with gzip.open(trace, "rb") as f, open(raw, "wb") as out:
         out.write(f.read())
     job = json.dumps({"raw": raw, "final": os.path.join(folder, "w.pt.trace.json.gz"), "meta": {"rank": 0, "world_size": 1}})
-    out = os.path.join(folder, "finalizer.out")
+    out = os.path.join(folder, f"finalizer-{pyarrow}.out")
+    hidden = "import runpy, sys; sys.modules['pyarrow'] = None; runpy.run_module(sys.argv[1], run_name='__main__')"
+    command = ["-m", CHILD] if pyarrow else ["-c", hidden, CHILD]
     fixed = ["setarch", os.uname().machine, "--addr-no-randomize"] if shutil.which("setarch") else []
     subprocess.run([*fixed, "valgrind", "--tool=callgrind", "--cache-sim=yes", f"--callgrind-out-file={out}",
-                    sys.executable, "-m", CHILD], input=job + "\n", text=True, check=True,
+                    sys.executable, *command], input=job + "\n", text=True, check=True,
                    env={**child_env(), "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return totals(out)
 
@@ -191,6 +193,7 @@ def main() -> None:
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         got = dict(zip(runs, pool.map(lambda r: counts(*r, switch, folder), runs)))
     finalizer = finalizer_counts(folder) if "windows" in configs else {"Ir": 0, "cycles": 0}
+    bare = finalizer_counts(folder, pyarrow=False) if "windows" in configs else finalizer
 
     def figures(config: str, seed: int, poll: str = "never") -> dict[str, tuple[float, float]]:
         """Per event kind (and estimated cycles): the cost of a step and the fit's fixed cost, under one seed."""
@@ -254,7 +257,8 @@ def main() -> None:
               f"estimated cycles; counted above once every {args.poll_every:g} steps.")
     if "windows" in configs:
         print(f"The finalizing process serving one default window, whole: {finalizer['Ir']:,.0f} instructions, "
-              f"{finalizer['cycles']:,.0f} estimated cycles (in the default window's all-process columns).")
+              f"{finalizer['cycles']:,.0f} estimated cycles (in the default window's all-process columns); without "
+              f"pyarrow (no events table): {bare['Ir']:,.0f} instructions, {bare['cycles']:,.0f} estimated cycles.")
 
 
 if __name__ == "__main__":
