@@ -170,6 +170,20 @@ def profiler_steps(trace: dict) -> list[int]:
 
 
 @pytest.fixture
+def small_disk(tmp_path):
+    """A real filesystem of 2 MB (tmpfs, mounted as root as on this project's machines and CI), unmounted after."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                                          capture_output=True).returncode:
+        pytest.skip("mounting a small filesystem needs root")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+@pytest.fixture
 def gpu_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the real GPU traces, for each test: `profkit` writes a sidecar beside each trace it parses."""
     copy = tmp_path_factory.mktemp("gpu") / "traces"

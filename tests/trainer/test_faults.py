@@ -4,7 +4,6 @@ import csv
 import os
 import shutil
 import signal
-import subprocess
 import warnings
 
 import pytest
@@ -165,20 +164,6 @@ def test_alert_state_and_budget_survive_a_checkpoint(tmp_path):
     again.load_state_dict(state)
     make_trainer(tmp_path / "b", [again]).fit(TinyModel(SleepDataset(40, delay=0.004)))
     assert again.alerts == []  # the same data-bound episode goes on: no second alert after resuming
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real filesystem of 2 MB (tmpfs, mounted as root as on this project's machines and CI), unmounted after."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
-                                          capture_output=True).returncode:
-        pytest.skip("mounting a small filesystem needs root (tests/trainer/test_faults.py)")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 class FreeTheDisk(Callback):

@@ -236,6 +236,19 @@ def test_a_key_that_would_leave_the_temporary_folder_is_not_copied(tmp_path, s3_
     assert not [p for p in tmp_path.rglob("escape*")]  # the old code wrote tmp_path/escape.pt.trace.json.gz
 
 
+def test_sql_with_no_room_for_the_stores_tables_says_so_once_and_leaves_nothing(s3_server, small_disk):
+    """``profkit sql`` copies a store's tables into a temporary folder first: where they do not fit (a 3 MB table, a
+    2 MB disk), one line, and nothing left on that disk."""
+    s3_server.fs.pipe({f"{s3_server.bucket}/full/w/r.pt.trace.json.gz": b"{}",
+                       f"{s3_server.bucket}/full/w/r.pt.trace.json.gz.parquet": os.urandom(3 * 2**20)})
+    exe = os.path.join(os.path.dirname(sys.executable), "profkit")
+    done = subprocess.run([exe, "sql", "s3://runs/full", "SELECT 1"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TMPDIR=str(small_disk)))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("profkit: s3://runs/full: ") and "No space left on device" in done.stderr, done.stderr
+    assert os.listdir(small_disk) == []
+
+
 def test_capture_requested_through_the_store(tmp_path, s3_server):
     """A run on the store with no logger of its own writes under ``profiler/run=*``: ``profkit capture`` given the
     run's root folder finds it there."""
