@@ -23,7 +23,6 @@ import contextlib
 import glob
 import json
 import os
-import re
 import sys
 import tempfile
 from typing import Any, Optional, Sequence
@@ -411,8 +410,8 @@ def sql(args: argparse.Namespace) -> int:
 
         def said(err: Exception) -> str:  # DuckDB's first line, with each copy named by its object
             why = str(err).splitlines()[0]
-            for copy in re.findall(re.escape(local) + r"[^\s'\"]*", why) if local else ():
-                why = why.replace(copy, objects.get(copy, copy))
+            for copy, name in objects.items():
+                why = why.replace(copy, name)
             return why
 
         try:
