@@ -19,7 +19,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -103,6 +103,7 @@ class FitRun:
         self.live: Optional[capture_request.LiveRun] = None
         self.sampler: Optional[UtilizationSampler] = None
         self.loader: Callable[[], LoaderFacts] = LoaderFacts
+        self.workers: Callable[[], Sequence[int]] = tuple
         self.spans = EpochSpans()
         self.watch = LoaderWatch()  # the DataLoader's CPU, marked at every check, for the advice
         self.loader_busy = LoaderBusy()  # since the mark before the latest check
@@ -129,11 +130,13 @@ class FitRun:
         return self.timer is not None
 
     def arm(self, timer: FetchTimer, on_cuda: bool, batch_size: Optional[int],
-            loader: Callable[[], LoaderFacts] = LoaderFacts) -> None:
+            loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Optional[Callable[[], Sequence[int]]] = None) -> None:
         """Training starts (or starts again after loops that ran without us): ``timer`` times its fetches;
-        ``loader()`` reads the training DataLoader's settings, for advice."""
+        ``loader()`` reads the training DataLoader's settings, for advice; ``workers()``, only the pids of its worker
+        processes now (read at every rolling check; by default ``loader()``'s)."""
         o = self.options
         self.timer, self.on_cuda, self.batch_size, self.loader = timer, on_cuda, batch_size, loader
+        self.workers = workers or (lambda: self.loader().worker_pids)
         if self.setup_timer is not None:
             self.startup_before_s = self.setup_timer.seconds
             self._end_setup_timer()
@@ -544,7 +547,7 @@ class FitRun:
         if self.checks.rule is not None and self.timer is not None:
             try:
                 waited = self.waited_s + self.timer.stats.train_s
-                self.loader_busy = self.watch.busy(self.loader().worker_pids, now, waited)
+                self.loader_busy = self.watch.busy(self.workers(), now, waited)
             except Exception as err:
                 self.report(f"reading the DataLoader's CPU failed: {err!r}", "advice")
 
