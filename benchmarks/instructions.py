@@ -85,7 +85,7 @@ void toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
 """
 CONFIGS = {
     "none": "no callback",
-    "quiet": "a callback without per-batch hooks (control: should read 0)",
+    "quiet": "a callback without per-batch hooks (Lightning still looks each hook up)",
     "noop": "a no-op callback (Lightning's dispatch of its hooks)",
     "metrics": "metrics only: `PerformanceMonitor(profile=False, capture_on_alert=False)`",
     "windows": "metrics + the default window (one a fit here): `PerformanceMonitor(capture_on_alert=False)`",
