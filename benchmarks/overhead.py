@@ -17,9 +17,8 @@
    than in a fit). A callback without per-batch hooks is the control: Lightning only looks its hooks up,
    3,876 instructions a step by callgrind (``instructions.py --direct``), within this figure's error.
    Wall-clock ratios of whole fits on a shared 2-core machine swing by several percent; this figure does
-   not. (A tight loop
-   over the same calls, as this benchmark used before, reads 5-10x lower: our code runs with warm caches
-   there, not in a real step.)
+   not. (A tight loop over the same calls, as this benchmark used before, reads 5-10x lower: our code runs
+   with warm caches there, not in a real step.)
 3. Inside the per-step code: the time spent in Lightning's own fetch callbacks, in ours, and in our
    batch-end work, each timed around the call inside real fits. Only those calls are timed, so this reads
    to a few tenths of a µs where the figure above has an error of about 2 µs; it leaves out what our code
