@@ -35,7 +35,8 @@ in every configuration alike, against the whole fit without a callback. Those fu
 instructions a step, so the spread moves them by a few hundred. What it leaves out is what the callback
 changes elsewhere: where things lie, what the garbage collector visits; the whole counts bound that. The
 default window is left out of ``--direct``: its profiler records inside torch's operators, and its writer
-thread runs while the hooks are counted.
+thread runs while the hooks are counted. A fit in which those functions were called fewer times than it has
+steps (Lightning or the fetch timer no longer goes through them) stops the benchmark with their names.
 
 ``--idle-thread`` starts one idle thread in every fit's process before its fit, as a TensorBoard logger, CUDA
 or ``pin_memory`` do in most real fits. Once a process has had a second thread, glibc's malloc and free take
@@ -63,6 +64,7 @@ one run's spread can be judged on the mean. ``--configs`` counts only some confi
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import ctypes
 import datetime
@@ -96,10 +98,11 @@ POLLS = {"never": float("inf"), "every step": 0.0}  # the capture-request poll's
 WEIGHTS = {"Ir": 1, "I1mr": 10, "D1mr": 10, "D1mw": 10, "ILmr": 100, "DLmr": 100, "DLmw": 100}
 
 
-def count_only_where_lightning_calls_us(lib: ctypes.CDLL) -> None:
+def count_only_where_lightning_calls_us(lib: ctypes.CDLL) -> collections.Counter:
     """Count only inside the functions through which a fit reaches a callback or the fetch timer, whichever runs:
     Lightning's dispatch of callback hooks (all of it: its loop over the callbacks, every hook it calls) and the
-    training loop's pair around each fetch (Lightning's own, or the fetch timer's in its place)."""
+    training loop's pair around each fetch (Lightning's own, or the fetch timer's in its place). Returns the
+    calls of each, by qualified name, as they come."""
     import functools
 
     from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
@@ -108,6 +111,7 @@ def count_only_where_lightning_calls_us(lib: ctypes.CDLL) -> None:
     from lightning_profkit.monitor.timing.fetch_timer import FetchTimer
 
     inside = [False]
+    calls: collections.Counter = collections.Counter()
 
     def counted(fn: Any) -> Any:
         @functools.wraps(fn)
@@ -115,6 +119,7 @@ def count_only_where_lightning_calls_us(lib: ctypes.CDLL) -> None:
             if inside[0]:
                 return fn(*args, **kwargs)
             inside[0] = True
+            calls[fn.__qualname__] += 1
             lib.toggle()
             try:
                 return fn(*args, **kwargs)
@@ -129,6 +134,7 @@ def count_only_where_lightning_calls_us(lib: ctypes.CDLL) -> None:
                          (FetchTimer, ("_train_before", "_train_after"))):
         for name in names:
             setattr(owner, name, counted(getattr(owner, name)))
+    return calls
 
 
 def child(config: str, steps: int, poll_interval: float, switch: str, regions: bool) -> None:
@@ -150,12 +156,15 @@ def child(config: str, steps: int, poll_interval: float, switch: str, regions: b
     if os.environ.get("PROFKIT_CG_AFTER_A_FIRST_FIT"):  # --after-a-first-fit: what a process's first fit sets up once
         make_fit(config, 30, tempfile.mkdtemp(prefix="profkit-cg-"))()
     lib = ctypes.CDLL(switch)
-    if regions:
-        count_only_where_lightning_calls_us(lib)
+    calls = count_only_where_lightning_calls_us(lib) if regions else None
     fit = make_fit(config, steps, tempfile.mkdtemp(prefix="profkit-cg-"))
     lib.collect_on()
     fit()
     lib.collect_off()
+    pair = "FetchTimer._train_before" if config in OURS else "_TrainingEpochLoop._on_before_fetch"
+    for name in ("_call_callback_hooks", pair) if calls is not None else ():
+        if calls[name] < steps:  # Lightning or the fetch timer no longer goes through it: the count would miss it
+            sys.exit(f"--direct: {name} was called {calls[name]} times in a fit of {steps} steps")
 
 
 def counts(seed: int, config: str, steps: int, poll: str, where: str, switch: str, out_dir: str) -> dict[str, int]:
@@ -164,11 +173,15 @@ def counts(seed: int, config: str, steps: int, poll: str, where: str, switch: st
     out = os.path.join(out_dir, f"{config}.{steps}.{poll.replace(' ', '-')}.{where}.{seed}.out")
     env = {**os.environ, "PYTHONHASHSEED": str(seed), "OMP_NUM_THREADS": "1"}
     collect = ["--collect-atstart=no"] if where == "ours" else []
-    subprocess.run(
+    done = subprocess.run(
         [*callgrind(out, "--instr-atstart=no", *collect), sys.executable, os.path.abspath(__file__), "--child", config,
          str(steps), str(POLLS[poll]), switch, where],
-        check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
+    if done.returncode:
+        said = [line for line in done.stderr.splitlines() if not line.startswith("==")]  # not valgrind's summary
+        raise SystemExit(f"the {config} fit of {steps} steps under callgrind failed (exit status {done.returncode}):\n"
+                         + "\n".join(said[-5:]))
     return totals(out)
 
 
