@@ -161,10 +161,11 @@ def child(config: str, steps: int, poll_interval: float, switch: str, regions: b
     lib.collect_on()
     fit()
     lib.collect_off()
-    pair = "FetchTimer._train_before" if config in OURS else "_TrainingEpochLoop._on_before_fetch"
-    for name in ("_call_callback_hooks", pair) if calls is not None else ():
-        if calls[name] < steps:  # Lightning or the fetch timer no longer goes through it: the count would miss it
-            sys.exit(f"--direct: {name} was called {calls[name]} times in a fit of {steps} steps")
+    if calls is not None:
+        pair = "FetchTimer._train_before" if config in OURS else "_TrainingEpochLoop._on_before_fetch"
+        for name in ("_call_callback_hooks", pair):
+            if calls[name] < steps:  # Lightning or the fetch timer no longer goes through it: the count would miss it
+                sys.exit(f"--direct: {name} was called {calls[name]} times in a fit of {steps} steps")
 
 
 def counts(seed: int, config: str, steps: int, poll: str, where: str, switch: str, out_dir: str) -> dict[str, int]:

@@ -130,13 +130,13 @@ class FitRun:
         return self.timer is not None
 
     def arm(self, timer: FetchTimer, on_cuda: bool, batch_size: Optional[int],
-            loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Optional[Callable[[], Sequence[int]]] = None) -> None:
+            loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Callable[[], Sequence[int]] = tuple) -> None:
         """Training starts (or starts again after loops that ran without us): ``timer`` times its fetches;
         ``loader()`` reads the training DataLoader's settings, for advice; ``workers()``, only the pids of its worker
-        processes now (read at every rolling check; by default ``loader()``'s)."""
+        processes now (read at every rolling check)."""
         o = self.options
-        self.timer, self.on_cuda, self.batch_size, self.loader = timer, on_cuda, batch_size, loader
-        self.workers = workers or (lambda: self.loader().worker_pids)
+        self.timer, self.on_cuda, self.batch_size = timer, on_cuda, batch_size
+        self.loader, self.workers = loader, workers
         if self.setup_timer is not None:
             self.startup_before_s = self.setup_timer.seconds
             self._end_setup_timer()
