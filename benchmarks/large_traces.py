@@ -107,14 +107,14 @@ def one_core_s(path: str) -> tuple[float, float]:
     decoding those pieces into rows as a worker does (each piece timed alone): the limits of the command's own
     process and of one decoding worker."""
     from lightning_profkit.trace.file import json_blocks
-    from lightning_profkit.trace.load import PIECE, _decode, _framed_piece, pieces
+    from lightning_profkit.trace.load import PIECE, decode_piece, framed_piece, pieces
 
     decode = 0.0
     start = time.perf_counter()
     for text, a, b, first, last in pieces((block for block, _ in json_blocks(path, PIECE)), PIECE):
-        framed = _framed_piece(text, a, b, first, last)
+        framed = framed_piece(text, a, b, first, last)
         t0 = time.perf_counter()
-        _decode(framed)
+        decode_piece(framed)
         decode += time.perf_counter() - t0
     return time.perf_counter() - start - decode, decode
 

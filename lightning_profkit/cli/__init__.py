@@ -280,12 +280,12 @@ def has_table(trace: str) -> bool:
     return fresh(trace + EVENTS, os.path.getsize(trace))
 
 
-def write_table(trace: str, summary: dict[str, Any], loaded: Any) -> None:
-    """Write the events table of the local ``trace`` (read as ``loaded``) beside it."""
+def write_table(trace: str, summary: dict[str, Any], loaded: Any, name: Optional[str] = None) -> None:
+    """Write the events table of the local ``trace`` (read as ``loaded``; on a store at ``name``) beside it."""
     from lightning_profkit.trace import event_table
     from lightning_profkit.trace.columns import from_rows
 
-    table = event_table.table_of(trace, summary, from_rows(loaded.rows))
+    table = event_table.table_of(name or trace, summary, from_rows(loaded.rows))
     write_atomic(trace + EVENTS, event_table.to_parquet(table, os.path.getsize(trace)))
 
 
@@ -372,18 +372,47 @@ SQL_NEEDS = "pip install 'lightning_profkit[sql]'"
 DASK_NEEDS = "pip install 'lightning_profkit[dask]'"
 
 
-def tables_of(run: str) -> tuple[Any, list[str], int]:
+def tables_of(run: str) -> tuple[Any, list[str], list[str]]:
     """The events tables of the run (a folder or a URL: its traces' ``*.parquet`` companions), the file system that
-    reads them (None: local) and how many traces the run has."""
+    reads them (None: local) and the traces that have none (or, local, a stale one)."""
     if is_url(run):
         from lightning_profkit.store import files_under
 
         fs, found = files_under(run, TRACE_SUFFIXES + tuple(t + EVENTS for t in TRACE_SUFFIXES))
+        tables = [p for p in found if p.endswith(EVENTS)]
+        untabled = [p for p in found if not p.endswith(EVENTS) and p + EVENTS not in set(tables)]
     else:
-        fs, found = None, find_traces(trace_dir_of(run))
-        found += [p + EVENTS for p in found if os.path.isfile(p + EVENTS)]
-    tables = sorted((p for p in found if p.endswith(EVENTS)), key=natural)
-    return fs, tables, len(found) - len(tables)
+        fs, traces = None, find_traces(trace_dir_of(run))
+        tables = [p + EVENTS for p in traces if has_table(p)]
+        untabled = [p for p in traces if p + EVENTS not in set(tables)]
+    return fs, sorted(tables, key=natural), untabled
+
+
+def tabulate(run: str, fs: Any, untabled: list[str], local: str, left_out: list[str]) -> dict[str, str]:
+    """Write the events table of each trace in ``untabled``: beside it for a local run, else in the folder ``local``
+    from a copy of the trace (and put on the store beside it, for the next query); returns each table written and
+    the name it goes by. A trace that cannot be read is named in ``left_out``."""
+    if not untabled:
+        return {}
+    if fs is None:
+        written: list[str] = []
+        local_summaries(trace_dir_of(run), usable_cpus(), left_out, tables=written)
+        return {t: t for t in written}
+    from lightning_profkit.trace.load import load
+    from lightning_profkit.trace.summary import summarize_trace
+
+    made = {}
+    for copy, url in zip(copy_here(run, fs, untabled, local, TRACE_SUFFIXES[1]), untabled):
+        try:
+            loaded = load(copy)
+            write_table(copy, summarize_trace(url, loaded), loaded, url)
+        except TraceError as err:
+            left_out.append(f"{url}: {str(err).partition(': ')[2]}")
+            continue
+        made[copy + EVENTS] = url + EVENTS
+    with contextlib.suppress(StoreError):  # a cache: the next query writes them again
+        send([[table, url] for table, url in made.items()])
+    return made
 
 
 def sql(args: argparse.Namespace) -> int:
@@ -394,19 +423,21 @@ def sql(args: argparse.Namespace) -> int:
         from lightning_profkit.trace.sql_views import VIEWS, connect
     except ImportError:
         raise CommandError(f"`profkit sql` needs DuckDB and pyarrow: {SQL_NEEDS}") from None
-    fs, tables, traces = tables_of(args.run)
-    if not tables:
-        raise CommandError(f"{args.run}: no events tables (*.parquet beside {traces} trace(s)); `profkit export "
-                           f"{args.run}` writes them")
-    left_out = []
-    if len(tables) < traces:
-        left_out.append(f"{args.run}: {traces - len(tables)} of {traces} trace(s) have no events table (`profkit "
-                        f"export {args.run}` writes them); their events are not in the views")
+    fs, tables, untabled = tables_of(args.run)
+    left_out: list[str] = []
     from lightning_profkit.cli.text import table, use_color, write
 
     # a store's tables are copied here many at a time (DuckDB reads through fsspec one request at a time)
     with tempfile.TemporaryDirectory(prefix="profkit-") if fs is not None else contextlib.nullcontext("") as local:
         objects = dict(zip(copy_here(args.run, fs, tables, local, EVENTS), tables)) if local else {}
+        made = tabulate(args.run, fs, untabled, local, left_out)
+        if made:
+            print(f"profkit: wrote the events tables of {len(made)} trace(s); the next query reads them",
+                  file=sys.stderr)
+        objects.update(made)
+        read_here = list(objects) if local else sorted(set(tables) | set(made), key=natural)
+        if not read_here:
+            raise CommandError(f"{args.run}: none of its {len(untabled)} trace(s) could be read: {'; '.join(left_out)}")
 
         def said(err: Exception) -> str:  # DuckDB's first line, with each copy named by its object
             why = str(err).splitlines()[0]
@@ -415,7 +446,7 @@ def sql(args: argparse.Namespace) -> int:
             return why
 
         try:
-            db = connect(list(objects) or tables)
+            db = connect(read_here)
         except duckdb.Error as err:
             raise CommandError(f"cannot read the events tables: {said(err)}") from None
         if not args.query:

@@ -1,5 +1,5 @@
-"""Does a written window's trace hold what its window recorded? Pure: over the trace's event dicts and the
-window's plan (its ``profkit`` key).
+"""Does a written window's trace hold what its window recorded? Pure: over the trace's columns and the window's
+plan (its ``profkit`` key).
 
 A window recorded steps ``steps`` (training) or batches ``batch_idx`` (validation), each a ``ProfilerStep#N``
 span; with ``gpu`` (CUDA among the activities, on a CUDA model) it must hold some GPU activity: kineto loses it
@@ -8,26 +8,24 @@ silently when CUPTI fails to attach (pytorch/pytorch#192021). Complete events (`
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+
+import numpy as np
 
 from lightning_profkit.trace import vocabulary as v
+from lightning_profkit.trace.columns import Columns
 
 SHOWN = 10  # step numbers named in a problem at most
 
 
-def problems(events: Sequence[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+def problems(columns: Columns, meta: dict[str, Any]) -> list[str]:
     """What the trace lacks against its window's plan, one sentence each; empty when it is whole."""
     planned = meta.get("batch_idx") if meta.get("validation") else meta.get("steps")
-    found, open_spans, device = set(), 0, 0
-    for event in events:
-        name, phase = event.get("name"), event.get("ph")
-        if phase == "X":
-            if not isinstance(event.get("dur"), (int, float)):
-                open_spans += 1
-            elif isinstance(name, str) and v.is_step(name):
-                found.add(v.step_number(name))
-            if str(event.get("cat", "")).lower() in v.DEVICE:
-                device += 1
+    timed = np.isfinite(columns.dur)
+    named = np.unique(columns.name[timed])
+    found = {v.step_number(columns.names[code]) for code in named.tolist() if v.is_step(columns.names[code])}
+    open_spans = int(timed.size - np.count_nonzero(timed))
+    device = bool(columns.cat_mask(*v.DEVICE).any())
     out = []
     if planned:
         missing = [n for n in range(planned[0], planned[1] + 1) if n not in found]

@@ -46,7 +46,7 @@ _NO_BOUNDARY = 64 * PIECE  # text without a boundary between events: read the fi
 # Between two objects. A match inside a string or a nested list makes a piece that does not decode, and
 # the file is then read in one pass.
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
-_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _OPEN, _CLOSE = b'{"traceEvents":[', b"]}"
 _TASK = struct.Struct("=iiqq")  # piece number, slot (-1: the inherited text), start, end: written at once
 _LENGTH = struct.Struct("=q")
@@ -63,7 +63,7 @@ class LoadedTrace:
     pieces: int = 1  # how many pieces the JSON was decoded in
 
 
-class _PieceError(Exception):
+class PieceError(Exception):
     """A piece that did not decode as events: read the file in one pass instead."""
 
 
@@ -92,7 +92,7 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
         stream = _Stream(path, piece, _workers(jobs), text)
         try:
             return stream.read(blocks, (lambda done: progress(min(done, size), size)) if progress else None)
-        except _PieceError:
+        except PieceError:
             pass
         finally:
             stream.close()
@@ -117,7 +117,7 @@ def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[bytes, int, in
     for block in blocks:
         buf, start = (buf[start:] + block if start < len(buf) else block), 0
         if events is None:
-            found = _EVENTS.search(buf)
+            found = EVENTS_KEY.search(buf)
             if found is None:
                 continue
             events = found.end()
@@ -125,7 +125,7 @@ def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[bytes, int, in
             cut = _BOUNDARY.search(buf, max(start + piece, events))
             if cut is None:
                 if len(buf) - start > _NO_BOUNDARY:
-                    raise _PieceError("no boundary between events")
+                    raise PieceError("no boundary between events")
                 break
             yield buf, start, cut.start() + 1, first, False
             first, start, events = False, cut.end() - 1, 0
@@ -138,7 +138,7 @@ def _framed(first: bool, last: bool) -> tuple[bytes, bytes]:
     return b"" if first else _OPEN, b"" if last else _CLOSE
 
 
-def _framed_piece(text: bytes, start: int, end: int, first: bool, last: bool) -> bytes:
+def framed_piece(text: bytes, start: int, end: int, first: bool, last: bool) -> bytes:
     head, tail = _framed(first, last)
     # one copy (slicing and then adding would copy it twice)
     return b"".join((head, memoryview(text)[start:end], tail))
@@ -147,15 +147,15 @@ def _framed_piece(text: bytes, start: int, end: int, first: bool, last: bool) ->
 _Result = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
 
 
-def _decode(text: Any) -> _Result:
+def decode_piece(text: Any) -> _Result:
     try:  # a cut outside the list of events, or an event that needs the tolerant path: one pass instead
         doc = decode_strict(text)
     except ValueError as err:
-        raise _PieceError(str(err)) from None
+        raise PieceError(str(err)) from None
     return rows(doc.traceEvents), doc.distributedInfo, doc.profkit
 
 
-class _Appender:
+class Appender:
     """Rows of consecutive pieces appended into one :class:`Rows`, their codes turned into codes of tables
     that hold every piece's values (first seen first)."""
 
@@ -201,7 +201,7 @@ class _Stream:
         self.free: list[int] = []
         self.in_flight: dict[int, int] = {}  # piece -> slot
         self.done: dict[int, _Result] = {}
-        self.appender = _Appender()
+        self.appender = Appender()
         self.appended = 0
         self.info: Optional[dict[str, Any]] = None
         self.meta: Optional[dict[str, Any]] = None
@@ -223,7 +223,7 @@ class _Stream:
             if self.children and (buf is self.inherited or end - start + len(_OPEN) + len(_CLOSE) <= self.slot):
                 self._send(k, buf, start, end, first, last)
             else:
-                self.done[k] = _decode(_framed_piece(buf, start, end, first, last))
+                self.done[k] = decode_piece(framed_piece(buf, start, end, first, last))
             self._append()
         if self.inherited is not None:
             import numpy  # noqa: F401  # every piece is handed out: while the workers decode
@@ -270,10 +270,10 @@ class _Stream:
                 try:
                     if slot < 0:
                         assert self.inherited is not None
-                        text: Any = _framed_piece(self.inherited, start, end, start == 0, end == len(self.inherited))
+                        text: Any = framed_piece(self.inherited, start, end, start == 0, end == len(self.inherited))
                     else:
                         text = slots[slot * self.slot + start:slot * self.slot + end]
-                    value: Any = (True, _decode(text))
+                    value: Any = (True, decode_piece(text))
                 except BaseException as err:  # noqa: BLE001 - reported to the parent, which reads in one pass
                     value = (False, f"{type(err).__name__}: {err}")
                 payload = pickle.dumps((k, value), protocol=pickle.HIGHEST_PROTOCOL)
@@ -308,10 +308,10 @@ class _Stream:
         results = ready[0]
         header = _read_all(results, _LENGTH.size)
         if len(header) < _LENGTH.size:
-            raise _PieceError("a worker ended without a result")
+            raise PieceError("a worker ended without a result")
         k, (ok, value) = pickle.loads(_read_all(results, _LENGTH.unpack(header)[0]))
         if not ok:
-            raise _PieceError(value)
+            raise PieceError(value)
         slot = self.in_flight.pop(k)
         if slot >= 0:
             self.free.append(slot)

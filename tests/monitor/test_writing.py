@@ -131,8 +131,8 @@ def test_the_setup_probe_never_writes_through_a_link(tmp_path):
 
 
 def test_a_companion_that_cannot_be_written_never_costs_the_trace(tmp_path):
-    """The finalizing process writes the sidecar and the events table beside the trace; where one cannot be written
-    (here the sidecar's name is taken by a folder) the trace stays and why is returned, for one warning."""
+    """The finalizing process writes the sidecar beside the trace (the events table waits for a first query); where it
+    cannot be written (here its name is taken by a folder) the trace stays and why is returned, for one warning."""
     from lightning_profkit.monitor.writing.child import companions
     from lightning_profkit.trace.load import load
     from lightning_profkit.trace.summary import summarize_trace
@@ -146,11 +146,9 @@ def test_a_companion_that_cannot_be_written_never_costs_the_trace(tmp_path):
         time.sleep(0.01)
     output.close(timeout=120)
     assert sorted(os.listdir(os.path.dirname(path))) == sorted(os.path.basename(p) for p in [
-        path, path + ".parquet", path + ".profkit"])
-    for companion in (path + ".parquet", path + ".profkit"):
-        os.remove(companion)
+        path, path + ".profkit"])
+    os.remove(path + ".profkit")
     os.mkdir(path + ".profkit")
-    trace = load(path)
-    why = companions(path, None, summarize_trace(path, trace), trace)
-    assert why.startswith("IsADirectoryError") and os.path.isfile(path) and not os.path.exists(path + ".parquet")
+    why = companions(path, summarize_trace(path, load(path)))
+    assert why.startswith("IsADirectoryError") and os.path.isfile(path)
     assert done == []

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import read_trace, profiler_steps, trace_files
 
-from lightning_profkit.companions import with_companions
+from lightning_profkit.companions import SIDECAR
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
@@ -129,5 +129,5 @@ def test_two_nodes_write_into_the_same_window_folders_on_s3(tmp_path, s3_server)
     run_nodes(tmp_path, "s3://runs/nodes/profiler")
     keys = s3_server.keys("nodes/profiler")
     traces = [k for k in keys if k.endswith(".pt.trace.json.gz")]
-    assert windows_and_workers(traces) == WINDOWS and keys == sorted(k for t in traces for k in with_companions(t))
+    assert windows_and_workers(traces) == WINDOWS and keys == sorted(k for t in traces for k in (t, t + SIDECAR))
     assert trace_files(tmp_path) == []

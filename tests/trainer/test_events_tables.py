@@ -1,8 +1,10 @@
-"""A real fit's events tables (Parquet, written beside each trace at capture) are one dataset to DuckDB and to
-Dask, read as docs/many-ranks.md shows: every complete event of the raw traces is a row, with its run, window and
-rank."""
+"""A real fit's events tables (Parquet, written beside each trace by `profkit export` or a first `profkit sql`) are one
+dataset to DuckDB and to Dask, read as docs/many-ranks.md shows: every complete event of the raw traces is a row, with
+its run, window and rank."""
 
 import os
+import subprocess
+import sys
 
 from conftest import SleepDataset, TinyModel, WaitForTraces, make_trainer, read_trace, trace_files
 from lightning.pytorch.loggers import CSVLogger
@@ -24,7 +26,10 @@ def test_a_real_fits_tables_are_one_dataset_to_duckdb_and_dask(tmp_path):
     make_trainer(tmp_path, [WaitForTraces(monitor, 1), monitor], max_epochs=2, logger=logger,
                  log_every_n_steps=1).fit(TinyModel(SleepDataset(12, delay=0.001)))
     traces = trace_files(tmp_path)
-    assert len(traces) == 2 and all(os.path.isfile(t + ".parquet") for t in traces)
+    assert len(traces) == 2 and not any(os.path.exists(t + ".parquet") for t in traces)  # none until asked for
+    profkit = os.path.join(os.path.dirname(sys.executable), "profkit")
+    subprocess.run([profkit, "export", logger.log_dir], check=True, timeout=300)
+    assert all(os.path.isfile(t + ".parquet") for t in traces)
     want = {(os.path.basename(os.path.dirname(t)), 0): complete_events(t) for t in traces}
 
     run = logger.log_dir  # the docs' `run/**/*.parquet`, read as they read it

@@ -1,4 +1,4 @@
-"""One finalizing process per fit: the same process for every window, at idle priority, gone after ``fit``;
+"""One finalizing process per fit: the same process for every window, nice 10 below training, gone after ``fit``;
 killed mid-run, it costs no training step and the next windows are written by a new one."""
 
 import os
@@ -12,7 +12,7 @@ from lightning_profkit.monitor.writing.process import CHILD
 
 
 def finalizers():
-    """Our children that run the finalizing module, with their scheduling policy."""
+    """Our children that run the finalizing module, with their scheduling policy and nice value."""
     found = {}
     for pid in os.listdir("/proc"):
         try:
@@ -23,7 +23,7 @@ def finalizers():
         except (OSError, ValueError, IndexError):
             continue
         if ppid == os.getpid() and CHILD.encode() in cmdline:
-            found[int(pid)] = os.sched_getscheduler(int(pid))
+            found[int(pid)] = os.sched_getscheduler(int(pid)), os.getpriority(os.PRIO_PROCESS, int(pid))
     return found
 
 
@@ -42,13 +42,13 @@ class Watch(Callback):
             os.kill(self.killed, signal.SIGKILL)
 
 
-def test_one_idle_finalizing_process_for_every_window_and_none_after(tmp_path):
+def test_one_finalizing_process_below_training_for_every_window_and_none_after(tmp_path):
     watch = Watch()
     monitor = PerformanceMonitor(every_n_steps=6, warmup=0, active=2, alert_threshold=None)
     make_trainer(tmp_path, [monitor, watch]).fit(TinyModel(SleepDataset(80, delay=0.004)))  # 40 steps, windows at 6, 12, ..., 36
     assert len(trace_files(tmp_path)) == 6 and leftovers(tmp_path) == []
     assert len(watch.seen) == 1, watch.seen  # one process for all of them
-    assert set(watch.seen.values()) == {os.SCHED_IDLE}
+    assert set(watch.seen.values()) == {(os.SCHED_OTHER, os.getpriority(os.PRIO_PROCESS, 0) + 10)}
     assert finalizers() == {}  # ended with the fit
     (pid,) = watch.seen
     assert not os.path.exists(f"/proc/{pid}")  # and reaped

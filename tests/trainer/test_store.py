@@ -54,8 +54,8 @@ def test_a_fit_logging_to_s3_puts_every_trace_there_whole(tmp_path, s3_server, m
     keys = s3_server.keys("exp/m/version_0/profiler")
     traces = [k for k in keys if k.endswith(".pt.trace.json.gz")]
     assert [k.split("/")[-2] for k in traces] == ["step=000011-000013-epoch=0", "step=000031-000033-epoch=1"]
-    # each with its companions (its sidecar and events table); no temporary keys, no probe, no marker
-    assert sorted(k for t in traces for k in with_companions(t)) == keys
+    # each with its sidecar (its events table waits for a first query); no temporary keys, no probe, no marker
+    assert sorted(k for t in traces for k in (t, t + SIDECAR)) == keys
     assert sorted(monitor.traces) == [f"s3://runs/{k}" for k in traces]
     for key in traces:
         trace = json.loads(gzip.decompress(s3_server.read(key)))
@@ -120,7 +120,7 @@ def test_the_store_going_down_mid_run_keeps_every_trace_and_ends_on_time(tmp_pat
     assert staged.name.startswith("profkit-staging-") and staged.stat().st_mode & 0o777 == 0o700
     files = sorted(os.path.join(d, f) for d, _, files in os.walk(staged) for f in files)
     kept = [p for p in files if p.endswith(".pt.trace.json.gz")]
-    assert files == sorted(k for p in kept for k in with_companions(p))  # each kept with its companions
+    assert files == sorted(k for p in kept for k in (p, p + SIDECAR))  # each kept with its sidecar
     windows = [f"step={s:06d}-{s + 1:06d}-epoch={s // 20}" for s in range(5, 60, 5)]
     assert sorted([k.split("/")[-2] for k in stop.uploaded] + [p.split(os.sep)[-2] for p in kept]) == windows
     assert [k.split("/")[-2] for k in stop.uploaded] == windows[:3]
@@ -172,7 +172,7 @@ def test_retention_deletes_old_windows_from_the_store(tmp_path, s3_server):
     _, warned = fit(tmp_path, monitor, False, epochs=3, callbacks=[WaitForTraces(monitor, 1), WaitForTraces(monitor, 2)])
     assert not warned
     keys = s3_server.keys("keep/profiler")
-    assert keys == sorted(with_companions(keys[0])) and keys[0].split("/")[-2] == "step=000051-000053-epoch=2", keys
+    assert keys == [keys[0], keys[0] + SIDECAR] and keys[0].split("/")[-2] == "step=000051-000053-epoch=2", keys
     assert monitor.traces == [f"s3://runs/{keys[0]}"]
 
 
@@ -195,13 +195,17 @@ def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_ser
     s3_server.fs.rm_file(f"{s3_server.bucket}/{key}")
     parsed = profkit("summary", "--json", url)
     assert parsed.returncode == 0 and json.loads(parsed.stdout)["traces"] == [trace], parsed.stderr
-    assert s3_server.keys("one") == sorted(with_companions(url[len("s3://runs/"):]))
+    assert s3_server.keys("one") == [url[len("s3://runs/"):] + suffix for suffix in ("", SIDECAR)]
     assert json.loads(profkit("summary", "--json", url).stdout)["traces"] == [trace]
-    # the events table the fit put there, queried where it is: one row per complete event of the raw trace
+    # the first query writes the events table and puts it beside the trace: one row per complete event of the raw
+    # trace; the next query reads it there
     raw = json.loads(gzip.decompress(s3_server.read(url[len("s3://runs/"):])))["traceEvents"]
-    done = profkit("sql", "s3://runs/one", "SELECT count(*), count(DISTINCT step) FILTER (step >= 0) FROM events",
-                   "--json")
+    query = ("SELECT count(*), count(DISTINCT step) FILTER (step >= 0) FROM events", "--json")
+    done = profkit("sql", "s3://runs/one", *query)
     assert done.returncode == 0, done.stderr
+    assert done.stderr == "profkit: wrote the events tables of 1 trace(s); the next query reads them\n"
+    assert s3_server.keys("one") == sorted(with_companions(url[len("s3://runs/"):]))
+    assert profkit("sql", "s3://runs/one", *query).stdout == done.stdout
     steps = {e["name"] for e in raw if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")}
     events = sum(1 for e in raw if e.get("ph") == "X" and "ts" in e)
     assert json.loads(done.stdout)["rows"] == [[events, len(steps)]] and len(steps) == 2
@@ -278,7 +282,7 @@ def test_capture_requested_through_the_store(tmp_path, s3_server):
     assert run.returncode == 0, out[-2000:]
     keys = s3_server.keys("cap")  # written while training went on; the marker and the request are gone
     trace = keys[0]
-    assert keys == sorted(with_companions(trace))
+    assert keys == [trace, trace + SIDECAR]
     assert not os.path.exists(staged)  # and so is the staging folder
     assert len(profiler_steps(json.loads(gzip.decompress(s3_server.read(trace))))) == 4
     assert "requested from outside" in out
@@ -297,7 +301,7 @@ def test_credentials_travel_in_storage_options_and_are_never_shown(tmp_path, s3_
     trainer, warned = fit(tmp_path, monitor, False, epochs=1)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # the test's own client reads them
         monkeypatch.setenv(name, s3_server.env()[name])
-    assert [k.split("/")[-2] for k in s3_server.keys("creds")] == ["step=000001-000002-epoch=0"] * 3  # and companions
+    assert [k.split("/")[-2] for k in s3_server.keys("creds")] == ["step=000001-000002-epoch=0"] * 2  # and its sidecar
     out, err = capfd.readouterr()
     shown = [out, err, *warned, *monitor.traces, monitor.trace_dir, repr(monitor.options)]
     assert not any(secret in text for text in shown) and "storage_options" not in repr(monitor.options)

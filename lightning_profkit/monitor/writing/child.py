@@ -1,91 +1,131 @@
 """Turn raw profiler dumps into final trace files; runs in one child process per fit, off the training loop.
 
 ``python -m lightning_profkit.monitor.writing.child`` (started by :mod:`~lightning_profkit.monitor.writing.process`)
-takes one job per line: for each, it reads the raw JSON that torch saved,
-applies the TensorBoard fix, adds our labels under the ``"profkit"`` key (with ``problems`` where the trace lacks
-what its window recorded: :mod:`~lightning_profkit.trace.integrity`; and ``distributedInfo`` with the rank and
-world size where torch wrote none), writes gzip under a
-temporary name that no viewer picks up, renames it to ``FINAL`` and removes ``RAW``. Beside it go its summary
-(:mod:`~lightning_profkit.trace.sidecar`) and, where pyarrow is installed, its events as Parquet
-(:mod:`~lightning_profkit.trace.event_table`). It prints the
-window's figures and summary (:mod:`~lightning_profkit.trace.summary`) as one JSON line on stdout. For a run
-that writes to object storage it then uploads the trace (:mod:`~lightning_profkit.store`), retries the uploads
-that failed before and deletes what retention gave up; the local copy goes once its upload is done.
+takes one job per line: for each, it reads the raw JSON that torch saved a piece at a time, makes the few edits it
+needs (:mod:`~lightning_profkit.trace.rewrite`: the TensorBoard fix, step markers past the window) and compresses it
+(ISA-L) under a temporary name that no viewer picks up, decoding each piece into rows as it goes; at the end it adds
+our labels under the ``"profkit"`` key (with ``problems`` where the trace lacks what its window recorded:
+:mod:`~lightning_profkit.trace.integrity`; and ``distributedInfo`` with the rank and world size where torch wrote
+none), renames it to ``FINAL`` and removes ``RAW``. Only then are the window's figures computed from the rows and its
+summary (:mod:`~lightning_profkit.trace.sidecar`) written beside it; the events table waits for a first query
+(``profkit sql`` or ``export``). It prints the window's figures and summary (:mod:`~lightning_profkit.trace.summary`)
+as one JSON line on stdout. For a run that writes to object storage it then uploads the trace
+(:mod:`~lightning_profkit.store`), retries the uploads that failed before and deletes what retention gave up; the
+local copy goes once its upload is done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import json
 import os
 import sys
 import threading
 import time
-from typing import Any, Optional, TextIO
+from typing import Any, Iterator, Optional, TextIO
 
-from lightning_profkit.atomic_files import write_atomic
+from lightning_profkit.atomic_files import atomic_writer, write_atomic
 from lightning_profkit.capture_request import MARKER, REQUEST, marker_of
-from lightning_profkit.companions import EVENTS, remove_local, with_companions
+from lightning_profkit.companions import remove_local, with_companions
 from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.store import StoreError, join, read, remove, upload_with_companions, use_options, write
-from lightning_profkit.trace import event_table
 from lightning_profkit.trace.columns import from_rows
+from lightning_profkit.trace.file import json_blocks, read_json
 from lightning_profkit.trace.headline import fit_line
 from lightning_profkit.trace.integrity import problems
-from lightning_profkit.trace.load import load
+from lightning_profkit.trace.load import PIECE, Appender, LoadedTrace, PieceError, decode_piece, framed_piece, load, pieces
+from lightning_profkit.trace.rewrite import edit, joined
 from lightning_profkit.trace.sidecar import dumps, sidecar_of
 from lightning_profkit.trace.summary import aggregate, summarize_trace
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.vocabulary import is_step, step_number
 
+try:  # ISA-L deflates about ten times as fast as zlib
+    from isal.isal_zlib import DEFLATED
+    from isal.isal_zlib import compressobj as _compressobj
+except ImportError:  # installed without its dependencies
+    from zlib import DEFLATED
+    from zlib import compressobj as _compressobj
+
+# bytes of JSON edited, decoded and compressed at a time: what the rewrite holds beyond the rows (1 MB pieces cost
+# no more CPU than 4 MB ones and hold a quarter: benchmarks/finalizer.py)
+FINALIZE_PIECE = 2**20
+
 
 def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Optional[str] = None) -> dict[str, Any]:
     """Rewrite ``raw_path`` into ``final_path`` (gzip JSON), atomically; return the window's figures, for the
-    trace at ``url`` where it goes to object storage."""
-    with open(raw_path, encoding="utf-8") as f:
-        trace = json.load(f)
-    events = trace.get("traceEvents") or []
-    relabel_dataloader_events(events)
-    if "steps" in meta and not meta.get("validation"):
-        events[:] = steps_through(events, meta["steps"][1])
-    lacks = problems(events, meta)
-    if lacks:  # marked in the trace, for `profkit summary` and `report`; the callback warns
-        meta = {**meta, "problems": lacks}
-    trace["profkit"] = meta
-    # Kineto writes distributedInfo only under torch.distributed; HTA and others read the rank from it
-    if "distributedInfo" not in trace:
-        trace["distributedInfo"] = {"rank": meta["rank"], "world_size": meta["world_size"]}
-    # json.dumps, not json.dump: only the one-shot call uses the C encoder (8x faster on a large trace).
-    # Default separators: HTA finds the rank with the pattern '"rank":\s+(\d+)'.
-    text = json.dumps(trace).encode("utf-8")
-    data = gzip.compress(text, compresslevel=6)
-    write_atomic(final_path, data)
+    trace at ``url`` where it goes to object storage. The trace is complete (and visible) before its figures and
+    companions are computed."""
+    last = meta["steps"][1] if "steps" in meta and not meta.get("validation") else None
+    try:
+        trace, size, meta = _rewrite_streaming(raw_path, final_path, meta, last)
+    except PieceError:  # text not laid out as a profiler writes it: the whole document, as Python objects
+        trace, size, meta = _rewrite_whole(raw_path, final_path, meta, last)
     os.remove(raw_path)
-    del trace, events
-    # the figures from the text just written, by the reader of `profkit summary`
-    trace = load(final_path, text=text)
     summary = summarize_trace(final_path, trace)
-    unkept = companions(final_path, url, summary, trace)
-    del trace
+    unkept = companions(final_path, summary)
     shown = summary["path"] = url or final_path
-    return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": len(text),
+    return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": size,
             "unkept": unkept}
 
 
-def companions(final_path: str, url: Optional[str], summary: dict[str, Any], trace: Any) -> Optional[str]:
-    """Write the trace's sidecar and (where pyarrow is installed) its events table beside it; why one could not be
-    written, in words, or None. The trace is whole without them: `profkit` parses it instead."""
-    status = os.stat(final_path)
-    try:
-        write_atomic(sidecar_of(final_path), dumps(summary, status))
-        if event_table.available():
-            table = event_table.table_of(url or final_path, summary, from_rows(trace.rows))
-            write_atomic(final_path + EVENTS, event_table.to_parquet(table, status.st_size))
-    except Exception as err:  # noqa: BLE001 - whatever it is, it must not cost the trace
-        return f"{type(err).__name__}: {err}"
-    return None
+def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any],
+                       last: Optional[int]) -> tuple[LoadedTrace, int, dict[str, Any]]:
+    """The rewrite a piece at a time (:mod:`~lightning_profkit.trace.rewrite`), each piece edited, decoded into rows
+    and compressed as it is read: memory holds the rows and a few pieces, never the whole text."""
+    appender, found, size = Appender(), {}, 0
+
+    def edited() -> Iterator[tuple[bytes, bool, bool]]:
+        nonlocal size
+        blocks = (block for block, _ in json_blocks(raw_path, FINALIZE_PIECE))
+        for buf, start, end, first, last_piece in pieces(blocks, FINALIZE_PIECE):
+            text = edit(buf[start:end], last)
+            rows, info, _ = decode_piece(framed_piece(text, 0, len(text), first, last_piece))
+            appender.add(rows)
+            found["info"] = found.get("info") or info
+            size += len(text)
+            yield text, first, last_piece
+
+    def keys() -> dict[str, Any]:
+        found["rows"] = appender.rows()
+        found["meta"] = _marked(meta, found["rows"])
+        added = {"profkit": found["meta"]}
+        if found.get("info") is None:  # kineto writes it only under torch.distributed; HTA reads the rank from it
+            added["distributedInfo"] = {"rank": meta.get("rank"), "world_size": meta.get("world_size")}
+        return added
+
+    with atomic_writer(final_path) as out:
+        deflate = compressor()
+        for text in joined(edited(), keys):
+            out.write(deflate.compress(text))
+        out.write(deflate.flush())
+    return LoadedTrace(found["rows"], found["info"], found["meta"]), size, found["meta"]
+
+
+def _rewrite_whole(raw_path: str, final_path: str, meta: dict[str, Any],
+                   last: Optional[int]) -> tuple[LoadedTrace, int, dict[str, Any]]:
+    """The same rewrite over the whole document as Python objects: for text that cannot be cut into pieces."""
+    trace = json.loads(read_json(raw_path))
+    events = trace.get("traceEvents") or []
+    relabel_dataloader_events(events)
+    if last is not None:
+        events[:] = steps_through(events, last)
+    trace.setdefault("distributedInfo", {"rank": meta.get("rank"), "world_size": meta.get("world_size")})
+    text = json.dumps(trace).encode("utf-8")  # default separators, as above
+    loaded = load(final_path, text=text)
+    meta = trace["profkit"] = _marked(meta, loaded.rows)
+    text = json.dumps(trace).encode("utf-8")
+    deflate = compressor()
+    write_atomic(final_path, deflate.compress(text) + deflate.flush())
+    return LoadedTrace(loaded.rows, trace["distributedInfo"], meta), len(text), meta
+
+
+def _marked(meta: dict[str, Any], rows: Any) -> dict[str, Any]:
+    """The window's labels, with ``problems`` where its trace lacks what it recorded (the callback warns;
+    `profkit summary` and `report` show them)."""
+    lacks = problems(from_rows(rows), meta)
+    return {**meta, "problems": lacks} if lacks else meta
 
 
 def steps_through(events: list[dict[str, Any]], last: int) -> list[dict[str, Any]]:
@@ -97,6 +137,22 @@ def steps_through(events: list[dict[str, Any]], last: int) -> list[dict[str, Any
         return number is not None and number > last
 
     return [e for e in events if not past(e)]
+
+
+def compressor() -> Any:
+    """A gzip stream at ISA-L's level 2: about 1 ms of CPU a MB of JSON, against 12 for zlib's level 6, for a file
+    a sixth larger (``benchmarks/finalizer.py``)."""
+    return _compressobj(2, DEFLATED, 31)
+
+
+def companions(final_path: str, summary: dict[str, Any]) -> Optional[str]:
+    """Write the trace's sidecar beside it; why it could not be written, in words, or None. The trace is whole
+    without it: `profkit` parses it instead."""
+    try:
+        write_atomic(sidecar_of(final_path), dumps(summary, os.stat(final_path)))
+    except Exception as err:  # noqa: BLE001 - whatever it is, it must not cost the trace
+        return f"{type(err).__name__}: {err}"
+    return None
 
 
 def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]:
@@ -166,15 +222,22 @@ class RequestMirror:
             pass
 
 
-def lower_priority() -> None:
-    """Run at idle priority: ``SCHED_IDLE`` where the OS has it (Linux), else the lowest nice."""
+NICE = 10  # the finalizing process's default nice increment; PROFKIT_FINALIZER_NICE sets another, or "idle"
+
+
+def lower_priority(setting: Optional[str] = None) -> None:
+    """Run below training: ``NICE`` steps of nice above the parent (or ``setting``: a number, or ``idle`` for
+    ``SCHED_IDLE``, which gets a core only when nothing else wants it and so starves while loader workers fill every
+    core). Nice 10 gets about a tenth of a core shared with one busy process, so a window's trace is written within
+    seconds on a saturated node (``benchmarks/streaming.py``)."""
+    setting = setting or os.environ.get("PROFKIT_FINALIZER_NICE") or str(NICE)
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
-    except (AttributeError, OSError):
-        try:
-            os.nice(19 - os.nice(0))
-        except OSError:
-            pass
+        if setting == "idle":
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
+        else:
+            os.nice(min(19, max(0, int(setting))))
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def serve(jobs: TextIO, replies: TextIO) -> None:

@@ -1,0 +1,118 @@
+"""The few edits a raw profiler dump needs to become our trace, made on its JSON text a piece at a time.
+
+A raw dump becomes a trace with three edits: DataLoader spans recorded as ``user_annotation`` are re-labelled
+``cpu_op`` (:mod:`~lightning_profkit.trace.tensorboard_compat` says why), the step markers past a training
+window's last step are dropped, and keys are added before the document's end. Everything else is passed on as
+written: the text is never parsed into Python objects, only searched for the events that change. Each of those
+is decoded alone, checked, and replaced in place (or cut out with its comma).
+
+:func:`edit` edits one piece of :func:`~lightning_profkit.trace.load.pieces`; :func:`joined` puts the edited pieces
+back together as one text, with the keys spliced in. Where the text
+is not laid out as expected (an event that does not decode alone, a piece left without a boundary),
+:class:`~lightning_profkit.trace.load.PieceError` says so and the caller rewrites the whole document instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from lightning_profkit.trace.load import EVENTS_KEY, PieceError
+from lightning_profkit.trace.vocabulary import CPU_OP, USER_ANNOTATION, is_dataloader_event, is_step, step_number
+
+# the events that may change: a DataLoader span or a step marker, by the name's start
+_CANDIDATE = re.compile(rb'"name"\s*:\s*"(?:enumerate\((?:DataLoader|DataPipe)\)#|ProfilerStep#)')
+_CATEGORY = re.compile(rb'"cat"\s*:\s*"' + USER_ANNOTATION.encode() + rb'"')
+_BEFORE = re.compile(rb",\s*$")  # the comma before an event cut out
+_AFTER = re.compile(rb"\s*,\s*")  # or the one after it, where it is the first left
+_EVENT_START = re.compile(rb"\s*\{")
+_EVENT_BYTES = 1 << 12  # the text first decoded for an event; doubled until the event fits
+_DECODER = json.JSONDecoder()
+
+
+def edit(text: bytes, last_step: Optional[int]) -> bytes:
+    """``text`` (whole events of a ``traceEvents`` list, with the document's head or end where it holds them) with
+    its DataLoader spans re-labelled and, where ``last_step`` is given, the step markers past it cut out."""
+    out, at = [], 0
+    for match in _CANDIDATE.finditer(text):
+        if match.start() < at:
+            continue  # inside an event already cut out
+        start, end, event = _event_at(text, match.start())
+        name = event.get("name")
+        if event.get("ph") != "X" or not isinstance(name, str):
+            continue
+        if is_step(name):
+            number = step_number(name)
+            if last_step is None or number is None or number <= last_step:
+                continue
+            before = _BEFORE.search(text, at, start)  # the comma before it, else the one after it
+            after = _AFTER.match(text, end) if before is None else None
+            if before is not None:
+                start = before.start()
+            elif after is not None and text[after.end():after.end() + 1] == b"{":
+                end = after.end()
+            out.append(text[at:start])
+            at = end
+        elif event.get("cat") == USER_ANNOTATION and is_dataloader_event(name):
+            out += [text[at:start], _relabelled(text[start:end], event)]
+            at = end
+    out.append(text[at:])
+    return b"".join(out)
+
+
+def _event_at(text: bytes, inside: int) -> tuple[int, int, dict[str, Any]]:
+    """The event whose ``"name"`` key is at ``inside``: its start, end and (ASCII-exact) fields. The event's
+    ``{`` is the nearest before its name (a profiler writes ``ph`` and ``cat`` before it, never an object)."""
+    start = text.rfind(b"{", 0, inside)
+    size = _EVENT_BYTES
+    while start >= 0:
+        window = text[start:start + size]
+        try:  # latin-1: one character a byte, so the decoder's end is a byte offset
+            event, length = _DECODER.raw_decode(window.decode("latin-1"))
+        except ValueError:
+            if start + size >= len(text):
+                break
+            size *= 2
+            continue
+        if isinstance(event, dict) and start + length > inside:
+            return start, start + length, event
+        break
+    raise PieceError(f"an event at byte {inside} of a piece does not decode alone")
+
+
+def _relabelled(event_text: bytes, event: dict[str, Any]) -> bytes:
+    """The event's text with its category ``cpu_op``, as written but for that: checked by decoding it again."""
+    changed = _CATEGORY.sub(b'"cat": "' + CPU_OP.encode() + b'"', event_text, count=1)
+    if json.loads(changed.decode("latin-1")) != {**event, "cat": CPU_OP}:
+        raise PieceError("a DataLoader span whose category could not be changed in place")
+    return changed
+
+
+def joined(pieces: Iterable[tuple[bytes, bool, bool]], keys: Callable[[], dict[str, Any]]) -> Iterator[bytes]:
+    """The edited ``pieces`` (``(text, first, last)``, in order) as one document's text: a comma between two that
+    hold events, and the keys that ``keys()`` gives (asked after the last piece) before its closing brace."""
+    previous_held = False
+    for text, first, last in pieces:
+        held = _holds_events(text, first)
+        if held and previous_held:
+            yield b","
+        previous_held = previous_held or held
+        if not last:
+            yield text
+            continue
+        body = text.rstrip()
+        if not body.endswith(b"}"):
+            raise PieceError("the document does not end with '}'")
+        added = keys()
+        # default separators: HolisticTraceAnalysis finds the rank with '"rank":\s+(\d+)'
+        spliced = "".join(f', {json.dumps(k)}: {json.dumps(v)}' for k, v in added.items())
+        yield body[:-1] + spliced.encode() + b"}\n"
+
+
+def _holds_events(text: bytes, first: bool) -> bool:
+    """Whether an edited piece still holds an event: its list (past the document's head) starts with one."""
+    if first:
+        head = EVENTS_KEY.search(text)
+        return head is not None and _EVENT_START.match(text, head.end()) is not None
+    return _EVENT_START.match(text) is not None
