@@ -4,7 +4,7 @@ A fit whose DataLoader workers burn CPU (as many workers as cores, each sample `
 decoding and augmenting pipeline does), with the default windows (batches 11-13 of every epoch), optionally beside
 ``--busy`` more processes that burn CPU all along (another job on the node). For each window it prints the delay
 from the window's last step to its trace appearing under its final name, and for the whole fit its wall time and the
-CPU of every process it started, against the same fit with metrics only (``profile=False``). The finalizing
+CPU of its process tree (not the burners), against the same fit with metrics only (``profile=False``). The finalizing
 process's priority is compared as ``--nice`` lists it (``idle`` is ``SCHED_IDLE``; see
 ``lightning_profkit.monitor.writing.child.lower_priority``). Configurations are interleaved.
 
@@ -20,7 +20,6 @@ import glob
 import json
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -103,23 +102,24 @@ def fit(profile: bool, epochs: int, samples: int, burn: float) -> dict:
 
 
 def one(profile: bool, nice: str, busy: int, args: argparse.Namespace) -> dict:
-    """:func:`fit` in a child process beside ``busy`` burning processes; with the CPU of the child's whole tree."""
+    """:func:`fit` in a child process beside ``busy`` burning processes; with the CPU of the child's whole tree (its
+    loader workers and finalizing process, reaped by it; not the burners)."""
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        done = subprocess.run(
+        child = subprocess.Popen(
             [sys.executable, __file__, "--one", "1" if profile else "0", "--epochs", str(args.epochs), "--samples",
              str(args.samples), "--burn", str(args.burn)],
-            capture_output=True, text=True, check=True,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             env=dict(os.environ, PROFKIT_FINALIZER_NICE=nice, PYTHONPATH=ROOT))
+        out = child.stdout.read()
+        _, status, usage = os.wait4(child.pid, 0)
     finally:
         for burner in burners:
             burner.kill()
             burner.wait()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = json.loads(done.stdout.splitlines()[-1])
-    burned = sum(getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime"))
-    return {**result, "cpu_s": burned}  # the burners' own CPU is in it too: compared at the same --busy only
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"a fit failed: {out[-2000:]}")
+    return {**json.loads(out.splitlines()[-1]), "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 def main() -> None:

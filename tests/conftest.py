@@ -42,6 +42,21 @@ class SleepDataset(Dataset):
         return torch.full((8,), float(i))
 
 
+class BurnDataset(SleepDataset):
+    """Each sample costs ``burn`` seconds of CPU (where SleepDataset's wait, as on slow storage, costs none): a loader
+    that decodes and augments."""
+
+    def __init__(self, size, burn):
+        super().__init__(size)
+        self.burn = burn
+
+    def __getitem__(self, i):
+        start = time.process_time()
+        while time.process_time() - start < self.burn:
+            pass
+        return super().__getitem__(i)
+
+
 class SleepIterable(IterableDataset):
     def __init__(self, size: int = 64, delay: float = 0.0) -> None:
         self.size, self.delay = size, delay
@@ -74,8 +89,8 @@ class TinyModel(LightningModule):
 
 
 class WaitForTraces(Callback):
-    """At the start of epoch ``epoch``, wait until the windows before it are written: the finalizing process
-    runs at idle priority, so on a busy machine it may not get a core before the fit ends."""
+    """At the start of epoch ``epoch``, wait until the windows before it are written: the finalizing process runs
+    below training, so on a busy machine it may not be done before the next epoch."""
 
     def __init__(self, monitor, epoch):
         self.monitor, self.epoch = monitor, epoch
@@ -167,6 +182,21 @@ def profiler_steps(trace: dict) -> list[int]:
         for e in trace["traceEvents"]
         if e.get("ph") == "X" and (m := _STEP.match(e.get("name", "")))
     )
+
+
+@pytest.fixture
+def busy_cores():
+    """``busy_cores(n)`` starts ``n`` processes that burn CPU until the test ends (stopped by their pid): another job
+    on the node."""
+    started = []
+
+    def start(n: int) -> None:
+        started.extend(subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n))
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture

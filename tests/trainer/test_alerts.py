@@ -10,7 +10,7 @@ import time
 import warnings
 
 import pytest
-from conftest import (SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps,
+from conftest import (BurnDataset, SleepDataset, TinyModel, fetch_timing_removed, leftovers, make_trainer, profiler_steps,
                       read_trace, trace_files)
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
@@ -178,20 +178,6 @@ def test_alerts_are_in_tensorboards_text_tab(tmp_path, tensorboard_server):
     assert shown["step"] == alert.step
     assert "waiting for the DataLoader" in shown["text"] and "<li>num_workers=0" in shown["text"]
     assert alert.trace_dir and os.path.basename(alert.trace_dir) in shown["text"]
-
-
-class BurnDataset(SleepDataset):
-    """Each sample costs ``burn`` seconds of CPU (where SleepDataset's wait, as on slow storage, costs none)."""
-
-    def __init__(self, size, burn):
-        super().__init__(size)
-        self.burn = burn
-
-    def __getitem__(self, i):
-        start = time.process_time()
-        while time.process_time() - start < self.burn:
-            pass
-        return super().__getitem__(i)
 
 
 @pytest.mark.parametrize("dataset, says", [

@@ -4,10 +4,11 @@ killed mid-run, it costs no training step and the next windows are written by a 
 import os
 import signal
 
-from conftest import SleepDataset, TinyModel, leftovers, make_trainer, trace_files
+from conftest import BurnDataset, SleepDataset, TinyModel, leftovers, make_trainer, trace_files
 from lightning.pytorch import Callback
 
 from lightning_profkit import PerformanceMonitor
+from lightning_profkit.machine import usable_cpus
 from lightning_profkit.monitor.writing.process import CHILD
 
 
@@ -65,3 +66,22 @@ def test_a_killed_finalizing_process_is_replaced_and_training_goes_on(tmp_path, 
     assert leftovers(tmp_path) == []
     lost = [str(w.message) for w in recwarn if "finalizing process ended" in str(w.message)]
     assert len(lost) <= 1  # the window in hand, if the kill came while one was, is reported once
+
+
+def test_traces_stream_while_loader_workers_and_another_job_fill_every_core(tmp_path, busy_cores):
+    """Loader workers that compute (as many as CPUs) and as many more busy processes beside the fit: every window's
+    trace is written before the last epoch begins, with no bound on any clock (at idle priority they were written
+    only once the fit's end stopped the workers)."""
+    epochs, written = 4, {}
+
+    class Look(Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            names = {os.path.basename(os.path.dirname(p)) for p in trace_files(tmp_path)}
+            written[trainer.current_epoch] = sorted(names)
+
+    busy_cores(usable_cpus())
+    monitor = PerformanceMonitor(alert_threshold=None)  # the default windows: batches 11-13 of every epoch
+    model = TinyModel(BurnDataset(120, burn=0.01), batch_size=2, num_workers=usable_cpus())
+    make_trainer(tmp_path, [monitor, Look()], max_epochs=epochs).fit(model)
+    windows = [f"step={60 * e + 11:06d}-{60 * e + 13:06d}-epoch={e}" for e in range(epochs)]
+    assert written[epochs - 1] == windows[:-1] and len(trace_files(tmp_path)) == epochs, written
