@@ -22,8 +22,9 @@ class DataWaitAlert:
     checked: str  # what was measured: "steps A-B (epoch E)" or "(epochs E-F)" (a rolling check), or "epoch E"
     worst_rank: Optional[int] = None  # with several ranks
     advice: list[str] = field(default_factory=list)
-    trace_dir: Optional[str] = None  # the window captured after the alert, when one was
+    trace_dir: Optional[str] = None  # the window captured after the alert, once its trace is written
     log_step: Optional[int] = None  # the step on the loggers' axis (Lightning's for ``self.log``) at which it fired
+    recording: Optional[tuple[int, int]] = None  # the steps being recorded for it, where a window was started
 
     @property
     def headline(self) -> str:
@@ -34,17 +35,24 @@ class DataWaitAlert:
     @property
     def message(self) -> str:
         lines = [self.headline] + [f"  - {line}" for line in self.advice]
-        if self.trace_dir:
-            lines.append(f"  Trace of the steps after the alert: {self.trace_dir}")
+        if self.trace_line:
+            lines.append(f"  {self.trace_line}")
         return "\n".join(lines)
+
+    @property
+    def trace_line(self) -> str:
+        """Where its trace is, or which steps are being recorded for it; empty when none are."""
+        if self.trace_dir:
+            return f"Trace of the steps after the alert: {self.trace_dir}"
+        if self.recording:
+            return f"Recording steps {self.recording[0]}-{self.recording[1]}; their trace is named when written."
+        return ""
 
     @property
     def markdown(self) -> str:
         """The message as Markdown (TensorBoard's Text tab renders it), every text in it shown as written."""
         parts = [f"**{as_text(self.headline)}**", "\n".join(f"- {as_text(line)}" for line in self.advice)]
-        if self.trace_dir:
-            parts.append(f"Trace of the steps after the alert: {as_text(self.trace_dir)}")
-        return "\n\n".join(p for p in parts if p)
+        return "\n\n".join(p for p in parts + [as_text(self.trace_line)] if p)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"message": self.message}

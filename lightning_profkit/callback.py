@@ -11,7 +11,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
 from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
-                                              guarded, log_step, own_trace_dir, rank_of, rehook,
+                                              guarded, last_step, log_step, own_trace_dir, rank_of, rehook,
                                               runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.alerting.checks import RollingChecks
@@ -229,6 +229,7 @@ class PerformanceMonitor(Callback):
                       lambda: worker_pids(trainer))
         if self._fit.validation is not None:  # the validation batch hooks exist only then: else they cost nothing
             rehook(self, "on_validation_batch_start", "on_validation_batch_end")
+        self._fit.last_step = last_step(trainer)
         self._trainer = trainer
 
     def _wake(self) -> None:

@@ -162,3 +162,15 @@ def own_trace_dir(trainer: Trainer, folder: str) -> tuple[str, Optional[str]]:
 def epoch_length(trainer: Trainer) -> Optional[int]:
     n = trainer.num_training_batches
     return int(n) if n != float("inf") else None
+
+
+def last_step(trainer: Trainer) -> Optional[int]:
+    """The fit's last batch (on the step axis our hooks count: all epochs' batches), where the Trainer knows it:
+    ``max_epochs`` of a sized loader, or ``max_steps`` optimizer steps; None when neither bounds it."""
+    bounds = []
+    epochs, per_epoch = trainer.max_epochs, epoch_length(trainer)
+    if epochs is not None and epochs >= 0 and per_epoch is not None:
+        bounds.append(epochs * per_epoch)
+    if trainer.max_steps is not None and trainer.max_steps >= 0:
+        bounds.append(trainer.max_steps * trainer.accumulate_grad_batches)
+    return min(bounds) - 1 if bounds else None

@@ -31,7 +31,7 @@ from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
 from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
-from lightning_profkit.monitor.profiling.selection import Selection
+from lightning_profkit.monitor.profiling.selection import Selection, capture_steps
 from lightning_profkit.monitor.profiling.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK,
                                                          ValidationWindows, WindowRunner, WindowSession,
                                                          learned_json_per_byte, profiler_activities, session_opener)
@@ -123,6 +123,7 @@ class FitRun:
         self.helper_cpu_s = 0.0  # CPU s of the fit's trace writing off the training thread, to the last epoch's end
         self.json_per_byte = FIRST_JSON_PER_BYTE_WITH_STACK if options.with_stack else FIRST_JSON_PER_BYTE
         self.gpu_profiled = False  # CUDA among the activities on a CUDA model: a trace without GPU activity lost it
+        self.last_step: Optional[int] = None  # the fit's last step, where the Trainer knows it: no capture past it
 
     # ------------------------------------------------------------------ arming and closing
     @property
@@ -232,7 +233,7 @@ class FitRun:
         self.disarm(wait)
         group, self.group = self.group, None
         close_group(group)
-        self.delivery.held = []
+        self.delivery.recording = []
         self.checks.end_fit()
 
     def plan(self, epoch_length: Optional[int]) -> str:
@@ -357,7 +358,6 @@ class FitRun:
         (with the cross-rank verdict: an exchange, on every rank)."""
         output = self.output
         out = self.disarm()
-        self.delivery.window_written()
         summaries = output.summaries if output is not None else []
         slowest = self._slowest_rank(summaries) if self.group is not None and self.options.profile else None
         line = output.fit_line if output is not None else None  # made by the finalizing process
@@ -407,9 +407,7 @@ class FitRun:
             notes["cut"] = {"reason": "max_trace_mb", "max_trace_mb": self.options.max_trace_mb,
                             "planned_steps": [first, session.planned_last]}
             self.report(self._cut_message(first, last, session), "max_trace_mb")
-        path = self.output.submit(prof.profiler.kineto_results, self.epoch, first, last, session.offset, notes)
-        if self.delivery.held:
-            self.delivery.window_written(path, first)
+        self.output.submit(prof.profiler.kineto_results, self.epoch, first, last, session.offset, notes)
 
     def _validation_trace_ready(self, session: WindowSession, prof: Any) -> None:
         if session.last_recorded is None or self.output is None:
@@ -437,6 +435,8 @@ class FitRun:
         assert self.output is not None
         done = self.output.take_written(self.traces)
         for window in done:  # on every rank: what a trace lacks; the size estimate's factor from the latest window
+            if not window.validation:
+                self.delivery.window_written(window.path, window.first)  # the trace of alerts before it
             if window.problems:
                 self.report(f"the trace {window.path} lacks what its window recorded: {'; '.join(window.problems)} "
                             "(marked in the trace; `profkit summary` and `report` show it)", "integrity")
@@ -534,13 +534,11 @@ class FitRun:
         out.stop = o.alert_action == "stop"
         if o.alert_action == "raise":
             out.raise_ = DataWaitAlertError(alert)
-        window = self._start_capture(step, o.active) if o.alert_action == "warn" and o.capture_on_alert else None
-        if window is not None:
-            out.lines.append(f"data-wait alert at step {step}: recording steps {window[0]}-{window[1]} for it; the "
-                             "alert follows when their trace is written")
-            self.delivery.hold(alert)  # delivered with its trace folder when the window ends
-        else:
-            self.delivery.send(alert)
+        if o.alert_action == "warn" and o.capture_on_alert:
+            alert.recording = self._start_capture(step, o.active)
+            if alert.recording is None and self.last_step is not None and step >= self.last_step:
+                out.lines.append(f"data-wait alert at step {step}, the fit's last: no steps are left to record for it")
+        self.delivery.send(alert)
 
     def _mark_workers(self, now: float) -> None:
         """How busy the DataLoader was since the last check (for an alert's advice)."""
@@ -572,16 +570,17 @@ class FitRun:
             out.lines.append(f"recording steps {window[0]}-{window[1]} ({why})")
 
     def _start_capture(self, step: int, steps: int) -> Optional[tuple[int, int]]:
-        """Record ``steps`` steps from the step after ``step`` on; None when this rank cannot (or the budget is
-        spent)."""
-        if self.runner is None or self.broken:
+        """Record ``steps`` steps from the step after ``step`` on (at once near the fit's end); the steps, or None
+        when this rank cannot (or the budget is spent, or the fit ends at ``step``)."""
+        window = capture_steps(step, steps, self.selection.warmup, self.last_step)
+        if self.runner is None or self.broken or window is None:
             return None
         if not self.checks.spend_capture():
             self.report(f"no more captures: `max_captures={self.options.max_captures}` windows were recorded", "budget")
             return None
-        first, last = self.runner.capture(step + 1, steps)
+        self.runner.capture(*window, step + 1)
         self.windows_at = min(self.windows_at, step)  # the runner opens it at this step's end
-        return first, last
+        return window
 
     def _poll_requests(self, out: Outcome, now: float, step: int) -> None:
         assert self.live is not None

@@ -1,5 +1,5 @@
-"""AlertDelivery without a Trainer: what rank zero sends, what it holds for a capture window, and that a
-failing ``on_alert`` or logger never reaches training."""
+"""AlertDelivery without a Trainer: what rank zero sends when an alert fires, the line that names the trace recorded
+for it once written, and that a failing ``on_alert`` or logger never reaches training."""
 
 import warnings
 
@@ -33,14 +33,23 @@ def test_other_ranks_decide_alike_but_say_nothing():
     assert deliver(delivery, ("send", alert(19))) == [] and got == []
 
 
-def test_held_alerts_go_with_the_first_window_wholly_after_them():
+def recorded(step, steps):
+    return DataWaitAlert(0.5, 0.2, 0, step, f"steps {step - 9}-{step} (epoch 0)", recording=steps)
+
+
+def test_an_alert_goes_at_once_and_a_line_names_its_trace_when_written():
     got = []
     delivery = AlertDelivery(got.append, lambda *a: None)
-    deliver(delivery, ("hold", alert(19)), ("hold", alert(59)), ("window_written", "/r/step=000021-000023-epoch=0/t.json.gz", 21))
-    assert [(a.step, a.trace_dir) for a in got] == [(19, "/r/step=000021-000023-epoch=0")]
-    assert [a.step for a in delivery.held] == [59]
-    deliver(delivery, ("window_written",))  # the fit's end: whatever is held goes, without a trace
-    assert [(a.step, a.trace_dir) for a in got][1:] == [(59, None)] and delivery.held == []
+    first, later = recorded(19, (21, 23)), recorded(59, (61, 63))
+    warned = deliver(delivery, ("send", first), ("send", later))
+    assert got == [first, later] and warned == ["PerformanceMonitor: " + a.message for a in (first, later)]
+    assert "Recording steps 21-23; their trace is named when written." in warned[0]
+    named = deliver(delivery, ("window_written", "/r/step=000021-000023-epoch=0/t.json.gz", 21))
+    assert named == ["PerformanceMonitor: the trace of the steps after the data-wait alert at step 19: "
+                     "/r/step=000021-000023-epoch=0"]
+    assert (first.trace_dir, later.trace_dir) == ("/r/step=000021-000023-epoch=0", None)
+    assert "Trace of the steps after the alert: /r/step=000021-000023-epoch=0" in first.message
+    assert delivery.recording == [later] and got == [first, later]  # the hook is not called again
 
 
 def test_a_failing_hook_or_logger_is_reported_and_delivery_goes_on():

@@ -3,7 +3,8 @@
 import pytest
 
 from lightning_profkit.monitor.options import Options
-from lightning_profkit.monitor.profiling.selection import EpochWindow, StepList, WithCaptures, parse_step_ranges
+from lightning_profkit.monitor.profiling.selection import (EpochWindow, StepList, WithCaptures, capture_steps,
+                                                         parse_step_ranges)
 from lightning_profkit.monitor.profiling.windows import ValidationWindows, WindowRunner
 
 
@@ -218,3 +219,15 @@ def test_validation_windows_record_the_batches_asked_for_in_every_run():
     windows.batch_start(1)
     windows.run_start()  # a run that ended without its end (an exception in validation): the next one starts clean
     assert log[-1] == ("finish",)
+
+
+@pytest.mark.parametrize("after, last_step, expected", [
+    (19, None, (21, 23)),  # a warm-up step, then the window
+    (19, 100, (21, 23)),
+    (19, 23, (21, 23)),  # it fits exactly
+    (19, 22, (20, 22)),  # at once: the warm-up would push the window past the fit's end
+    (19, 20, (20, 20)),  # as much as is left
+    (19, 19, None),  # the fit ends at the alert's step: nothing to record
+])
+def test_a_capture_never_asks_for_steps_past_the_fits_end(after, last_step, expected):
+    assert capture_steps(after, 3, 1, last_step) == expected

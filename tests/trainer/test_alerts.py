@@ -50,11 +50,11 @@ def test_data_bound_run_alerts_once_with_advice_and_fed_run_not_at_all(tmp_path)
     got = []
     monitor = PerformanceMonitor(profile=False, alert_window=10, on_alert=got.append)
     _, warned = fit(tmp_path / "a", monitor, Busy(SleepDataset(120, delay=0.004), work=0.006))
-    assert len(got) == 1 and len(warned) == 1
+    assert len(got) == 1 and len(warned) == 2  # the alert, then the line that names the trace recorded for it
     alert = got[0]
     assert alert.ratio > 0.4 and alert.threshold == 0.2 and alert.epoch == 0 and alert.worst_rank is None
     assert alert.advice[0].startswith("num_workers=0") and "num_workers=" in alert.message
-    assert str(alert.step) in str(warned[0].message)
+    assert str(alert.step) in str(warned[0].message) and alert.trace_dir in str(warned[1].message)
 
     fed = PerformanceMonitor(profile=False, alert_window=10)
     # two workers make a batch every 4 ms, the step takes 16: fed with room to spare once they have started,
@@ -177,7 +177,8 @@ def test_alerts_are_in_tensorboards_text_tab(tmp_path, tensorboard_server):
     (shown,) = server.get("text", plugin="text", run=run, tag=tag)
     assert shown["step"] == alert.step
     assert "waiting for the DataLoader" in shown["text"] and "<li>num_workers=0" in shown["text"]
-    assert alert.trace_dir and os.path.basename(alert.trace_dir) in shown["text"]
+    first, last = alert.recording  # the text is written when the alert fires: the steps, not yet their trace
+    assert f"Recording steps {first}-{last}" in shown["text"] and alert.trace_dir.endswith(f"{first:06d}-{last:06d}-epoch=0")
 
 
 @pytest.mark.parametrize("dataset, says", [
@@ -239,3 +240,28 @@ def test_a_second_fit_into_a_running_fits_folder_gets_its_own(tmp_path):
     assert run.returncode == 0, out[-2000:]
     (first,) = [p for p in trace_files(shared) if "run=" not in p]
     assert len(profiler_steps(read_trace(first))) == 2
+
+
+@pytest.mark.parametrize("batches, said, recorded", [
+    (40, "data-wait alert at step 19, the fit's last: no steps are left to record for it", []),
+    (44, None, [20, 21]),  # at once, without the warm-up step: the fit ends at step 21
+], ids=["at the last step", "two steps before the end"])
+def test_an_alert_near_the_fits_end_promises_no_step_past_it(tmp_path, caplog, batches, said, recorded):
+    """The alert fires at step 19 (two checks of 10 steps): where no step is left it says so and records nothing; else
+    it records at once what is left, and the line naming the trace follows once the trace is written."""
+    monitor = PerformanceMonitor(profile=False, alert_window=10)
+    with caplog.at_level("INFO"):
+        _, warned = fit(tmp_path, monitor, Busy(SleepDataset(batches, delay=0.004), work=0.001))
+    (alert,) = monitor.alerts
+    assert alert.step == 19 and (alert.recording or []) == (recorded and tuple(recorded) or [])
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("lightning_profkit: data-wait")]
+    assert lines == ([f"lightning_profkit: {said}"] if said else [])
+    messages = [str(w.message) for w in warned]
+    if recorded:
+        assert "Recording steps 20-21; their trace is named when written." in messages[0]
+        assert messages[1:] == [f"PerformanceMonitor: the trace of the steps after the data-wait alert at step 19: "
+                                f"{alert.trace_dir}"]
+        (trace,) = trace_files(tmp_path)
+        assert profiler_steps(read_trace(trace)) == recorded and os.path.dirname(trace) == alert.trace_dir
+    else:
+        assert len(messages) == 1 and "Recording" not in messages[0] and trace_files(tmp_path) == []

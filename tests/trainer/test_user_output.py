@@ -73,10 +73,10 @@ def test_the_alert_reads_like_a_warning_in_the_order_things_happen(demo):
     assert "lightning_profkit" not in lines[alert] and ".py:" not in lines[alert]
     # a check of 100 steps over epochs of 64 steps names both epochs
     assert "of steps 0-99 (epochs 0-1) was spent waiting" in lines[alert]
-    # recorded first, and the line says the alert follows once its trace is written; the alert names it
-    (recording,) = [i for i, line in enumerate(lines) if "recording steps 101-103" in line]
-    assert recording < alert and "the alert follows when their trace is written" in lines[recording]
-    assert lines[alert + 2].strip().endswith("profiler/step=000101-000103-epoch=1")
+    # it says which steps it records, and one more line names their trace once written
+    assert lines[alert + 2].strip() == "Recording steps 101-103; their trace is named when written."
+    (named,) = [i for i, line in enumerate(lines) if "the trace of the steps after the data-wait alert" in line]
+    assert named > alert and lines[named].endswith("profiler/step=000101-000103-epoch=1")
 
 
 def test_the_alert_can_still_be_filtered_by_its_category(tmp_path):

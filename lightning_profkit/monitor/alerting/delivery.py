@@ -1,6 +1,6 @@
-"""Alerts on their way to the user: a :class:`~lightning_profkit.alerts.DataWaitWarning` and ``on_alert`` on
-rank zero, held back while the window captured after the alert is still being recorded, so that the alert
-can name its trace."""
+"""Alerts on their way to the user: a :class:`~lightning_profkit.alerts.DataWaitWarning`, the loggers' text and
+``on_alert`` on rank zero, when the alert fires (saying which steps are being recorded for it); once their trace is
+written, one more warning line names it (and the alert's ``trace_dir`` is set)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ class AlertDelivery:
         self.report = report
         self.to_loggers = to_loggers
         self.to_user = True  # rank zero delivers; the other ranks only decide alike
-        self.held: list[DataWaitAlert] = []  # waiting for their capture window
+        self.recording: list[DataWaitAlert] = []  # sent, the window recorded for them not yet written
 
     def send(self, alert: DataWaitAlert) -> None:
+        if alert.recording:
+            self.recording.append(alert)
         if not self.to_user:
             return
         warn(f"PerformanceMonitor: {alert.message}", DataWaitWarning, stacklevel=2)
@@ -38,16 +40,13 @@ class AlertDelivery:
             except Exception as err:
                 self.report(f"`on_alert` raised {err!r}; training continues", "on_alert")
 
-    def hold(self, alert: DataWaitAlert) -> None:
-        self.held.append(alert)
-
-    def window_written(self, path: Optional[str] = None, first_step: Optional[int] = None) -> None:
-        """Send the held alerts whose capture window starts at ``first_step`` (written to ``path``), or all."""
-        keep = []
-        for alert in self.held:
-            if first_step is None or alert.step < first_step:  # the first window wholly after the alert
-                alert.trace_dir = os.path.dirname(path) if path else None
-                self.send(alert)
-            else:
-                keep.append(alert)
-        self.held = keep
+    def window_written(self, path: str, first_step: int) -> None:
+        """The trace of the window from ``first_step`` is at ``path``: it is the trace of the alerts before that
+        step (the first window wholly after them)."""
+        named = [alert for alert in self.recording if alert.step < first_step]
+        self.recording = [alert for alert in self.recording if alert.step >= first_step]
+        for alert in named:
+            alert.trace_dir = os.path.dirname(path)
+            if self.to_user:
+                warn(f"PerformanceMonitor: the trace of the steps after the data-wait alert at step {alert.step}: "
+                     f"{alert.trace_dir}", DataWaitWarning, stacklevel=2)

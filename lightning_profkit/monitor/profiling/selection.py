@@ -227,6 +227,16 @@ class WithCaptures(Selection):
         return self.base.describe()
 
 
+def capture_steps(after: int, active: int, warmup: int, last_step: Optional[int]) -> Optional[tuple[int, int]]:
+    """The steps a capture asked for at the end of step ``after`` records: ``active`` steps after ``warmup``, or at
+    once (no warm-up) where the fit's ``last_step`` would come first, cut there; None when the fit ends at ``after``."""
+    first = after + 1 + warmup
+    if last_step is not None and first + active - 1 > last_step:
+        first = after + 1
+    last = first + active - 1 if last_step is None else min(first + active - 1, last_step)
+    return (first, last) if first <= last else None
+
+
 def _within(candidate: int, step: int, horizon: int) -> Optional[int]:
     return candidate if candidate < step + horizon else None
 

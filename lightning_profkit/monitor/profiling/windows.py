@@ -261,13 +261,11 @@ class WindowRunner:
         self.selection = self.selection.for_epoch(num_batches)
         self._maybe_open(next_step, next_batch_idx)
 
-    def capture(self, next_step: int, active: int) -> tuple[int, int]:
-        """Record ``active`` steps after a warm-up from ``next_step`` on; returns the steps to be recorded.
-        Takes effect when no session is open at the next step boundary (an open window finishes first)."""
-        first = next_step + self.selection.warmup
-        last = first + active - 1
+    def capture(self, first: int, last: int, next_step: int) -> None:
+        """Record steps ``first``-``last`` (from :func:`~lightning_profkit.monitor.profiling.selection.capture_steps`),
+        the next step being ``next_step``. Takes effect when no session is open at the next step boundary (an open
+        window finishes first)."""
         self.selection = self.selection.add(first, last, next_step)
-        return first, last
 
     def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool) -> None:
         """``stopping()`` says whether training ends after this step (max_steps, should_stop); it is asked
