@@ -27,7 +27,7 @@
    writer against torch's synchronous ``tensorboard_trace_handler(use_gzip=True)``, measured as the extra
    wall time of the window's steps and the 300 that follow, against the same steps without a window.
 
-    python benchmarks/overhead.py [--repeats 9] [--steps 3000] [--pairs 600]
+    python benchmarks/overhead.py [--repeats 9] [--steps 3000] [--pairs 600] [--parts fits,window-cpu,per-step,inside,window]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -311,7 +311,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--pairs", type=int, default=600, help="blocks with each callback in the per-step figure")
+    parser.add_argument("--parts", default="fits,window-cpu,per-step,inside,window", help="which of the tables to make")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     torch.set_num_threads(1)
     root = tempfile.mkdtemp(prefix="profkit-bench-")
 
@@ -322,7 +324,7 @@ def main() -> None:
         "profkit": ("metrics + default windows: `PerformanceMonitor()`", "<= 1.02"),
         "lightning": ("Lightning `PyTorchProfiler()` defaults", ""),
     }
-    names = list(configs)
+    names = list(configs) if "fits" in parts else []
     times: dict = {c: [] for c in names}
     cpu: dict = {c: [] for c in names}
     tree: dict = {c: [] for c in names}
@@ -335,17 +337,33 @@ def main() -> None:
             times[c].append(wall)
             cpu[c].append(thread)
             tree[c].append(everything)
+    print(f"# {datetime.date.today()}, torch {torch.__version__}, {args.parts}")
+    if "fits" in parts:
+        fits_table(configs, times, cpu, tree, args.steps, args.repeats)
+    if "window-cpu" in parts:
+        window_cpu_table(root)
+    if "per-step" in parts:
+        per_step_table(root, args.pairs)
+    if "inside" in parts:
+        inside_table(root, args.steps)
+    if "window" in parts:
+        window_table(root, args.repeats, statistics.median(times["none"]) if times.get("none") else None)
+
+
+def fits_table(configs: dict, times: dict, cpu: dict, tree: dict, steps: int, repeats: int) -> None:
     base, cpu_base, tree_base = (statistics.median(x["none"]) for x in (times, cpu, tree))
-    print(f"# {datetime.date.today()} fit of {args.steps} steps, median of {args.repeats}, torch {torch.__version__}")
+    print(f"fit of {steps} steps, median of {repeats}")
     fastest = min(times["none"])
     print("| configuration | median fit s | ms/step | ratio of medians | ratio of fastest runs "
           "| training-thread CPU, ratio of medians | all processes' CPU, ratio of medians | goal |")
     print("|---|---|---|---|---|---|---|---|")
     for c, (label, goal) in configs.items():
         t = statistics.median(times[c])
-        print(f"| {label} | {t:.2f} | {1000 * t / args.steps:.3f} | {t / base:.3f} | {min(times[c]) / fastest:.3f} "
+        print(f"| {label} | {t:.2f} | {1000 * t / steps:.3f} | {t / base:.3f} | {min(times[c]) / fastest:.3f} "
               f"| {statistics.median(cpu[c]) / cpu_base:.3f} | {statistics.median(tree[c]) / tree_base:.3f} | {goal} |")
 
+
+def window_cpu_table(root: str) -> None:
     per_window = [helper_cpu_per_window(20, root) for _ in range(3)]
     print()
     print("| CPU per default window (3 steps and a warm-up) outside the training thread, fit of 20 windows, "
@@ -355,23 +373,27 @@ def main() -> None:
     print(f"| the writer thread and the rest of the training process beside the training thread | "
           f"{statistics.median(w[1] for w in per_window):.1f} |")
 
+
+def per_step_table(root: str, pairs: int) -> None:
     print()
-    print(f"| per step, inside a fit | µs added (median of {args.pairs} blocks of 100 steps, each against its "
+    print(f"| per step, inside a fit | µs added (median of {pairs} blocks of 100 steps, each against its "
           "neighbours) | standard error | share of the step | share of a 1.6 ms step |")
     print("|---|---|---|---|---|")
     rows = (("a callback without per-batch hooks (Lightning looks each hook up; control: about 0)", Quiet()),
             ("a no-op callback (Lightning's dispatch of its hooks)", NoOp()),
             (f"metrics only: `{METRICS_ONLY}`", metrics_only()))
     for label, extra in rows:
-        us, err, step = in_fit_us(extra, root, pairs=args.pairs)
+        us, err, step = in_fit_us(extra, root, pairs=pairs)
         print(f"| {label} | {us:.1f} | {err:.1f} | {us / step:.2%} of {step:.0f} µs | {us / 1600:.2%} |")
 
-    runs = [inside_us(args.steps, root) for _ in range(5)]
+
+def inside_table(root: str, steps: int) -> None:
+    runs = [inside_us(steps, root) for _ in range(5)]
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     added = med["ours"] - med["lightning"] + med["step_end"]
     print()
     print("| inside the per-step code, timed around it in real fits of "
-          f"{args.steps} steps (median of 5) | µs per step |")
+          f"{steps} steps (median of 5) | µs per step |")
     print("|---|---|")
     print(f"| Lightning's own fetch callbacks (a fit without us) | {med['lightning']:.2f} |")
     print(f"| ours in their place, metrics only (the timing, and Lightning's profiler calls unless it is the default "
@@ -380,19 +402,20 @@ def main() -> None:
           f"| {med['step_end']:.2f} |")
     print(f"| added by us: ours - Lightning's + batch-end work | {added:.2f} |")
 
+
+def window_table(root: str, repeats: int, epoch_s: Optional[float]) -> None:
     handlers = ["none", "profkit", "torch"]
     cost: dict = {h: [] for h in handlers}
-    for r in range(args.repeats * 3):
+    for r in range(repeats * 3):
         for h in handlers[r % 3:] + handlers[: r % 3]:
             cost[h].append(window_cost(h, root))
     base = statistics.median(cost["none"])
     print()
     print("| a window written by | training-thread ms per window (profiled steps and save) | share of this run's epoch |")
     print("|---|---|---|")
-    epoch_s = statistics.median(times["none"])
     for h, label in (("profkit", "PerformanceMonitor writer (background)"), ("torch", "tensorboard_trace_handler(use_gzip=True)")):
         ms = 1000 * (statistics.median(cost[h]) - base)
-        print(f"| {label} | {ms:.1f} | {ms / 1000 / epoch_s:.2%} |")
+        print(f"| {label} | {ms:.1f} | {f'{ms / 1000 / epoch_s:.2%}' if epoch_s else 'n/a'} |")
 
 
 if __name__ == "__main__":

@@ -21,3 +21,16 @@ def cpu_seconds_of(pid: int) -> Optional[float]:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     except (OSError, ValueError, IndexError):
         return None
+
+
+def scheduled_seconds_of(pid: int) -> Optional[tuple[float, Optional[float]]]:
+    """Seconds process ``pid`` (its main thread) has run on a CPU so far, and waited for one while ready to run, from
+    ``/proc/PID/schedstat`` (Linux); where only ``/proc/PID/stat`` can be read, its CPU seconds and None; None where
+    neither can."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran) / 1e9, int(waited) / 1e9
+    except (OSError, ValueError):
+        cpu = cpu_seconds_of(pid)
+        return None if cpu is None else (cpu, None)

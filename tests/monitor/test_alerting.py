@@ -122,18 +122,23 @@ def test_advice_from_the_loader():
 
 
 @pytest.mark.parametrize("busy, says", [
-    (WorkersBusy(0.23, 2, 4.0), "the 2 DataLoader workers were busy 23% of the last 4.0 s (their CPU time over the wall "
-                                "time, measured): they wait on something other than the CPU (storage, the network, a "
-                                "lock), and more workers than CPUs overlap those waits: try num_workers=4"),
-    (WorkersBusy(0.95, 2, 4.0), "the 2 DataLoader workers were busy 95% of the last 4.0 s (their CPU time over the wall "
-                                "time, measured), and num_workers=2 already uses the 2 CPUs: the per-sample work is the "
-                                "limit"),
+    (WorkersBusy(0.23, 2, 4.0), "the 2 DataLoader workers were busy 23% of the last 4.0 s (measured): they wait on "
+                                "something other than the CPU (storage, the network, a lock), and more workers than "
+                                "CPUs overlap those waits: try num_workers=4"),
+    (WorkersBusy(0.23, 2, 4.0, queued=0.05), "the 2 DataLoader workers were busy 23%, waited for a CPU 5% of the last "
+                                             "4.0 s (measured): they wait on something other than the CPU"),
+    (WorkersBusy(0.41, 2, 4.0, queued=0.52), "the 2 DataLoader workers were busy 41%, waited for a CPU 52% of the last "
+                                             "4.0 s (measured): they compute, and the 2 CPUs are taken (by them and "
+                                             "other processes), so more workers would wait for a CPU too"),
+    (WorkersBusy(0.95, 2, 4.0), "the 2 DataLoader workers were busy 95% of the last 4.0 s (measured), and num_workers=2 "
+                                "already uses the 2 CPUs: the per-sample work is the limit"),
     (None, "num_workers=2 already uses the 2 CPUs; the workers' CPU could not be read, so whether they compute or wait "
            "is not known"),
-])
+], ids=["waiting", "waiting, a little queued", "computing on a crowded node", "computing", "unmeasured"])
 def test_how_many_workers_rests_on_how_busy_they_were(busy, says):
-    """Two workers on 2 CPUs: waiting on I/O (busy 23%) they gain from more workers than CPUs; computing (95%) from
-    cheaper samples; unmeasured, the advice says it does not know which (it said "the per-sample work is the limit")."""
+    """Two workers on 2 CPUs: waiting on I/O (busy 23%) they gain from more workers than CPUs; computing (95%, or 41%
+    and waiting for a CPU 52% beside other processes: not a wait on storage) from cheaper samples; unmeasured, the
+    advice says it does not know which."""
     lines = data_wait_advice(LoaderFacts(num_workers=2, cpus=2, persistent_workers=True), busy=LoaderBusy(busy))
     assert lines[0].startswith(says), lines[0]
 
@@ -168,12 +173,14 @@ def test_loader_busy_crosses_ranks_as_numbers():
     busy = LoaderBusy(WorkersBusy(0.25, 2, 3.0), WaitBusy(0.5, 0.75, 1.0, 3.0))
     assert LoaderBusy.from_values(busy.as_values(), 1) == LoaderBusy(WorkersBusy(0.25, 2, 3.0, 1),
                                                                     WaitBusy(0.5, 0.75, 1.0, 3.0, 1))
+    queued = LoaderBusy(WorkersBusy(0.25, 2, 3.0, queued=0.5))
+    assert LoaderBusy.from_values(queued.as_values(), 1) == LoaderBusy(WorkersBusy(0.25, 2, 3.0, 1, 0.5))
     assert LoaderBusy.from_values(LoaderBusy().as_values()) == LoaderBusy()
 
 
 def test_loader_watch_is_the_cpu_over_the_wall_time_since_the_last_mark():
     cpu, thread = {11: 1.0, 12: 2.0}, [10.0]
-    watch = LoaderWatch(read=cpu.get, thread_cpu=lambda: thread[0])
+    watch = LoaderWatch(read=lambda pid: (cpu[pid], None) if pid in cpu else None, thread_cpu=lambda: thread[0])
     assert watch.busy([11, 12], 100.0, 5.0) == LoaderBusy()  # the first mark
     cpu.update({11: 1.5, 12: 2.3, 13: 0.2})  # 13: a worker started since (all of its CPU counts)
     thread[0] = 11.5  # 1.5 s of CPU in 2 s, of which 1 s waiting: at least 0.5 s of it on the CPU in the wait
@@ -190,6 +197,15 @@ def test_loader_watch_is_the_cpu_over_the_wall_time_since_the_last_mark():
     # 0.1 s of CPU in 0.8 s: all of it may be outside the 0.5 s of wait, or in it
     assert (later.training.low, later.training.high) == (0.0, pytest.approx(0.2))
     assert watch.busy([], 104.0, 8.5).workers is None
+
+
+def test_loader_watch_reads_the_workers_wait_for_a_cpu_where_the_os_gives_it():
+    seconds = {11: (1.0, 0.5), 12: (2.0, 0.0)}
+    watch = LoaderWatch(read=seconds.get, thread_cpu=lambda: 0.0)
+    watch.busy([11, 12], 100.0, 0.0)
+    seconds.update({11: (1.4, 1.9), 12: (2.6, 1.0)})  # in 2 s: 1.0 s on a CPU and 2.4 s waiting for one, of 4
+    busy = watch.busy([11, 12], 102.0, 0.0).workers
+    assert (busy.share, busy.queued) == (pytest.approx(0.25), pytest.approx(0.6)) and busy.computing == pytest.approx(0.85)
 
 
 def figures_of(path):

@@ -10,6 +10,7 @@ from lightning_profkit.machine import usable_cpus
 from lightning_profkit.monitor.timing.loader_busy import LoaderBusy
 
 WAITING = 0.5  # busy less than this share of the time: waiting on something other than the CPU (I/O)
+CROWDED = 0.2  # workers ready to run but waiting for a CPU this share of the time: the node's CPUs are taken
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,13 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
                    "workers do not shorten that; return fewer, larger tensors from the Dataset or collate_fn (not "
                    "Python objects or many small tensors), and keep sampler and collate work out of the training "
                    "process")
-    elif workers is not None and workers.share < WAITING:
+    elif workers is not None and workers.computing < WAITING:
         out.append(f"{workers}: they wait on something other than the CPU (storage, the network, a lock), and more "
                    f"workers than CPUs overlap those waits: try num_workers={2 * facts.num_workers}")
+    elif workers is not None and (workers.queued or 0.0) >= CROWDED:
+        out.append(f"{workers}: they compute, and the {machine} are taken (by them and other processes), so more "
+                   "workers would wait for a CPU too; make __getitem__ cheaper (cache decoded or preprocessed data, move "
+                   "augmentation to the GPU) or free CPUs on the node")
     elif facts.num_workers < suggested:
         measured = f" ({workers})" if workers is not None else ""
         out.append(f"num_workers={facts.num_workers} with {machine}{measured}: try num_workers={suggested}")

@@ -1,6 +1,7 @@
 """How busy the training DataLoader was, for the advice of an alert: its worker processes' CPU time over the wall
-time, and the training thread's own CPU during its data wait, read from the OS at marks (the rolling checks and
-the epoch ends). Off the hot path."""
+time and their time waiting for a CPU (the scheduler tells a worker that computes on a crowded node from one that
+waits on storage), and the training thread's own CPU during its data wait, read from the OS at marks (the rolling
+checks and the epoch ends). Off the hot path."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from lightning_profkit.machine import cpu_seconds_of
+from lightning_profkit.machine import scheduled_seconds_of
 
 
 def _whose(rank: Optional[int], what: str) -> str:
@@ -19,16 +20,24 @@ def _whose(rank: Optional[int], what: str) -> str:
 @dataclass(frozen=True)
 class WorkersBusy:
     """The workers' CPU seconds over the wall seconds, per worker (0: always waiting, 1: a CPU each the whole
-    time), measured over ``seconds``."""
+    time), measured over ``seconds``; ``queued``: likewise their seconds ready to run but waiting for a CPU (None
+    where the OS does not say)."""
 
     share: float
     workers: int
     seconds: float
     rank: Optional[int] = None  # the rank they feed, where several train
+    queued: Optional[float] = None
+
+    @property
+    def computing(self) -> float:
+        """The share of the time they computed or wanted to: what is left is their wait on anything else."""
+        return self.share + (self.queued or 0.0)
 
     def __str__(self) -> str:
-        return (f"{_whose(self.rank, f'{self.workers} DataLoader workers')} were busy {self.share:.0%} of the last "
-                f"{self.seconds:.1f} s (their CPU time over the wall time, measured)")
+        queued = f", waited for a CPU {self.queued:.0%}" if self.queued is not None else ""
+        return (f"{_whose(self.rank, f'{self.workers} DataLoader workers')} were busy {self.share:.0%}{queued} of the "
+                f"last {self.seconds:.1f} s (measured)")
 
 
 @dataclass(frozen=True)
@@ -60,28 +69,32 @@ class LoaderBusy:
     training: Optional[WaitBusy] = None
 
     def as_values(self) -> list[float]:
-        """Seven numbers for the exchange across ranks (NaN for what is None)."""
+        """Eight numbers for the exchange across ranks (NaN for what is None)."""
         w, t = self.workers, self.training
-        return ([w.share, float(w.workers), w.seconds] if w else [math.nan] * 3) + \
+        queued = math.nan if w is None or w.queued is None else w.queued
+        return ([w.share, float(w.workers), w.seconds, queued] if w else [math.nan] * 4) + \
                ([t.low, t.high, t.wait_s, t.seconds] if t else [math.nan] * 4)
 
     @staticmethod
     def from_values(values: Sequence[float], rank: Optional[int] = None) -> "LoaderBusy":
-        workers = WorkersBusy(values[0], int(values[1]), values[2], rank) if not math.isnan(values[0]) else None
-        training = WaitBusy(*values[3:7], rank) if not math.isnan(values[3]) else None
+        queued = None if math.isnan(values[3]) else values[3]
+        workers = WorkersBusy(values[0], int(values[1]), values[2], rank, queued) if not math.isnan(values[0]) else None
+        training = WaitBusy(*values[4:8], rank) if not math.isnan(values[4]) else None
         return LoaderBusy(workers, training)
 
 
 class LoaderWatch:
-    """Marks the workers' CPU (``read(pid)``: seconds so far, None when it cannot be read), the training thread's
+    """Marks the workers' CPU (``read(pid)``: seconds on a CPU and waiting for one so far, the second None where the OS
+    does not say; None when nothing can be read), the training thread's
     (``thread_cpu()``, called on that thread) and its data wait so far at each call, keeping the previous mark until
     ``min_seconds`` have passed: the OS counts a process's CPU in ticks of 10 ms, so a shorter span would be too
     coarse."""
 
-    def __init__(self, read: Callable[[int], Optional[float]] = cpu_seconds_of,
+    def __init__(self, read: Callable[[int], Optional[tuple[float, Optional[float]]]] = scheduled_seconds_of,
                  thread_cpu: Callable[[], float] = time.thread_time, min_seconds: float = 1.0) -> None:
         self.read, self.thread_cpu, self.min_seconds = read, thread_cpu, min_seconds
-        self.mark: Optional[tuple[float, float, float, dict[int, float]]] = None  # now, wait, thread CPU, workers
+        # now, the data wait, the thread's CPU, the workers' (CPU, queued) seconds
+        self.mark: Optional[tuple[float, float, float, dict[int, tuple[float, Optional[float]]]]] = None
 
     def busy(self, pids: Sequence[int], now: float, wait_s: float) -> LoaderBusy:
         """How busy the workers ``pids`` and the training thread (``wait_s``: its data wait so far) were since the
@@ -95,9 +108,14 @@ class LoaderWatch:
             return LoaderBusy()
         span, waited = now - last[0], wait_s - last[1]
         workers = None
-        if cpu:
-            used = sum(seconds - last[3].get(pid, 0.0) for pid, seconds in cpu.items())  # a new worker: all its CPU
-            workers = WorkersBusy(max(used, 0.0) / (span * len(cpu)), len(cpu), span)
+        if cpu:  # a new worker since the mark: all of its seconds
+            before = {pid: last[3].get(pid, (0.0, 0.0)) for pid in cpu}
+            wall = span * len(cpu)
+            ran = sum(seconds - before[pid][0] for pid, (seconds, _) in cpu.items())
+            queued = None
+            if all(q is not None and before[pid][1] is not None for pid, (_, q) in cpu.items()):
+                queued = max(sum(q - before[pid][1] for pid, (_, q) in cpu.items()), 0.0) / wall  # type: ignore[operator]
+            workers = WorkersBusy(max(ran, 0.0) / wall, len(cpu), span, queued=queued)
         training = None
         if waited > 0:  # CPU time outside the wait is at most the wall time outside it
             used = max(mine - last[2], 0.0)
