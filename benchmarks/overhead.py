@@ -330,7 +330,7 @@ def main() -> None:
     tree: dict = {c: [] for c in names}
     for c in names:
         fit_seconds(c, 200, root)  # warm imports, allocator and each code path
-    for r in range(args.repeats):
+    for r in range(args.repeats if names else 0):
         k = r % len(names)
         for c in names[k:] + names[:k]:  # rotate the order each repeat
             wall, thread, everything = fit_seconds(c, args.steps, root)

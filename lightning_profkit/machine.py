@@ -27,10 +27,25 @@ def scheduled_seconds_of(pid: int) -> Optional[tuple[float, Optional[float]]]:
     """Seconds process ``pid`` (its main thread) has run on a CPU so far, and waited for one while ready to run, from
     ``/proc/PID/schedstat`` (Linux); where only ``/proc/PID/stat`` can be read, its CPU seconds and None; None where
     neither can."""
+    scheduled = _schedstat(f"/proc/{pid}/schedstat")
+    if scheduled is None:
+        cpu = cpu_seconds_of(pid)
+        return None if cpu is None else (cpu, None)
+    return scheduled
+
+
+def waited_seconds() -> Optional[float]:
+    """Seconds the calling thread has waited for a CPU while ready to run (another task had it), from
+    ``/proc/thread-self/schedstat`` (Linux); None where that cannot be read."""
+    scheduled = _schedstat("/proc/thread-self/schedstat")
+    return None if scheduled is None else scheduled[1]
+
+
+def _schedstat(path: str) -> Optional[tuple[float, float]]:
+    """Seconds on a CPU and seconds waiting for one, from a ``schedstat`` file."""
     try:
-        with open(f"/proc/{pid}/schedstat", "rb") as f:
+        with open(path, "rb") as f:
             ran, waited = f.read().split()[:2]
         return int(ran) / 1e9, int(waited) / 1e9
     except (OSError, ValueError):
-        cpu = cpu_seconds_of(pid)
-        return None if cpu is None else (cpu, None)
+        return None
