@@ -66,8 +66,9 @@ METRICS: tuple[Metric, ...] = (
            "end) / mean of its other steps; epochs with a window", "max"),
     Metric("overhead/after_window_ratio", "ratio", EPOCH,
            "median time of the unprofiled steps after the epoch's first window / median of the unprofiled steps "
-           "before the fit's first window (from the epoch's 6th step on); warned about above 1.1 on CUDA, 1.5 on "
-           "CPU, two epochs running", "max"),
+           "before the fit's first window (from the epoch's 6th step on), each less the share of its time the "
+           "training thread waited for a CPU (Linux); warned about above 1.1 on CUDA, 1.5 on CPU, two epochs "
+           "running", "max"),
     Metric("overhead/window_ms", "ms", EPOCH,
            "the training thread's time in each window's own calls (the profiler's start, its step boundaries, its "
            "stop and the hand-over to the writer), mean over the epoch's windows, training and validation; on CUDA the stop "

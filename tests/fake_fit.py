@@ -10,6 +10,7 @@ import warnings
 from types import SimpleNamespace
 from typing import Any, Optional, Sequence
 
+from lightning_profkit import machine
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
 from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.fit import FitRun, Outcome, Rank
@@ -59,13 +60,15 @@ class PassThroughProfiler:
 class FakeFit:
     """One rank's fit of ``PerformanceMonitor(**arguments)``. ``monkeypatch`` points the fetch timer's and the
     profiler windows' clocks at :attr:`clock`. ``outcomes`` collects what every call returned; ``warnings`` what
-    the callback said."""
+    the callback said; :attr:`cpu_wait` what the training thread has waited for a CPU by a time of the clock."""
 
     def __init__(self, monkeypatch: Any, trace_dir: str, loader: LoaderFacts = LoaderFacts(), batch_size: int = 2,
                  **arguments: Any) -> None:
         self.clock = Clock()
         monkeypatch.setattr(fetch_timer, "perf_counter", self.clock)
         monkeypatch.setattr(windows, "perf_counter", self.clock)
+        self.cpu_wait = lambda now: 0.0  # seconds the training thread had waited for a CPU by ``now``
+        monkeypatch.setattr(machine, "waited_seconds", lambda: self.cpu_wait(self.clock()))
         self.options = Options(**arguments)
         self.checks = RollingChecks(self.options.alert_threshold, self.options.alert_patience,
                                     self.options.alert_cooldown, self.options.alert_window, self.options.max_captures)

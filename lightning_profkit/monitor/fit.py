@@ -35,6 +35,7 @@ from lightning_profkit.monitor.profiling.selection import Selection, capture_ste
 from lightning_profkit.monitor.profiling.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK,
                                                          ValidationWindows, WindowRunner, WindowSession,
                                                          learned_json_per_byte, profiler_activities, session_opener)
+from lightning_profkit.monitor.timing.cpu_wait import CpuWaitShares
 from lightning_profkit.monitor.timing.epoch_figures import (EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
                                                             to_vector, window_metrics)
 from lightning_profkit.monitor.timing.fetch_timer import FetchTimer, LoaderSetupTimer
@@ -118,6 +119,7 @@ class FitRun:
         self.windows_at = INF  # the next step at whose end the window runner has work
         self.validation_after = 0  # the training step the running validation follows
         self.step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
+        self.cpu_waits = CpuWaitShares()  # the training thread's wait for a CPU before and after the first window
         self.slow_epochs = 0  # epochs running with unprofiled steps slower after a window
         self.step_ms: Optional[float] = None  # the last epoch's step_time_ms_mean (over ranks), for the end-of-fit line
         self.helper_cpu_s = 0.0  # CPU s of the fit's trace writing off the training thread, to the last epoch's end
@@ -264,8 +266,11 @@ class FitRun:
         self.epoch_first_step = step
         if self.validation is not None:
             self.validation.spent = []  # this epoch's validation windows
+        self.cpu_waits.epoch_start(now)
         if self.runner is not None:
             self.runner.epoch_start(step, batch_idx, epoch_length)
+            if self.runner.session is not None:
+                self.cpu_waits.mark(now)
         self._windows_from(step, batch_idx)
         self._schedule()
 
@@ -285,7 +290,10 @@ class FitRun:
         if step >= self.windows_at:
             try:
                 if self.runner is not None:
+                    was_open = self.runner.session is not None
                     self.runner.step_end(step, batch_idx, last_in_epoch, stopping)
+                    if was_open != (self.runner.session is not None):
+                        self.cpu_waits.mark(now)
             except Exception as err:
                 self.fail("on_train_batch_end", err)
             self._windows_from(step + 1, batch_idx + 1)
@@ -478,7 +486,7 @@ class FitRun:
                 helper, self.helper_cpu_s = max(total - self.helper_cpu_s, 0.0), max(total, self.helper_cpu_s)
             spent = (runner.spent if runner else []) + (self.validation.spent if self.validation else [])
             cost, baseline = own_cost(stats.step_times, self.epoch_first_step, runner.profiled if runner else [],
-                                      self.step_baseline, spent, helper)
+                                      self.step_baseline, spent, helper, self.cpu_waits.shares(end))
             self.step_baseline = self.step_baseline or baseline
             return to_vector({**figures, **cost})
         except Exception as err:
@@ -495,9 +503,8 @@ class FitRun:
                      "(torch sets TEARDOWN_CUPTI=0 with CUDA graphs on CUDA older than 12.6); set TEARDOWN_CUPTI=1 "
                      "in the environment before the first window, or record fewer windows (`steps=`, `profile=False`)")
         else:
-            cause = ("On CPU nothing of torch.profiler is known to outlive a window: a fit with `profile=False` "
-                     "tells whether the windows are the cause (its after_window_ratio is absent, its step_time_ms_mean "
-                     "comparable) or the machine is")
+            cause = ("Time waiting for a CPU is left out, and nothing of torch.profiler is known to outlive a window "
+                     "on CPU: compare step_time_ms_mean with a fit with `profile=False`")
         self.report(
             f"unprofiled steps after the profiler windows took {ratio:.2f}x the time of those before the first "
             f"window, {self.slow_epochs} epochs running (profkit/overhead/after_window_ratio). {cause}",

@@ -221,6 +221,17 @@ def test_steps_slower_after_the_window_warn_once(monkeypatch, tmp_path):
     assert len(warned) == 1 and "2.00x" in warned[0] and "2 epochs running" in warned[0] and "profile=False" in warned[0]
 
 
+def test_steps_slower_after_the_window_while_the_thread_waited_for_a_cpu_are_not_warned(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)
+    slow_from = fit.clock() + 14 * 0.011  # step 14, the first after epoch 0's window (steps 10-13)
+    fit.cpu_wait = lambda now: max(now - slow_from, 0.0) / 2  # from then on, half of the time waiting for a CPU
+    for epoch in range(3):  # ... and each step 2x as long: the machine, not the window
+        fit.epoch(epoch, [(0.001, 0.01 if 30 * epoch + i < 14 else 0.021) for i in range(30)])
+    fit.end()
+    assert [r["profkit/overhead/after_window_ratio"] for r in epoch_row(fit)] == [pytest.approx(1.0)] * 3
+    assert not [w for w in fit.warnings if "after_window_ratio" in w]
+
+
 def test_epochs_of_one_batch_record_that_batch(monkeypatch, tmp_path):
     """Lightning's bug_report_model.py: epochs of 1 batch each get a window of that batch, as the plan says."""
     fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)

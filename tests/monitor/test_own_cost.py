@@ -14,6 +14,8 @@ def test_pure_figures():
     again, _ = own_cost([2.0] * 23, 100, [(110, 112)], baseline=1.0)  # later epochs: against the fit's baseline
     assert again["overhead/after_window_ratio"] == 2.0
     assert own_cost(times, 100, []) == ({}, None)
+    waited, own = own_cost(times, 100, [(110, 112)], cpu_waits=(0.5, 0.75))  # the share waiting for a CPU, each side
+    assert own == 0.5 and waited["overhead/after_window_ratio"] == 1.0  # 2 s * 0.25 / (1 s * 0.5)
     spent, _ = own_cost(times, 100, [(110, 112)], spent=[0.002, 0.004], helper_cpu_s=0.5)
     assert spent["overhead/window_ms"] == pytest.approx(3.0) and spent["overhead/helper_cpu_s"] == 0.5
     assert own_cost(times, 100, [], helper_cpu_s=0.0) == ({}, None)  # nothing used: absent, not 0

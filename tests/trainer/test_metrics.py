@@ -4,7 +4,9 @@ step axis, the loader's start-up. Their truth against the test's own timing: tes
 import csv
 import glob
 import os
+import statistics
 import time
+import warnings
 
 import pytest
 import torch
@@ -236,3 +238,45 @@ def test_dataloader_startup_s_holds_each_epochs_iterator_start_epoch_0s_too(tmp_
     for got, truth in zip(startup, loader.iter_s):
         assert truth <= got < truth + 0.1, (startup, loader.iter_s)
     assert "setup_data" not in vars(trainer.fit_loop)  # the timer is gone from the loop
+
+
+class CpuStep(TinyModel):
+    """Each training step computes for ``burn`` seconds of its thread's CPU time."""
+
+    def __init__(self, burn):
+        super().__init__(SleepDataset(80))
+        self.burn = burn
+
+    def training_step(self, batch, batch_idx):
+        start = time.thread_time()
+        while time.thread_time() - start < self.burn:
+            pass
+        return super().training_step(batch, batch_idx)
+
+
+class StartJobs(Callback):
+    """Other jobs take every core from step ``step`` on; ``times``: each training step's seconds, as timed here."""
+
+    def __init__(self, step, start):
+        self.step, self.start, self.times, self._t0 = step, start, [], 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.times.append(time.perf_counter() - self._t0)
+        if trainer.global_step == self.step:
+            self.start(2 * len(os.sched_getaffinity(0)))
+
+
+def test_steps_slowed_by_other_jobs_after_the_window_are_not_blamed_on_it(tmp_path, busy_cores):
+    recorder, jobs = Recorder(), StartJobs(14, busy_cores)
+    monitor = PerformanceMonitor(alert_threshold=None)  # the window: batches 11-13 of every epoch (10: warm-up)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_trainer(tmp_path, [monitor, jobs], max_epochs=3, logger=recorder).fit(CpuStep(0.004))
+    before, after = statistics.median(jobs.times[5:10]), statistics.median(jobs.times[40:])
+    assert after > 1.5 * before, (before, after)  # the machine slowed the steps after the window...
+    ratios = [m["profkit/overhead/after_window_ratio"] for _, m in recorder.rows if "profkit/overhead/after_window_ratio" in m]
+    assert len(ratios) == 3 and max(ratios) < 1.5, ratios  # ... not what the window left behind
+    assert not [w for w in caught if "after_window_ratio" in str(w.message)]
