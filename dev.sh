@@ -15,6 +15,8 @@ refresh_venv() {
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[dev]"
+    # litdata for its loader's test; without its dependencies, whose torchvision is built for another torch
+    "$VENV/bin/python" -m pip install -q -c constraints.txt --no-deps litdata
     echo "$want" > "$stamp"
   fi
 }

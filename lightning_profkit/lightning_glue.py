@@ -83,9 +83,20 @@ def train_loader(trainer: Trainer) -> Any:
 
 def worker_pids(trainer: Trainer) -> list[int]:
     """The pids of the training DataLoaders' worker processes running now (Lightning's CombinedLoader iterates
-    each loader's own iterator; a loader without workers has none)."""
+    each loader's own iterator; a loader without workers has none). Where no iterator shows its workers (a loader
+    that iterates torch's iterator inside its own, as litdata's ``StreamingDataLoader``), the workers found by
+    :func:`_dataloader_workers`."""
     iterators = getattr(getattr(getattr(trainer.fit_loop, "_combined_loader", None), "_iterator", None), "iterators", ())
-    return [w.pid for it in iterators or () for w in getattr(it, "_workers", ()) if w.pid is not None]
+    pids = [w.pid for it in iterators or () for w in getattr(it, "_workers", ()) if w.pid is not None]
+    return pids or _dataloader_workers()
+
+
+def _dataloader_workers() -> list[int]:
+    """The pids of the live daemon processes this process started through ``multiprocessing``, as torch starts
+    DataLoader workers (the finalizing process is started otherwise)."""
+    import multiprocessing
+
+    return [p.pid for p in multiprocessing.active_children() if p.daemon and p.pid is not None]
 
 
 def cuda_uuid(pl_module: Any) -> Optional[str]:

@@ -119,6 +119,8 @@ def test_advice_from_the_loader():
     assert any("prefetch_factor=4" in line for line in lines)
     assert any("batch_size=4" in line for line in lines)
     assert any("get_worker_info" in line for line in lines)
+    sharded = data_wait_advice(LoaderFacts(num_workers=2, cpus=8, iterable=True, shards_itself=True))  # litdata's
+    assert not any("get_worker_info" in line or "IterableDataset" in line for line in sharded)
 
 
 @pytest.mark.parametrize("busy, says", [

@@ -23,6 +23,7 @@ class LoaderFacts:
     prefetch_factor: Optional[int] = None
     batch_size: Optional[int] = None
     iterable: bool = False
+    shards_itself: bool = False  # an iterable dataset that gives each worker and rank its own shard (litdata's)
     cpus: int = 1  # CPUs this process may use
     processes_per_node: int = 1  # training processes sharing those CPUs (DDP ranks on the node)
     on_cuda: bool = False
@@ -40,6 +41,7 @@ def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1, worker
         prefetch_factor=getattr(loader, "prefetch_factor", None),
         batch_size=getattr(loader, "batch_size", None),
         iterable=isinstance(getattr(loader, "dataset", None), IterableDataset),
+        shards_itself=any(c.__module__.startswith("litdata.") for c in type(getattr(loader, "dataset", None)).__mro__),
         cpus=usable_cpus(),
         processes_per_node=max(1, processes_per_node),
         on_cuda=on_cuda,
@@ -105,10 +107,9 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
     if facts.batch_size is not None and facts.batch_size < 8:
         out.append(f"batch_size={facts.batch_size}: fixed per-batch costs (collate, transfer, hooks) dominate; a larger batch amortises them")
     if facts.iterable and facts.num_workers > 0:
-        out.append(
-            "IterableDataset with workers: each worker must read its own shard (torch.utils.data.get_worker_info()), "
-            "and one slow shard stalls the loop"
-        )
+        if not facts.shards_itself:
+            out.append("IterableDataset with workers: each worker must read its own shard "
+                       "(torch.utils.data.get_worker_info()), and one slow shard stalls the loop")
     elif facts.iterable:
         out.append("IterableDataset: its iterator runs in the training process unless num_workers > 0")
     return out
