@@ -4,6 +4,7 @@ another process has used of it."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Optional
 
 
@@ -32,6 +33,13 @@ def scheduled_seconds_of(pid: int) -> Optional[tuple[float, Optional[float]]]:
         cpu = cpu_seconds_of(pid)
         return None if cpu is None else (cpu, None)
     return scheduled
+
+
+def thread_busy_seconds() -> float:
+    """Seconds the calling thread has run on a CPU or waited for one while ready to run, from
+    ``/proc/thread-self/schedstat`` (Linux); elsewhere its CPU time."""
+    scheduled = _schedstat("/proc/thread-self/schedstat")
+    return sum(scheduled) if scheduled is not None else time.thread_time()
 
 
 def waited_seconds() -> Optional[float]:

@@ -147,24 +147,23 @@ def test_how_many_workers_rests_on_how_busy_they_were(busy, says):
 
 @pytest.mark.parametrize("workers, training, says", [
     (0, WaitBusy(0.97, 1.0, 6.0, 8.0), "num_workers=0 loads every batch in the training process, on a machine with 8 "
-                                       "CPUs (the training process was on the CPU for 97-100% of its 6.0 s of data "
-                                       "wait in the last 8.0 s (its thread's CPU time against the time it waited, "
-                                       "measured)): try num_workers=6"),
+                                       "CPUs (the training process was on a CPU or waiting for one for 97-100% of "
+                                       "its 6.0 s of data wait in the last 8.0 s (measured)): try num_workers=6"),
     (0, WaitBusy(0.0, 0.25, 6.0, 8.0), "num_workers=0 loads every batch in the training process, on a machine with 8 "
-                                       "CPUs (the training process was on the CPU for 0-25% of its 6.0 s of data wait "
-                                       "in the last 8.0 s (its thread's CPU time against the time it waited, "
-                                       "measured)): it mostly waits on storage or the network"),
+                                       "CPUs (the training process was on a CPU or waiting for one for 0-25% of its "
+                                       "6.0 s of data wait in the last 8.0 s (measured)): it mostly waits on storage "
+                                       "or the network"),
     (0, WaitBusy(0.2, 0.6, 6.0, 8.0), "num_workers=0 loads every batch in the training process, on a machine with 8 "
-                                      "CPUs (the training process was on the CPU for 20-60% of its 6.0 s of data wait "
-                                      "in the last 8.0 s (its thread's CPU time against the time it waited, "
-                                      "measured)): try num_workers=6"),
-    (4, WaitBusy(0.8, 0.8, 6.0, 8.0, rank=3), "rank 3's training process was on the CPU for 80% of its 6.0 s of data "
-                                              "wait in the last 8.0 s (its thread's CPU time against the time it "
-                                              "waited, measured): with num_workers=4 it unpacks every batch"),
+                                      "CPUs (the training process was on a CPU or waiting for one for 20-60% of its "
+                                      "6.0 s of data wait in the last 8.0 s (measured)): try num_workers=6"),
+    (4, WaitBusy(0.8, 0.8, 6.0, 8.0, rank=3), "rank 3's training process was on a CPU or waiting for one for 80% of "
+                                              "its 6.0 s of data wait in the last 8.0 s (measured): with "
+                                              "num_workers=4 it unpacks every batch"),
     (4, WaitBusy(0.1, 0.7, 6.0, 8.0), "num_workers=4 with 8 CPUs: try num_workers=6"),
 ])
 def test_where_the_batches_are_made_rests_on_the_training_threads_cpu_in_its_wait(workers, training, says):
-    """A training thread on the CPU through its wait makes or unpacks the batches itself; one that sleeps there
+    """A training thread on a CPU (or waiting for one) through its wait makes or unpacks the batches itself; one that
+    sleeps there
     waits for workers or storage (the advice had only the configuration to go on)."""
     lines = data_wait_advice(LoaderFacts(num_workers=workers, cpus=8, persistent_workers=True),
                              busy=LoaderBusy(training=training))

@@ -257,7 +257,7 @@ def test_capture_requested_through_the_store(tmp_path, s3_server):
     """A run on the store with no logger of its own writes under ``profiler/run=*``: ``profkit capture`` given the
     run's root folder finds it there."""
     here = os.path.dirname(os.path.abspath(__file__))
-    run = subprocess.Popen([sys.executable, os.path.join(here, "capture_script.py"), "s3://runs/cap", "3000"],
+    run = subprocess.Popen([sys.executable, os.path.join(here, "capture_script.py"), "s3://runs/cap", "100000"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     markers = lambda: [k for k in s3_server.keys("cap") if k.endswith("/.profkit-run")]  # noqa: E731
     try:

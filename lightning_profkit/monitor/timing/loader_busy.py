@@ -1,16 +1,16 @@
 """How busy the training DataLoader was, for the advice of an alert: its worker processes' CPU time over the wall
 time and their time waiting for a CPU (the scheduler tells a worker that computes on a crowded node from one that
-waits on storage), and the training thread's own CPU during its data wait, read from the OS at marks (the rolling
+waits on storage), and the training thread's own time on or waiting for a CPU during its data wait, read from the
+OS at marks (the rolling
 checks and the epoch ends). Off the hot path."""
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from lightning_profkit.machine import scheduled_seconds_of
+from lightning_profkit.machine import scheduled_seconds_of, thread_busy_seconds
 
 
 def _whose(rank: Optional[int], what: str) -> str:
@@ -42,10 +42,10 @@ class WorkersBusy:
 
 @dataclass(frozen=True)
 class WaitBusy:
-    """How much of the training thread's data wait (``wait_s`` of the last ``seconds``) it was on the CPU itself,
-    as shares of the wait: at least its CPU time less the time it did not wait (``low``), at most its CPU time
-    (``high``). Where it is high, the batches are made or unpacked in the training process; where it is low, the
-    thread waited for workers or storage."""
+    """How much of the training thread's data wait (``wait_s`` of the last ``seconds``) it was on a CPU itself or
+    ready to run and waiting for one, as shares of the wait: at least that time less the time it did not wait
+    (``low``), at most that time (``high``). Where it is high, the batches are made or unpacked in the training
+    process; where it is low, the thread waited for workers or storage."""
 
     low: float
     high: float
@@ -56,9 +56,8 @@ class WaitBusy:
     def __str__(self) -> str:
         low, high = f"{self.low:.0%}", f"{self.high:.0%}"
         share = low if low == high else f"{low[:-1]}-{high}"
-        return (f"{_whose(self.rank, 'training process')} was on the CPU for {share} of its {self.wait_s:.1f} s of "
-                f"data wait in the last {self.seconds:.1f} s (its thread's CPU time against the time it waited, "
-                "measured)")
+        return (f"{_whose(self.rank, 'training process')} was on a CPU or waiting for one for {share} of its "
+                f"{self.wait_s:.1f} s of data wait in the last {self.seconds:.1f} s (measured)")
 
 
 @dataclass(frozen=True)
@@ -86,12 +85,12 @@ class LoaderBusy:
 class LoaderWatch:
     """Marks the workers' CPU (``read(pid)``: seconds on a CPU and waiting for one so far, the second None where the OS
     does not say; None when nothing can be read), the training thread's
-    (``thread_cpu()``, called on that thread) and its data wait so far at each call, keeping the previous mark until
+    (``thread_cpu()``, called on that thread: its seconds on or waiting for a CPU) and its data wait so far at each call, keeping the previous mark until
     ``min_seconds`` have passed: the OS counts a process's CPU in ticks of 10 ms, so a shorter span would be too
     coarse."""
 
     def __init__(self, read: Callable[[int], Optional[tuple[float, Optional[float]]]] = scheduled_seconds_of,
-                 thread_cpu: Callable[[], float] = time.thread_time, min_seconds: float = 1.0) -> None:
+                 thread_cpu: Callable[[], float] = thread_busy_seconds, min_seconds: float = 1.0) -> None:
         self.read, self.thread_cpu, self.min_seconds = read, thread_cpu, min_seconds
         # now, the data wait, the thread's CPU, the workers' (CPU, queued) seconds
         self.mark: Optional[tuple[float, float, float, dict[int, tuple[float, Optional[float]]]]] = None
