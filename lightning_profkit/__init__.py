@@ -2,8 +2,10 @@
 
 from typing import Any
 
+from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError, DataWaitWarning
+
 __version__ = "0.1.0"
-__all__ = ["PerformanceMonitor"]
+__all__ = ["PerformanceMonitor", "DataWaitAlert", "DataWaitAlertError", "DataWaitWarning"]
 
 
 def __getattr__(name: str) -> Any:

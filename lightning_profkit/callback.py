@@ -9,12 +9,11 @@ from typing import Any, Callable, Optional, Sequence
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
+from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
                                               guarded, last_step, log_step, own_trace_dir, rank_of, rehook,
                                               runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
-from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.fit import FitRun
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.profiling.selection import StepRanges
@@ -22,9 +21,6 @@ from lightning_profkit.monitor.timing import fetch_timer
 from lightning_profkit.monitor.writing.output import check_trace_dir
 from lightning_profkit.notices import Notices
 from lightning_profkit.printable import redact
-
-__all__ = ["PerformanceMonitor", "DataWaitWarning"]
-
 
 class PerformanceMonitor(Callback):
     r"""Profile selected training steps with ``torch.profiler``, stream each window's trace, and log where the
@@ -113,8 +109,7 @@ class PerformanceMonitor(Callback):
         self.trace_dir: Optional[str] = None
         self.traces: list[str] = []  # this rank's trace files, oldest first
         self.alerts: list[DataWaitAlert] = []  # the alerts of the last fit
-        o = self.options
-        self._checks = RollingChecks(o.alert_threshold, o.alert_patience, o.alert_cooldown, o.alert_window, o.max_captures)
+        self._checks = self.options.checks()
         self._notices = Notices()
         self._fit: Optional[FitRun] = None  # the running fit's machinery: never pickled or copied
         self._trainer: Optional[Trainer] = None
@@ -209,6 +204,11 @@ class PerformanceMonitor(Callback):
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             self._end()
+
+    @property
+    def state_key(self) -> str:  # two instances in one Trainer each keep their own state in a checkpoint
+        o = self.options
+        return self._generate_state_key(dirpath=o.dirpath, steps=o.steps, every_n_steps=o.every_n_steps, ranks=o.ranks)
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in checkpoints: the alert episode and cooldown, and the capture budget left."""

@@ -12,7 +12,6 @@ from typing import Any, Optional, Sequence
 
 from lightning_profkit import machine
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
-from lightning_profkit.monitor.alerting.checks import RollingChecks
 from lightning_profkit.monitor.fit import FitRun, Outcome, Rank
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.profiling import windows
@@ -70,8 +69,7 @@ class FakeFit:
         self.cpu_wait = lambda now: 0.0  # seconds the training thread had waited for a CPU by ``now``
         monkeypatch.setattr(machine, "waited_seconds", lambda: self.cpu_wait(self.clock()))
         self.options = Options(**arguments)
-        self.checks = RollingChecks(self.options.alert_threshold, self.options.alert_patience,
-                                    self.options.alert_cooldown, self.options.alert_window, self.options.max_captures)
+        self.checks = self.options.checks()
         self.loop = _TrainingEpochLoop()
         self.trainer = SimpleNamespace(fit_loop=SimpleNamespace(epoch_loop=self.loop), profiler=PassThroughProfiler())
         self.traces: list[str] = []

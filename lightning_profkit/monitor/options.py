@@ -9,14 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from lightning_profkit.alerts import DataWaitAlert
+from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD, RollingChecks
 from lightning_profkit.monitor.profiling.selection import (EpochWindow, EveryNSteps, NoSteps, Selection, StepFilter,
                                                            StepList, StepRanges, parse_step_ranges)
 
 ACTIVITIES = ("cpu", "cuda")
 ALERT_ACTIONS = ("warn", "stop", "raise")
-# TensorFlow's input-pipeline analyzer calls a step "highly input-bound" above 20% of its time waiting
-# for input; torch-tb-profiler suggests more workers from 5%, which ordinary well-fed loaders reach.
-DEFAULT_ALERT_THRESHOLD = 0.2
 PROFILER_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
 
 
@@ -155,6 +153,11 @@ class Options:
         if self.step_filter is not None:
             return StepFilter(self.step_filter, self.warmup)
         return EpochWindow(self.skip_first, self.warmup, self.active)
+
+    def checks(self) -> RollingChecks:
+        """The rolling checks and alert rule these options set."""
+        return RollingChecks(self.alert_threshold, self.alert_patience, self.alert_cooldown, self.alert_window,
+                             self.max_captures)
 
     def validation_selection(self) -> Optional[StepList]:
         """The validation batches these options select, by their index in each validation run."""

@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.alerts import DataWaitAlertError, DataWaitWarning
+from lightning_profkit import DataWaitAlertError, DataWaitWarning  # as users import them
 from lightning_profkit.machine import usable_cpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -166,6 +166,26 @@ def test_alert_state_and_budget_survive_a_checkpoint(tmp_path):
     assert again.alerts == []  # the same data-bound episode goes on: no second alert after resuming
 
 
+def test_two_monitors_keep_their_own_state_through_a_checkpoint(tmp_path):
+    """Two monitors in one Trainer, each with its own capture budget: each resumes with its own."""
+    def fit(monitors, **kwargs):
+        saver = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_last=True)
+        make_trainer(tmp_path, [*monitors, saver], enable_checkpointing=True).fit(TinyModel(SleepDataset(8)), **kwargs)
+
+    def pair():
+        return [PerformanceMonitor(profile=False, dirpath=str(tmp_path / name), alert_threshold=None, max_captures=n)
+                for name, n in (("a", 3), ("b", 7))]
+
+    first = pair()
+    assert first[0].state_key != first[1].state_key
+    fit(first)
+    second = pair()
+    for monitor in second:
+        monitor.load_state_dict({"captures_left": 0})
+    fit(second, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))  # loads each state; the fit had ended: no step runs
+    assert [m.state_dict()["captures_left"] for m in second] == [3, 7]
+
+
 class FreeTheDisk(Callback):
     """Deletes ``filler`` when epoch ``epoch`` starts: room comes back."""
 
