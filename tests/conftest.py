@@ -170,6 +170,13 @@ def read_terminal(main: int) -> bytes:
     return shown
 
 
+def records(events: list) -> list:
+    """The trace records of parsed event dicts, decoded as the text of a trace file is."""
+    from lightning_profkit.trace.events import decode_json
+
+    return decode_json("events", json.dumps({"traceEvents": events}).encode()).traceEvents
+
+
 def read_trace(path: str) -> dict:
     with gzip.open(path, "rt") as f:
         return json.load(f)

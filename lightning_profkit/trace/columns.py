@@ -15,7 +15,7 @@ import numpy as np
 
 from lightning_profkit.trace import intervals
 from lightning_profkit.trace.events import AnyEvent
-from lightning_profkit.trace.rows import CODED, COLUMNS, Rows, rows
+from lightning_profkit.trace.rows import COLUMNS, Rows, rows
 
 
 @dataclass
@@ -63,25 +63,3 @@ def from_rows(r: Rows) -> Columns:
 
 def columns(events: Sequence[AnyEvent]) -> Columns:
     return from_rows(rows(events))
-
-
-def _merge(tables: list[list], codes: list[np.ndarray]) -> tuple[np.ndarray, list]:
-    """Codes into each part's table, as codes into one table of all their values (first seen first)."""
-    merged = list(dict.fromkeys(v for table in tables for v in table))
-    index = {v: i for i, v in enumerate(merged)}
-    remapped = [np.array([index[v] for v in table], dtype=np.int64)[c] for table, c in zip(tables, codes)]
-    return np.concatenate(remapped).astype(np.intc), merged
-
-
-def join(pieces: Sequence[Rows]) -> Columns:
-    """The columns of consecutive pieces of one trace, as if built from all its events at once."""
-    parts = [from_rows(p) for p in pieces]
-    if len(parts) == 1:
-        return parts[0]
-    joined: dict[str, Any] = {"fractional": any(p.fractional for p in parts)}
-    for column, table in CODED.items():
-        joined[column], joined[table] = _merge([getattr(p, table) for p in parts], [getattr(p, column) for p in parts])
-    for column in COLUMNS:
-        if column not in CODED:
-            joined[column] = np.concatenate([getattr(p, column) for p in parts])
-    return Columns(**joined)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -123,14 +123,6 @@ def decode(raw: bytes) -> TraceDoc:
     info = data.get("distributedInfo")
     meta = data.get("profkit")
     return TraceDoc(events, info if isinstance(info, dict) else None, meta if isinstance(meta, dict) else None)
-
-
-def from_dicts(events: Sequence[dict[str, Any]]) -> list[AnyEvent]:
-    """Records from already-parsed event dicts (the writer's child process has those)."""
-    try:
-        return msgspec.convert(list(events), list[AnyEvent])
-    except msgspec.ValidationError:
-        return [e for e in map(_tolerant, events) if e is not None]
 
 
 def decode_json(path: str, raw: bytes) -> TraceDoc:

@@ -10,9 +10,10 @@ import sys
 import threading
 
 import pytest
+from conftest import records
 
 from lightning_profkit.trace.columns import from_rows
-from lightning_profkit.trace.events import decode_json, decode_strict, from_dicts
+from lightning_profkit.trace.events import decode_json, decode_strict
 from lightning_profkit.trace.file import TraceError, json_blocks, read_json
 from lightning_profkit.trace.load import _workers, load, pieces
 from lightning_profkit.trace.rows import rows
@@ -212,7 +213,7 @@ def test_a_large_trace_is_read_in_a_fraction_of_its_size(tmp_path):
 
 
 def test_rows_turn_odd_numbers_into_minus_one_and_a_missing_duration_into_nan():
-    events = from_dicts([
+    events = records([
         {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": None, "pid": 0, "tid": 7,
          "args": {"stream": "7", "correlation": 1.5, "External id": 2**70}},
         {"ph": "X", "cat": "kernel", "name": "k", "ts": 2.5, "dur": 3, "pid": 0, "tid": 7, "args": {"stream": 8}},

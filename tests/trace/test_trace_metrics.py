@@ -7,13 +7,12 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import GPU_TRACES
+from conftest import GPU_TRACES, records
 from lightning_profkit.trace import intervals
 from lightning_profkit.trace.operator_times import operator_times
 from lightning_profkit.trace.step_breakdown import COLUMNS, step_breakdown
 from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
 from lightning_profkit.trace.columns import columns
-from lightning_profkit.trace.events import from_dicts
 from lightning_profkit.trace.events import decode_json
 from lightning_profkit.trace.file import read_json
 from lightning_profkit.figures import HostFigures
@@ -109,7 +108,7 @@ def test_interval_math():
 @pytest.mark.parametrize("name", TRACES)
 def test_host_step_figures_match_reference(name, gpu_traces, reference):
     with gzip.open(gpu_traces / name, "rt") as f:
-        events = from_dicts(json.load(f)["traceEvents"])  # the writer's path: parsed dicts
+        events = records(json.load(f)["traceEvents"])
     got, want = window_figures(columns(events)), reference[name]["host_step"]
     for field, theirs in FIELDS.items():
         if theirs in want:
@@ -136,7 +135,7 @@ def test_nccl_watchdog_polling_is_not_blocking_time(gpu_traces):
     """DDP's pattern: NCCL's watchdog thread calls cudaEventQuery without pause. Neither that call (it never
     blocks) nor calls on threads other than the training thread count as blocking time in the steps."""
     events = load_events(gpu_traces / "hta/trace_diff_control/control.json.gz")
-    before = window_figures(columns(from_dicts(events)))
+    before = window_figures(columns(records(events)))
     steps = [span(e) for e in host_steps(events)]
     lo, hi = min(a for a, _ in steps), max(b for _, b in steps)
     train = host_steps(events)[0]
@@ -144,7 +143,7 @@ def test_nccl_watchdog_polling_is_not_blocking_time(gpu_traces):
                  "ts": t, "dur": 40} for t in range(int(lo), int(hi), 50)]
     on_train = [dict(e, tid=train["tid"]) for e in watchdog[::97]]  # the training thread polls too, now and then
     other = [dict(e, name="cudaStreamSynchronize") for e in watchdog[::13]]  # blocking, but not the training thread
-    after = window_figures(columns(from_dicts(events + watchdog + on_train + other)))
+    after = window_figures(columns(records(events + watchdog + on_train + other)))
     assert after.blocking_sync_us == before.blocking_sync_us > 0
     assert after.blocking_sync_us_by_call == before.blocking_sync_us_by_call
     assert "cudaEventQuery" not in after.blocking_sync_us_by_call
@@ -155,7 +154,7 @@ def test_gpu_idle_is_the_share_of_the_steps_as_the_gpu_ran_them(name, gpu_traces
     """Against torch-tb-profiler with kineto's fixes (reference.json's tb_patched): its steps are moved to the
     device side, and its Kernel, Memcpy and Memset are the time inside them that the GPU was busy. Exact where
     no communication kernel is counted as Communication instead."""
-    got = window_figures(columns(from_dicts(load_events(gpu_traces / name))))
+    got = window_figures(columns(records(load_events(gpu_traces / name))))
     want = reference[name]["tb_patched"]["per_step"]
     if got.steps == 0 or not any(s["Kernel"] for s in want):  # no ProfilerStep, or no GPU: absent
         assert got.gpu_idle_share is None
@@ -177,7 +176,7 @@ def test_gpu_idle_of_real_h200_windows_agrees_with_hta(name, hta_idle, tmp_path)
                 if str(e.get("cat")).lower() in RUNTIME and "correlation" in (e.get("args") or {})}
     lags = [float(e["ts"]) - float(launches[e["args"]["correlation"]]["ts"]) for e in complete(events)
             if str(e.get("cat")).lower() in DEVICE and e.get("args", {}).get("correlation") in launches]
-    got = window_figures(columns(from_dicts(events))).gpu_idle_share
+    got = window_figures(columns(records(events))).gpu_idle_share
     if name.startswith("compute"):
         assert min(lags) > 60_000 and expected_gpu_idle(events) > 0.5  # steps ahead; the host steps' span misleads
     hta = pytest.importorskip("hta.trace_analysis")
@@ -198,8 +197,8 @@ def test_gpu_idle_of_a_process_driving_two_gpus_is_averaged_over_them(gpu_traces
     second = [dict(e, pid=gpu + 1) for e in complete(events)
               if str(e.get("cat", "")).lower() in DEVICE and float(e["ts"]) < (lo + hi) / 2]
     both = events + second
-    got = window_figures(columns(from_dicts(both))).gpu_idle_share
-    one = window_figures(columns(from_dicts(events))).gpu_idle_share
+    got = window_figures(columns(records(both))).gpu_idle_share
+    one = window_figures(columns(records(events))).gpu_idle_share
     assert got == pytest.approx(expected_gpu_idle(both), abs=1e-4)  # the GPU's steps end a few µs after the host's
     assert got > one + 0.1  # the second GPU idles in the second half
 
@@ -235,7 +234,7 @@ def test_operator_self_and_total_time():
         ev("cudaLaunchKernel", 55, 5, cat="cuda_runtime"), ev("outer", 0, 40, tid=2),
         ev("k", 60, 7, cat="kernel"), ev("k", 70, 3, cat="kernel"),
     ]
-    got = operator_times(columns(from_dicts(events)))
+    got = operator_times(columns(records(events)))
     assert got["cpu"]["outer"] == {"calls": 2, "total_us": 140, "self_us": 50 + 40}
     assert got["cpu"]["inner"] == {"calls": 2, "total_us": 50, "self_us": 20 + 15}
     assert got["cpu"]["leaf"]["self_us"] == 10 and got["cpu"]["cudaLaunchKernel"]["self_us"] == 5
@@ -260,7 +259,7 @@ def test_traces_are_aggregated_from_whole_operator_tables():
 
     first = operator_trace([(f"op{i}", 100 + i) for i in range(11)] + [("aten::linear", 5)] * 3)
     second = operator_trace([("aten::linear", 500)] * 6 + [("op0", 1)])
-    agg = aggregate([summarize_columns(columns(from_dicts(t))) for t in (first, second)])
+    agg = aggregate([summarize_columns(columns(records(t))) for t in (first, second)])
     counted = {}
     for event in first + second:
         counted[event["name"]] = counted.get(event["name"], 0) + 1

@@ -240,8 +240,3 @@ def uninstall_stale(trainer: Any) -> None:
             stale = getattr(_own(holder, name), "__self__", None)
             if isinstance(stale, FetchTimer):
                 stale.uninstall()
-
-
-def uninstall(timer: Optional[FetchTimer]) -> None:
-    if timer is not None:
-        timer.uninstall()

@@ -34,7 +34,7 @@ from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.file import json_blocks, read_json
 from lightning_profkit.trace.headline import fit_line
 from lightning_profkit.trace.integrity import problems
-from lightning_profkit.trace.load import PIECE, Appender, LoadedTrace, PieceError, decode_piece, framed_piece, load, pieces
+from lightning_profkit.trace.load import Appender, LoadedTrace, PieceError, decode_piece, framed_piece, load, pieces
 from lightning_profkit.trace.rewrite import edit, joined
 from lightning_profkit.trace.sidecar import dumps, sidecar_of
 from lightning_profkit.trace.summary import aggregate, summarize_trace
