@@ -72,8 +72,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("overhead/window_ms", "ms", EPOCH,
            "the training thread's time in each window's own calls (the profiler's start, its step boundaries, its "
            "stop and the hand-over to the writer), mean over the epoch's windows, training and validation; on CUDA the stop "
-           "waits for the GPU to finish the work queued ahead of it (80-85 ms of 110-120 ms on an H200, "
-           "docs/gpu-check.md)", "max"),
+           "waits for the GPU to finish the work queued ahead of it", "max"),
     Metric("overhead/helper_cpu_s", "s", EPOCH,
            "CPU used in the epoch off the training thread (the trace writer's thread and the finalizing process), "
            "read from the OS at the epoch's end; epochs that used some (what the fit used after its last epoch is in "

@@ -1,5 +1,5 @@
 """Find torch.profiler (Kineto) Chrome-trace files and read their JSON text; every problem is one
-:class:`TraceError` line. Decoding is :mod:`trace_events`' (this module starts without msgspec, so that
+:class:`TraceError` line. Decoding is :mod:`~lightning_profkit.trace.events`' (this module starts without msgspec, so that
 ``profkit`` starts reading while it imports it)."""
 
 from __future__ import annotations

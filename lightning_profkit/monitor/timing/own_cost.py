@@ -21,8 +21,8 @@ from typing import Optional, Sequence
 
 # after_window_ratio above this in two epochs running: warn. On CUDA 1.1, not 1.05: the baseline holds few steps
 # (5 with the default window); the CUPTI slowdown it is for is 10-20% (pytorch/pytorch#144455). On CPU 1.5:
-# nothing known there outlives a profiler session, and a loaded 2-core machine read 0.63-1.47 on clean runs
-# (tests/trainer/test_own_cost.py; CI once read 1.21 two epochs running), so only a slowdown far above that is news
+# nothing known there outlives a profiler session, and clean runs on a loaded 2-core machine read 0.6-1.5, so only
+# a slowdown far above that is news
 SLOW_AFTER = {"cuda": 1.1, "cpu": 1.5}
 SLOW_EPOCHS = 2
 SKIP = 5  # an epoch's first steps (worker start-up, allocator growth) are no baseline
