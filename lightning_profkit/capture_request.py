@@ -22,6 +22,7 @@ import time
 from typing import Any, Optional
 
 from lightning_profkit.atomic_files import write_atomic
+from lightning_profkit.machine import process_start
 
 REQUEST = "capture.request"
 MARKER = ".profkit-run"
@@ -34,17 +35,6 @@ def write_json_atomic(path: str, data: dict[str, Any]) -> None:
 
 
 _MARKERS: dict[str, str] = {}  # markers this process holds (path: fit id), removed at exit if the fit did not
-
-
-def process_start(pid: int) -> Optional[int]:
-    """When process ``pid`` started, in clock ticks since boot (Linux); None where that cannot be read.
-    With the pid it names one process: a pid reused by a later process has another start time."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return int(stat[stat.rindex(b")") + 2:].split()[19])  # field 22; the name in () may hold spaces
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def this_run() -> dict[str, Any]:

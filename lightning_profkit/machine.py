@@ -13,14 +13,32 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def _stat(pid: int) -> Optional[list[bytes]]:
+    """The fields of ``/proc/PID/stat`` after the command name (which may hold anything): field 3 on, from 0."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def cpu_seconds_of(pid: int) -> Optional[float]:
     """CPU seconds (user and system) process ``pid`` has used so far, from ``/proc`` (Linux: in clock ticks,
     1/100 s); None where that cannot be read."""
+    fields = _stat(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    except (OSError, ValueError, IndexError):
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else None  # utime, stime
+    except (ValueError, IndexError):
+        return None
+
+
+def process_start(pid: int) -> Optional[int]:
+    """When process ``pid`` started, in clock ticks since boot (Linux); None where that cannot be read.
+    With the pid it names one process: a pid reused by a later process has another start time."""
+    fields = _stat(pid)
+    try:
+        return int(fields[19]) if fields else None  # field 22, starttime
+    except (ValueError, IndexError):
         return None
 
 
