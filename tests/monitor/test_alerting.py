@@ -7,14 +7,13 @@ import re
 
 import pytest
 
-from conftest import GPU_TRACES
+from conftest import GPU_TRACES, records
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice, gpu_idle_advice, gpu_idle_notice
 from lightning_profkit.monitor.alerting.checks import AlertRule, CheckBlock, RollingChecks
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch, WaitBusy, WorkersBusy
 from lightning_profkit.trace.columns import columns
-from lightning_profkit.trace.events import from_dicts
 from lightning_profkit.trace.host_steps import window_figures
 
 
@@ -210,7 +209,7 @@ def test_loader_watch_reads_the_workers_wait_for_a_cpu_where_the_os_gives_it():
 
 
 def figures_of(path):
-    return window_figures(columns(from_dicts(json.load(gzip.open(path))["traceEvents"])))
+    return window_figures(columns(records(json.load(gzip.open(path))["traceEvents"])))
 
 
 def test_gpu_idle_advice_on_real_traces(gpu_traces):
