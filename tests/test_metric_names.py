@@ -6,6 +6,7 @@ import math
 import pytest
 from lightning_profkit.figures import HostFigures, MemoryPeak
 from lightning_profkit.metric_names import EXCHANGED, METRICS, PREFIX, find
+from lightning_profkit.monitor.alerting.checks import BlockFigures
 from lightning_profkit.monitor.timing.epoch_figures import reduce_ranks, rolling_metrics, window_metrics
 from lightning_profkit.report.run_data import EPOCH_METRICS
 
@@ -20,7 +21,7 @@ def every_logged_name():
     training and a validation window with every figure."""
     names = set(reduce_ranks([[1.0] * len(EXCHANGED), [2.0] * len(EXCHANGED)]))
     names |= {PREFIX + "data_wait_alert", PREFIX + "data_wait_alerts"}  # set by the fit once the rule has judged the epoch
-    names |= set(rolling_metrics([[1.0, 2.0, 0.0], [1.5, 2.0, 0.0]], 10))
+    names |= set(rolling_metrics([BlockFigures(1.0, 2.0, 0.0), BlockFigures(1.5, 2.0, 0.0)], 10))
     names |= set(window_metrics(EVERY_FIGURE)) | set(window_metrics(EVERY_FIGURE, validation=True))
     return names
 

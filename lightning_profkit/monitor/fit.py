@@ -27,7 +27,7 @@ from lightning_profkit import capture_request
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.metric_names import PREFIX
 from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice, gpu_idle_notice
-from lightning_profkit.monitor.alerting.checks import RollingChecks
+from lightning_profkit.monitor.alerting.checks import BlockFigures, RollingChecks
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
 from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
@@ -516,8 +516,9 @@ class FitRun:
         assert self.timer is not None
         checked = self.checks.span(step)
         self._mark_workers(now)
-        rows = exchange(self.group, self.checks.take_block(now, self.timer.stats.train_s, self.spans.validation, step))
-        asked = int(max(row[2] for row in rows))
+        mine = self.checks.take_block(now, self.timer.stats.train_s, self.spans.validation, step)
+        rows = [BlockFigures(*row) for row in exchange(self.group, list(mine))]
+        asked = int(max(row.requested for row in rows))
         if asked:
             self._capture(out, step, asked, "requested from outside")
         if self.options.log_metrics and self.rank.is_zero:  # the curve grows while a long epoch runs

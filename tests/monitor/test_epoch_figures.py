@@ -3,7 +3,9 @@
 import math
 
 import pytest
+
 from lightning_profkit.metric_names import EXCHANGED
+from lightning_profkit.monitor.alerting.checks import BlockFigures
 from lightning_profkit.monitor.timing.epoch_figures import (EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
                                                             to_vector)
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats
@@ -40,10 +42,11 @@ def test_ranks_are_reduced_by_the_mean_the_largest_and_the_worst():
 
 
 def test_rolling_metrics_of_a_check():
-    got = rolling_metrics([[1.0, 4.0, 0.0], [3.0, 4.0, 0.0], [0.0, 0.0, 0.0]], 10)  # the third rank did not train
+    blocks = [BlockFigures(1.0, 4.0, 0.0), BlockFigures(3.0, 4.0, 0.0), BlockFigures(0.0, 0.0, 0.0)]
+    got = rolling_metrics(blocks, 10)  # the third rank did not train
     assert got == {"profkit/rolling/data_wait_ratio": 0.5, "profkit/rolling/step_time_ms": 400.0,
                    "profkit/rolling/data_wait_ratio_max": 0.75}
-    assert rolling_metrics([[0.0, 0.0, 0.0]], 10) == {}
+    assert rolling_metrics([BlockFigures(0.0, 0.0, 0.0)], 10) == {}
 
 
 def test_epoch_spans_hold_the_validation_runs():

@@ -9,11 +9,19 @@ steps, so a slow stretch, or a ratio that flickers around the threshold, is repo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 # TensorFlow's input-pipeline analyzer calls a step "highly input-bound" above 20% of its time waiting
 # for input; torch-tb-profiler suggests more workers from 5%, which ordinary well-fed loaders reach.
 DEFAULT_ALERT_THRESHOLD = 0.2
+
+
+class BlockFigures(NamedTuple):
+    """One rank's figures for a rolling check, as exchanged across ranks."""
+
+    wait_s: float  # data wait in the block
+    train_s: float  # training time in the block
+    requested: float  # capture steps asked for from outside (0: none)
 
 
 @dataclass
@@ -132,15 +140,14 @@ class RollingChecks:
         return self.check_at is not None and step >= self.check_at
 
     def take_block(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]],
-                   step: int) -> list[float]:
-        """This rank's figures for the check at ``step`` (data wait, training time, steps asked for), and a
-        new block from ``now``."""
+                   step: int) -> BlockFigures:
+        """This rank's figures for the check at ``step``, and a new block from ``now``."""
         fetch, train = self.block.so_far(now, fetch_s, validation_spans)
         self.block.start(now, fetch_s)
         self.check_at = step + self.window
         self.epochs = self.epochs[-1:]  # the epoch the next block begins in (or one that starts after it)
         requested, self.requested = self.requested, 0
-        return [fetch, train, float(requested)]
+        return BlockFigures(fetch, train, float(requested))
 
     def span(self, step: int) -> str:
         """What the check at ``step`` measures, before :meth:`take_block`: "steps 0-99 (epochs 0-1)"."""
@@ -154,9 +161,9 @@ class RollingChecks:
         return f"steps {first}-{step}" + (f" ({epochs})" if epochs else "")
 
     @staticmethod
-    def worst(rows: Sequence[Sequence[float]]) -> Optional[tuple[float, int]]:
+    def worst(rows: Sequence[BlockFigures]) -> Optional[tuple[float, int]]:
         """The highest data-wait ratio among the ranks' blocks, and its rank; None when no rank trained."""
-        ratios = [(row[0] / row[1], rank) for rank, row in enumerate(rows) if row[1] > 0]
+        ratios = [(row.wait_s / row.train_s, rank) for rank, row in enumerate(rows) if row.train_s > 0]
         return max(ratios) if ratios else None
 
     def judge(self, ratio: float, step: int) -> bool:

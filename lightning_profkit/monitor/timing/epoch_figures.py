@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.metric_names import EXCHANGED, LARGEST, PREFIX
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats
+
+if TYPE_CHECKING:
+    from lightning_profkit.monitor.alerting.checks import BlockFigures
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (as numpy's default) of a non-empty sequence."""
@@ -76,11 +79,11 @@ def reduce_ranks(rows: Sequence[Sequence[float]]) -> dict[str, float]:
     return out
 
 
-def rolling_metrics(rows: Sequence[Sequence[float]], steps: int) -> dict[str, float]:
-    """Logged metrics of one rolling check, from the ranks' blocks of ``steps`` steps (``[data wait s, training
-    s, ...]`` each, as exchanged): ``profkit/rolling/data_wait_ratio`` and ``step_time_ms``, means over the ranks
-    that trained, and with several ranks ``data_wait_ratio_max``, the check's own figure."""
-    trained = [(row[0], row[1]) for row in rows if row[1] > 0]
+def rolling_metrics(rows: Sequence[BlockFigures], steps: int) -> dict[str, float]:
+    """Logged metrics of one rolling check, from the ranks' blocks of ``steps`` steps: ``profkit/rolling/
+    data_wait_ratio`` and ``step_time_ms``, means over the ranks that trained, and with several ranks
+    ``data_wait_ratio_max``, the check's own figure."""
+    trained = [(row.wait_s, row.train_s) for row in rows if row.train_s > 0]
     if not trained:
         return {}
     ratios = [wait / train for wait, train in trained]
