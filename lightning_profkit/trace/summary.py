@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Optional
 
 import numpy as np
@@ -25,7 +26,6 @@ from lightning_profkit.trace.operator_times import operator_times, top
 from lightning_profkit.trace.sidecar import placed
 from lightning_profkit.trace.step_breakdown import ROLES, step_breakdown
 from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
-from lightning_profkit.trace.threads import soon
 
 TOP_N = 10
 BESIDE_ROWS = 500_000  # events (about 140 MB of JSON) up to which the operator tables are made on a thread
@@ -64,20 +64,17 @@ def summarize_columns(c: Columns) -> dict[str, Any]:
     # The operator tables on a second thread: numpy lets go of the GIL in its sorts and searches, so on two
     # cores they cost about half their time (a third of the figures' time on a 2 MB trace). Not on a large
     # trace, whose memory is mostly these columns and the figures' temporaries: one figure at a time there.
-    if c.ts.size < BESIDE_ROWS:
-        operators = soon(operator_times, c)
-    else:
-        ops = operator_times(c)
-        operators = lambda: ops  # noqa: E731
-    steps = step_breakdown(c)
-    host = window_figures(c)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="profkit-operators") as beside:
+        operators = beside.submit(operator_times, c) if c.ts.size < BESIDE_ROWS else None
+        steps = step_breakdown(c)
+        host = window_figures(c)
+        temporal = temporal_breakdown(c)
+        ops = operators.result() if operators is not None else operator_times(c)
     notes = []
     if not host.steps:
         notes.append("no ProfilerStep: host-step figures absent" + ("; the step breakdown uses one step over the whole trace" if steps else ""))
-    temporal = temporal_breakdown(c)
     if temporal is None:
         notes.append("no GPU activity: GPU figures absent")
-    ops = operators()
     return {
         "step_breakdown": steps,
         "temporal": temporal,
