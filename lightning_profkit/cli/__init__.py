@@ -299,7 +299,7 @@ def name_windows(found: list[dict[str, Any]]) -> None:
             s["window"] = os.path.relpath(parent, root).replace(os.sep, "/")
 
 
-def status(left_out: list[str]) -> int:
+def exit_status(left_out: list[str]) -> int:
     """Name each trace that was left out, once, on stderr; the exit status."""
     for line in dict.fromkeys(left_out):
         print(f"profkit: {printable(redact(line))}; left out", file=sys.stderr)
@@ -319,7 +319,7 @@ def summary(args: argparse.Namespace) -> int:
                          indent=1))
     else:
         write(summary_text(traces, agg, use_color(sys.stdout), ranks))
-    return status(left_out)
+    return exit_status(left_out)
 
 
 def compare_paths(args: argparse.Namespace) -> int:
@@ -333,7 +333,7 @@ def compare_paths(args: argparse.Namespace) -> int:
         write(json.dumps({"units": UNITS, **result, "left_out": left_out}, indent=1))
     else:
         write(compare_text(result, use_color(sys.stdout)))
-    return status(left_out)
+    return exit_status(left_out)
 
 
 def report(args: argparse.Namespace) -> int:
@@ -353,7 +353,7 @@ def report(args: argparse.Namespace) -> int:
     if data.source is None and os.path.abspath(trace_dir) == os.path.abspath(args.run_dir):  # given the profiler/ folder
         data = read_run(os.path.dirname(os.path.abspath(args.run_dir)))
     if not data.epochs and not windows:
-        status(left_out)
+        exit_status(left_out)
         raise CommandError(f"{args.run_dir}: nothing to report: no epoch metrics of PerformanceMonitor in a logger's "
                            "files (TensorBoard or CSV) and no readable trace")
     out = os.path.abspath(args.output)
@@ -365,7 +365,7 @@ def report(args: argparse.Namespace) -> int:
         raise CommandError(f"{named}: cannot write the report: {err.strerror or err}") from None
     print(f"profkit: wrote {args.output}: {len(data.epochs)} epoch(s), {len(windows)} trace(s), "
           f"{data.alert_count} alert(s)", file=sys.stderr)
-    return status(left_out)
+    return exit_status(left_out)
 
 
 SQL_NEEDS = "pip install 'lightning_profkit[sql]'"
@@ -454,7 +454,7 @@ def sql(args: argparse.Namespace) -> int:
             lines = [f"{name}: {what}" for name, (what, _) in VIEWS.items()]
             described = table(["column", "type"], [c[:2] for c in columns])
             write("\n".join(["Views:", *lines, "", "Columns of events:", described]))
-            return status(left_out)
+            return exit_status(left_out)
         try:
             result = db.execute(args.query)
             names, rows = [d[0] for d in result.description], result.fetchall()
@@ -464,7 +464,7 @@ def sql(args: argparse.Namespace) -> int:
         write(json.dumps({"columns": names, "rows": [[None if x != x else x for x in r] for r in rows]}, default=str))
     else:
         write(table(names, [["NULL" if x is None else str(x) for x in r] for r in rows], use_color(sys.stdout)))
-    return status(left_out)
+    return exit_status(left_out)
 
 
 def export(args: argparse.Namespace) -> int:
@@ -480,7 +480,7 @@ def export(args: argparse.Namespace) -> int:
     found = local_summaries(trace_dir_of(args.run), args.jobs, left_out, tables=written)
     print(f"profkit: wrote {len(written)} events table(s); {len(found) - len(written)} trace(s) had one already",
           file=sys.stderr)
-    return status(left_out)
+    return exit_status(left_out)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -549,7 +549,7 @@ def run() -> None:
     # One BLAS thread: profkit does no linear algebra, and OpenBLAS's threads would spend a core for a
     # twentieth of a second at numpy's import, the core that reads the trace meanwhile.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    status = main()
+    code = main()
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -557,8 +557,8 @@ def run() -> None:
         pass
     except OSError as err:
         print(f"profkit: cannot write the output: {err.strerror or err}", file=sys.stderr)
-        status = 1
-    os._exit(status)
+        code = 1
+    os._exit(code)
 
 
 if __name__ == "__main__":
