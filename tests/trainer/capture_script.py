@@ -35,4 +35,5 @@ if __name__ == "__main__":
     root = sys.argv[1]  # ROOT STEPS [DIRPATH]
     dirpath = sys.argv[3] if len(sys.argv) > 3 else None  # default: ROOT/profiler/run=... (no logger)
     monitor = PerformanceMonitor(profile=False, dirpath=dirpath, alert_threshold=None)
-    make_trainer(root, [monitor, StopAfterTheTrace(monitor)], max_steps=int(sys.argv[2])).fit(Slow(SleepDataset(4000)))
+    make_trainer(root, [monitor, StopAfterTheTrace(monitor)], max_steps=int(sys.argv[2]), max_epochs=-1).fit(
+        Slow(SleepDataset(4000)))
