@@ -50,9 +50,9 @@ def test_csv_and_tensorboard_loggers_hold_the_metrics(tmp_path):
         rows = list(csv.DictReader(f))
     per_epoch = [r for r in rows if r.get("profkit/data_wait_ratio")]
     assert [int(float(r["epoch"])) for r in per_epoch] == [0, 1]
-    assert all(0.3 < float(r["profkit/data_wait_ratio"]) <= 1 for r in per_epoch)
+    assert all(0 < float(r["profkit/data_wait_ratio"]) <= 1 for r in per_epoch)  # their truth: test_truth.py
     window = [r for r in rows if r.get("profkit/window/data_wait_share")]
-    assert len(window) == 1 and float(window[0]["profkit/window/data_wait_share"]) > 0.3
+    assert len(window) == 1 and 0 < float(window[0]["profkit/window/data_wait_share"]) <= 1
 
     (events,) = glob.glob(os.path.join(tb_logger.log_dir, "events.out.tfevents.*"))
     acc = EventAccumulator(events)
