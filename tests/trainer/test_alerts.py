@@ -57,9 +57,9 @@ def test_data_bound_run_alerts_once_with_advice_and_fed_run_not_at_all(tmp_path)
     assert str(alert.step) in str(warned[0].message) and alert.trace_dir in str(warned[1].message)
 
     fed = PerformanceMonitor(profile=False, alert_window=10)
-    # two workers make a batch every ms, the step takes 30: fed with room to spare once they have started, even
-    # when other processes take the CPUs (4 ms samples and 16 ms steps read 0.30 beside two busy processes)
-    _, warned = fit(tmp_path / "b", fed, Busy(SleepDataset(120, delay=0.001), work=0.03, num_workers=2))
+    # samples already in memory and a step of 30 ms: fed with room to spare even when other processes take the
+    # CPUs (workers that slept 1 ms a sample read 0.34 beside four busy processes: waking them waited for a CPU)
+    _, warned = fit(tmp_path / "b", fed, Busy(SleepDataset(120), work=0.03))
     assert fed.alerts == [] and warned == []
 
 

@@ -276,7 +276,7 @@ def test_steps_slowed_by_other_jobs_after_the_window_are_not_blamed_on_it(tmp_pa
         warnings.simplefilter("always")
         make_trainer(tmp_path, [monitor, jobs], max_epochs=3, logger=recorder).fit(CpuStep(0.004))
     before, after = statistics.median(jobs.times[5:10]), statistics.median(jobs.times[40:])
-    assert after > 1.5 * before, (before, after)  # the machine slowed the steps after the window...
+    assert after > 1.3 * before, (before, after)  # the machine slowed the steps after the window...
     ratios = [m["profkit/overhead/after_window_ratio"] for _, m in recorder.rows if "profkit/overhead/after_window_ratio" in m]
     # ... not what the window left behind: the figure leaves most of it out (a median step against the span's mean
     # wait: 0.6-1.2 here, up to 1.9 in an epoch where other tests' load came and went), and no notice
