@@ -5,6 +5,7 @@ applied to it, and what a hook does when the callback itself fails."""
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import secrets
 import time
 from typing import Any, Callable, Optional
@@ -94,8 +95,6 @@ def worker_pids(trainer: Trainer) -> list[int]:
 def _dataloader_workers() -> list[int]:
     """The pids of the live daemon processes this process started through ``multiprocessing``, as torch starts
     DataLoader workers (the finalizing process is started otherwise)."""
-    import multiprocessing
-
     return [p.pid for p in multiprocessing.active_children() if p.daemon and p.pid is not None]
 
 

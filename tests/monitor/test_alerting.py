@@ -180,7 +180,7 @@ def test_loader_busy_crosses_ranks_as_numbers():
 
 def test_loader_watch_is_the_cpu_over_the_wall_time_since_the_last_mark():
     cpu, thread = {11: 1.0, 12: 2.0}, [10.0]
-    watch = LoaderWatch(read=lambda pid: (cpu[pid], None) if pid in cpu else None, thread_cpu=lambda: thread[0])
+    watch = LoaderWatch(read=lambda pid: (cpu[pid], None) if pid in cpu else None, thread_busy=lambda: thread[0])
     assert watch.busy([11, 12], 100.0, 5.0) == LoaderBusy()  # the first mark
     cpu.update({11: 1.5, 12: 2.3, 13: 0.2})  # 13: a worker started since (all of its CPU counts)
     thread[0] = 11.5  # 1.5 s of CPU in 2 s, of which 1 s waiting: at least 0.5 s of it on the CPU in the wait
@@ -201,7 +201,7 @@ def test_loader_watch_is_the_cpu_over_the_wall_time_since_the_last_mark():
 
 def test_loader_watch_reads_the_workers_wait_for_a_cpu_where_the_os_gives_it():
     seconds = {11: (1.0, 0.5), 12: (2.0, 0.0)}
-    watch = LoaderWatch(read=seconds.get, thread_cpu=lambda: 0.0)
+    watch = LoaderWatch(read=seconds.get, thread_busy=lambda: 0.0)
     watch.busy([11, 12], 100.0, 0.0)
     seconds.update({11: (1.4, 1.9), 12: (2.6, 1.0)})  # in 2 s: 1.0 s on a CPU and 2.4 s waiting for one, of 4
     busy = watch.busy([11, 12], 102.0, 0.0).workers

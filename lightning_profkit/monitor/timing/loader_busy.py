@@ -1,8 +1,7 @@
 """How busy the training DataLoader was, for the advice of an alert: its worker processes' CPU time over the wall
 time and their time waiting for a CPU (the scheduler tells a worker that computes on a crowded node from one that
 waits on storage), and the training thread's own time on or waiting for a CPU during its data wait, read from the
-OS at marks (the rolling
-checks and the epoch ends). Off the hot path."""
+OS at marks (the rolling checks and the epoch ends). Off the hot path."""
 
 from __future__ import annotations
 
@@ -84,14 +83,14 @@ class LoaderBusy:
 
 class LoaderWatch:
     """Marks the workers' CPU (``read(pid)``: seconds on a CPU and waiting for one so far, the second None where the OS
-    does not say; None when nothing can be read), the training thread's
-    (``thread_cpu()``, called on that thread: its seconds on or waiting for a CPU) and its data wait so far at each call, keeping the previous mark until
+    does not say; None when nothing can be read), the training thread's (``thread_busy()``, called on that thread:
+    its seconds on or waiting for a CPU) and its data wait so far at each call, keeping the previous mark until
     ``min_seconds`` have passed: the OS counts a process's CPU in ticks of 10 ms, so a shorter span would be too
     coarse."""
 
     def __init__(self, read: Callable[[int], Optional[tuple[float, Optional[float]]]] = scheduled_seconds_of,
-                 thread_cpu: Callable[[], float] = thread_busy_seconds, min_seconds: float = 1.0) -> None:
-        self.read, self.thread_cpu, self.min_seconds = read, thread_cpu, min_seconds
+                 thread_busy: Callable[[], float] = thread_busy_seconds, min_seconds: float = 1.0) -> None:
+        self.read, self.thread_busy, self.min_seconds = read, thread_busy, min_seconds
         # now, the data wait, the thread's CPU, the workers' (CPU, queued) seconds
         self.mark: Optional[tuple[float, float, float, dict[int, tuple[float, Optional[float]]]]] = None
 
@@ -99,7 +98,7 @@ class LoaderWatch:
         """How busy the workers ``pids`` and the training thread (``wait_s``: its data wait so far) were since the
         mark (nothing at the first)."""
         cpu = {pid: seconds for pid in pids if (seconds := self.read(pid)) is not None}
-        mine = self.thread_cpu()
+        mine = self.thread_busy()
         last = self.mark
         if last is None or now - last[0] >= self.min_seconds:
             self.mark = (now, wait_s, mine, cpu)
