@@ -186,6 +186,20 @@ def test_two_monitors_keep_their_own_state_through_a_checkpoint(tmp_path):
     assert [m.state_dict()["captures_left"] for m in second] == [3, 7]
 
 
+def test_two_monitors_in_one_trainer_each_time_every_fetch_and_leave_the_loops_as_they_were(tmp_path):
+    """The second monitor's timer goes over the first's; each logs its own step times and data wait every epoch,
+    and the loops have their own fetch callbacks back when the fit ends (the first is taken off from under the
+    second)."""
+    recorder = Recorder()
+    monitors = [PerformanceMonitor(profile=False, dirpath=str(tmp_path / name), alert_threshold=None) for name in "ab"]
+    trainer = make_trainer(tmp_path, monitors, logger=recorder, max_epochs=2)
+    trainer.fit(TinyModel(SleepDataset(8, delay=0.002)))
+    epochs = [metrics for _, metrics in recorder.rows if "profkit/step_time_ms_mean" in metrics]
+    assert [m["epoch"] for m in epochs] == [0, 0, 1, 1]
+    assert all(m["profkit/data_wait_s"] > 0 for m in epochs)
+    assert fetch_timing_removed(trainer)
+
+
 class FreeTheDisk(Callback):
     """Deletes ``filler`` when epoch ``epoch`` starts: room comes back."""
 

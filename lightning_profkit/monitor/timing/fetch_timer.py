@@ -78,6 +78,11 @@ def _nothing() -> None:
     pass
 
 
+def _timer_of(method: Any) -> Optional["FetchTimer"]:
+    owner = getattr(method, "__self__", None)
+    return owner if isinstance(owner, FetchTimer) else None
+
+
 def _own(loop: Any, name: str) -> Any:
     """What ``loop`` itself holds under ``name`` (None where it has just its class's method). Read through
     ``getattr``: reading the object's ``__dict__`` would turn its attributes into a plain dict, which
@@ -126,15 +131,41 @@ class FetchTimer:
         return self
 
     def uninstall(self) -> None:
-        """Give the loops back what they had (where what they have now is still ours)."""
-        ours = {_PAIR[0]: (self._train_before, self._val_before), _PAIR[1]: (self._train_after, self._val_after)}
-        for loop, name, before in reversed(self._saved):
-            if _own(loop, name) in ours[name]:
-                if before is None:
-                    delattr(loop, name)
-                else:
-                    setattr(loop, name, before)
+        """Give the loops back what they had (where what they have now is still ours); a timer installed over this
+        one (another PerformanceMonitor's) calls what this one called instead."""
+        above = self._above()
+        if above is not None:
+            above._skip(self)
+        else:
+            ours = self._methods()
+            for loop, name, before in reversed(self._saved):
+                if _own(loop, name) in ours[name]:
+                    if before is None:
+                        delattr(loop, name)
+                    else:
+                        setattr(loop, name, before)
         self._saved = []
+
+    def _methods(self) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
+        return {_PAIR[0]: (self._train_before, self._val_before), _PAIR[1]: (self._train_after, self._val_after)}
+
+    def _above(self) -> Optional["FetchTimer"]:
+        """The timer whose pair calls this one's, if another was installed over it."""
+        timer = _timer_of(_own(self._train_loop, _PAIR[0]))
+        while timer is not None and timer is not self:
+            below = _timer_of(timer._own_pair[0]) if timer._own_pair else None
+            if below is self:
+                return timer
+            timer = below
+        return None
+
+    def _skip(self, below: "FetchTimer") -> None:
+        """Call what ``below`` called, and give the loops back what it had, instead of ``below``'s pair."""
+        self._own_pair, self._val_pair = below._own_pair, below._val_pair
+        had = {(id(loop), name): before for loop, name, before in below._saved}
+        replaced = [m for pair in below._methods().values() for m in pair]
+        self._saved = [(loop, name, had[id(loop), name] if before in replaced else before)
+                       for loop, name, before in self._saved]
 
     def reset(self) -> FetchStats:
         """Start new counters (each epoch); returns the finished ones."""
@@ -227,16 +258,18 @@ class LoaderSetupTimer:
 
 
 def install(trainer: Any) -> FetchTimer:
-    """Time the fetches of ``trainer.fit`` from now until :func:`uninstall`."""
-    uninstall_stale(trainer)
+    """Time the fetches of ``trainer.fit`` from now until :meth:`FetchTimer.uninstall` (over any other
+    PerformanceMonitor's timer: each gets every fetch)."""
     return FetchTimer(trainer).install()
 
 
 def uninstall_stale(trainer: Any) -> None:
-    """Take off the fit loops any timer still there from a fit that ended without uninstalling it."""
+    """Take off the fit loops every timer still there from a fit that ended without uninstalling it (at
+    ``setup``, before any timer of the new fit is installed)."""
     loop = trainer.fit_loop.epoch_loop
     for holder in (loop, loop.val_loop):
         for name in _PAIR:
-            stale = getattr(_own(holder, name), "__self__", None)
-            if isinstance(stale, FetchTimer):
+            seen: set[int] = set()
+            while (stale := _timer_of(_own(holder, name))) is not None and id(stale) not in seen:
+                seen.add(id(stale))
                 stale.uninstall()
