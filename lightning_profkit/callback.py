@@ -10,6 +10,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert
+from lightning_profkit.internals import state_key
 from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
                                               guarded, last_step, log_step, own_trace_dir, rank_of, rehook,
                                               runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
@@ -207,8 +208,7 @@ class PerformanceMonitor(Callback):
 
     @property
     def state_key(self) -> str:  # two instances in one Trainer each keep their own state in a checkpoint
-        o = self.options
-        return self._generate_state_key(dirpath=o.dirpath, steps=o.steps, every_n_steps=o.every_n_steps, ranks=o.ranks)
+        return state_key(self, **{k: getattr(self.options, k) for k in ("dirpath", "steps", "every_n_steps", "ranks")})
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in checkpoints: the alert episode and cooldown, and the capture budget left."""
@@ -224,7 +224,7 @@ class PerformanceMonitor(Callback):
     def _arm(self, trainer: Trainer, on_cuda: bool) -> None:
         """Timer and machinery in place when training starts, not at ``setup``: a failing tuner's loop skips teardown."""
         processes = self._fit.rank.processes_per_node
-        self._fit.arm(fetch_timer.install(trainer), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
+        self._fit.arm(fetch_timer.install(trainer, self._notices), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
                       lambda: loader_facts(train_loader(trainer), on_cuda, processes, worker_pids(trainer)),
                       lambda: worker_pids(trainer))
         if self._fit.validation is not None:  # the validation batch hooks exist only then: else they cost nothing

@@ -15,6 +15,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.capture_request import other_fit
+from lightning_profkit.internals import batches_that_stepped, loader_workers
 from lightning_profkit.monitor.fit import Outcome, Rank
 from lightning_profkit.printable import redact
 from lightning_profkit.store import is_url, join
@@ -68,7 +69,8 @@ def log_step(trainer: Trainer, epoch_end: bool = False) -> int:
     """The step Lightning logs the user's own ``self.log`` metrics at now: the batches that stepped an optimizer
     (``global_step`` counts optimizer steps: two a batch with two optimizers). At ``epoch_end`` the last batch's,
     as Lightning logs epoch metrics (it steps the counter back for them)."""
-    stepped = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
+    stepped = batches_that_stepped(trainer.fit_loop.epoch_loop)
+    stepped = trainer.global_step if stepped is None else stepped
     return max(stepped - 1, 0) if epoch_end else stepped
 
 
@@ -87,9 +89,7 @@ def worker_pids(trainer: Trainer) -> list[int]:
     each loader's own iterator; a loader without workers has none). Where no iterator shows its workers (a loader
     that iterates torch's iterator inside its own, as litdata's ``StreamingDataLoader``), the workers found by
     :func:`_dataloader_workers`."""
-    iterators = getattr(getattr(getattr(trainer.fit_loop, "_combined_loader", None), "_iterator", None), "iterators", ())
-    pids = [w.pid for it in iterators or () for w in getattr(it, "_workers", ()) if w.pid is not None]
-    return pids or _dataloader_workers()
+    return loader_workers(trainer.fit_loop) or _dataloader_workers()
 
 
 def _dataloader_workers() -> list[int]:

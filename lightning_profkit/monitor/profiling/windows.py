@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
+from lightning_profkit.internals import profiler_running, release, start_at
 from lightning_profkit.monitor.profiling.selection import Selection, StepList, WithCaptures
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
@@ -155,10 +156,9 @@ class WindowSession:
         self.profiler = torch.profiler.profile(
             activities=activities, schedule=schedule, on_trace_ready=self._ready, **options
         )
-        # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise); torch keeps the
-        # schedule's last answer apart from current_action (which it overrides after a CUPTI buffer overflow)
+        # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise)
         self.profiler.step_num = step
-        self.profiler.current_action = self.profiler._prev_schedule_action = schedule(step)
+        start_at(self.profiler, schedule(step))
         with without_usdt_lines(quiet):
             self.profiler.start()
         self._note_start()
@@ -227,11 +227,8 @@ class WindowSession:
             self.spent_s += perf_counter() - start
 
     def _release(self) -> None:
-        # the profile refers back to this session through on_trace_ready, and to itself through the bound
-        # methods of its action_map: break both cycles, so that it and its results are freed as soon as the
-        # writer is done with them rather than at some later pass of the cyclic garbage collector
-        self.profiler.on_trace_ready = None
-        self.profiler.action_map = {}
+        # freed as soon as the writer is done with it rather than at some later pass of the garbage collector
+        release(self.profiler)
 
 
 class WindowRunner:
@@ -392,7 +389,7 @@ def session_opener(
     (told to ``report(why, "disk_full")``). ``json_per_byte()``: the size estimate's factor now."""
 
     def open_session(selection: Selection, step: int, batch_idx: int, warmup: int) -> Optional[WindowSession]:
-        if torch.autograd.profiler._is_profiler_enabled:
+        if profiler_running():
             report("another torch.profiler session is running; this window is skipped")
             return None
         no_room = room()

@@ -25,8 +25,11 @@ from array import array
 from time import perf_counter
 from typing import Any, Callable, Optional
 
-_PAIR = ("_on_before_fetch", "_on_after_fetch")
+from lightning_profkit.internals import FETCH_PAIR, fetch_pair, lightnings_fetch_pair, moved
+
+_PAIR = FETCH_PAIR
 STEP_CHUNK = 1024
+TRAIN_FETCH, VAL_FETCH = "].train_dataloader_next", "].val_next"  # the end of the action names Lightning times
 
 
 class FetchStats:
@@ -87,7 +90,7 @@ def _own(loop: Any, name: str) -> Any:
     """What ``loop`` itself holds under ``name`` (None where it has just its class's method). Read through
     ``getattr``: reading the object's ``__dict__`` would turn its attributes into a plain dict, which
     makes every later attribute read of Lightning's on that loop about twice as slow (CPython 3.11)."""
-    found = getattr(loop, name)
+    found = getattr(loop, name, None)
     if getattr(found, "__self__", None) is loop and getattr(found, "__func__", None) is getattr(type(loop), name, None):
         return None
     return found
@@ -98,7 +101,7 @@ class FetchTimer:
     :meth:`install` and :meth:`uninstall`."""
 
     __slots__ = ("stats", "_trainer", "_train_loop", "_val_loop", "_progress", "_action", "_saved", "_own_pair",
-                 "_val_pair", "_on_due", "_due", "_due_at", "_idle")
+                 "_val_pair", "_on_due", "_due", "_due_at", "_idle", "_profiler")
 
     def __init__(self, trainer: Any) -> None:
         self.stats = FetchStats()
@@ -112,18 +115,23 @@ class FetchTimer:
         self._val_pair: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
         self._on_due: Callable[[], None] = _nothing
         self._idle: Any = None  # the trainer's profiler, where it is Lightning's default that does nothing
+        self._profiler: Optional[FetchProfiler] = None  # where the loops have no fetch pair
         self.wake(float("inf"), float("inf"))
 
-    def install(self) -> "FetchTimer":
+    def install(self, say: Callable[[str], None] = print) -> "FetchTimer":
+        """On the loops' fetch pair; where the installed Lightning has none, through ``trainer.profiler`` (said)."""
         train, val = self._train_loop, self._val_loop
-        overridden = any(
-            _own(train, name) is not None or getattr(type(train), name).__qualname__ != f"_TrainingEpochLoop.{name}"
-            for name in _PAIR
-        )
-        self._own_pair = (train._on_before_fetch, train._on_after_fetch) if overridden else None
+        val_pair = fetch_pair(val)
+        if fetch_pair(train) is None or val_pair is None:
+            say(moved("lightning", FETCH_PAIR[0], "fetches are timed through trainer.profiler"))
+            self._own_pair = self._val_pair = (_nothing, _nothing)
+            self._profiler = self._trainer.profiler = FetchProfiler(self._trainer.profiler, self)
+            return self
+        overridden = any(_own(train, name) is not None for name in _PAIR)
+        self._own_pair = fetch_pair(train) if overridden or not lightnings_fetch_pair(train) else None
         profiler = self._trainer.profiler  # by class name: lightning.pytorch's and pytorch_lightning's alike
         self._idle = profiler if type(profiler).__name__ == "PassThroughProfiler" else None
-        self._val_pair = (val._on_before_fetch, val._on_after_fetch)
+        self._val_pair = val_pair
         for loop, name, ours in ((train, _PAIR[0], self._train_before), (train, _PAIR[1], self._train_after),
                                  (val, _PAIR[0], self._val_before), (val, _PAIR[1], self._val_after)):
             self._saved.append((loop, name, _own(loop, name)))
@@ -133,6 +141,9 @@ class FetchTimer:
     def uninstall(self) -> None:
         """Give the loops back what they had (where what they have now is still ours); a timer installed over this
         one (another PerformanceMonitor's) calls what this one called instead."""
+        if self._profiler is not None:
+            FetchProfiler.remove(self._trainer, self._profiler)
+            self._profiler = None
         above = self._above()
         if above is not None:
             above._skip(self)
@@ -225,6 +236,45 @@ class FetchTimer:
         self._val_pair[1]()
 
 
+class FetchProfiler:
+    """The trainer's profiler, passed every call: Lightning calls its ``start`` and ``stop`` around each fetch with
+    the action ``[<loop class>].train_dataloader_next`` (validation: ``val_next``), where these also time it. The
+    fetch timer's way in where the loops have no fetch pair of their own (one Python call more a fetch)."""
+
+    def __init__(self, profiler: Any, timer: FetchTimer) -> None:
+        self.wrapped, self._timer = profiler, timer
+
+    def start(self, action_name: str) -> None:
+        self.wrapped.start(action_name)
+        if action_name.endswith(TRAIN_FETCH):
+            self._timer._train_before()
+        elif action_name.endswith(VAL_FETCH):
+            self._timer._val_before()
+
+    def stop(self, action_name: str) -> None:
+        if action_name.endswith(TRAIN_FETCH):
+            self._timer._train_after()
+        elif action_name.endswith(VAL_FETCH):
+            self._timer._val_after()
+        self.wrapped.stop(action_name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    @staticmethod
+    def remove(trainer: Any, ours: "FetchProfiler") -> None:
+        """Take ``ours`` out from ``trainer.profiler`` (or from under another FetchProfiler)."""
+        if trainer.profiler is ours:
+            trainer.profiler = ours.wrapped
+            return
+        holder = trainer.profiler
+        while isinstance(holder, FetchProfiler):
+            if holder.wrapped is ours:
+                holder.wrapped = ours.wrapped
+                return
+            holder = holder.wrapped
+
+
 class LoaderSetupTimer:
     """Times the fit loop's ``setup_data`` from :meth:`install` to :meth:`uninstall` into ``seconds``: where
     Lightning makes the training DataLoader (``train_dataloader()``) and its first iterator, which starts the
@@ -257,15 +307,17 @@ class LoaderSetupTimer:
             self.seconds += perf_counter() - start
 
 
-def install(trainer: Any) -> FetchTimer:
+def install(trainer: Any, say: Callable[[str], None] = print) -> FetchTimer:
     """Time the fetches of ``trainer.fit`` from now until :meth:`FetchTimer.uninstall` (over any other
-    PerformanceMonitor's timer: each gets every fetch)."""
-    return FetchTimer(trainer).install()
+    PerformanceMonitor's timer: each gets every fetch); ``say``: how the one line about a fallback is told."""
+    return FetchTimer(trainer).install(say)
 
 
 def uninstall_stale(trainer: Any) -> None:
     """Take off the fit loops every timer still there from a fit that ended without uninstalling it (at
     ``setup``, before any timer of the new fit is installed)."""
+    while isinstance(trainer.profiler, FetchProfiler):
+        trainer.profiler = trainer.profiler.wrapped
     loop = trainer.fit_loop.epoch_loop
     for holder in (loop, loop.val_loop):
         for name in _PAIR:

@@ -1,0 +1,93 @@
+"""Every private name of Lightning and torch that the package uses, read or set here and nowhere else.
+
+Each is looked up on the installed objects when it is used, never assumed: where a release has moved one,
+the caller gets None (or False) and takes its fallback, and :func:`moved` is the one line that says what was
+not found in which installed version. Where a public hook gives the same fact, it is the fallback:
+
+- Lightning's loops call ``_on_before_fetch``/``_on_after_fetch`` around every fetch; the fetch timer puts its
+  own pair there. Fallback: the public ``trainer.profiler``, whose ``start``/``stop`` the pair calls with the
+  fetch's action name (one Python call more a fetch).
+- The fit loop's ``_combined_loader`` iterators' ``_workers``: the DataLoader workers' pids. Fallback: the live
+  daemon processes this process started.
+- The epoch loop's ``_batches_that_stepped``: the step Lightning logs at. Fallback: ``trainer.global_step``.
+- torch's ``profile._prev_schedule_action`` (set with ``current_action`` to start numbering at a global step)
+  and ``action_map`` (cleared to free a finished session at once). Fallback: not set; the session is freed by
+  the garbage collector.
+- Lightning's ``Callback._generate_state_key``: the checkpoint key Lightning's callbacks use. Fallback: the same
+  text made here.
+- ``torch.autograd.profiler._is_profiler_enabled``: whether another session runs. Fallback: starting ours fails,
+  which ends profiling with one warning.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any, Callable, Optional
+
+FETCH_PAIR = ("_on_before_fetch", "_on_after_fetch")
+
+
+def moved(package: str, name: str, instead: str) -> str:
+    """The line that says ``name`` is not in the installed ``package``, and what is done ``instead``."""
+    try:
+        version = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        version = "(version unknown)"
+    return f"{package} {version} has no `{name}`: {instead}"
+
+
+def fetch_pair(loop: Any) -> Optional[tuple[Callable[[], None], Callable[[], None]]]:
+    """The loop's fetch pair as its fetcher will call it; None where the loop has no such pair."""
+    pair = tuple(getattr(loop, name, None) for name in FETCH_PAIR)
+    return pair if all(callable(f) for f in pair) else None  # type: ignore[return-value]
+
+
+def lightnings_fetch_pair(loop: Any) -> bool:
+    """Whether the training loop's class has Lightning's own pair (``_TrainingEpochLoop``'s: a subclass may
+    override it)."""
+    return all(getattr(getattr(type(loop), name, None), "__qualname__", "") == f"_TrainingEpochLoop.{name}"
+               for name in FETCH_PAIR)
+
+
+def loader_workers(fit_loop: Any) -> list[int]:
+    """The pids of the training DataLoaders' workers, as Lightning's CombinedLoader iterates each loader's own
+    iterator (a loader without workers has none; empty where the names are not found)."""
+    combined = getattr(getattr(fit_loop, "_combined_loader", None), "_iterator", None)
+    iterators = getattr(combined, "iterators", None) or ()
+    return [w.pid for it in iterators for w in getattr(it, "_workers", ()) if getattr(w, "pid", None) is not None]
+
+
+def batches_that_stepped(epoch_loop: Any) -> Optional[int]:
+    """The batches that stepped an optimizer (the step Lightning logs ``self.log`` at); None if not found."""
+    return getattr(epoch_loop, "_batches_that_stepped", None)
+
+
+def start_at(profile: Any, action: Any) -> None:
+    """Make ``action`` the profile's current and last scheduled action (torch keeps the schedule's last answer
+    apart from ``current_action``, which it overrides after a CUPTI buffer overflow)."""
+    profile.current_action = action
+    if hasattr(profile, "_prev_schedule_action"):
+        profile._prev_schedule_action = action
+
+
+def release(profile: Any) -> None:
+    """Break the finished profile's cycles (through ``on_trace_ready`` and its ``action_map``'s bound methods), so
+    that it and its results are freed as soon as nothing else holds them."""
+    profile.on_trace_ready = None
+    if isinstance(getattr(profile, "action_map", None), dict):
+        profile.action_map = {}
+
+
+def state_key(callback: Any, **key: Any) -> str:
+    """The callback's checkpoint key from ``key``, as Lightning's own callbacks make theirs (its protected
+    ``Callback._generate_state_key``; where it is gone, the same text made here)."""
+    make = getattr(callback, "_generate_state_key", None)
+    return make(**key) if callable(make) else f"{type(callback).__qualname__}{key!r}"
+
+
+def profiler_running() -> bool:
+    """Whether a torch.profiler (or autograd profiler) session runs in this process; False where torch does not
+    say."""
+    import torch.autograd.profiler as autograd_profiler
+
+    return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
