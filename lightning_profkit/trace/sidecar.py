@@ -18,6 +18,7 @@ import json
 import os
 from typing import Any, Optional, Union
 
+from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.companions import SIDECAR
 
 MAX_BYTES = 64 * 2**20  # a sidecar larger than this is not ours: it is not read
@@ -86,3 +87,8 @@ def read(trace: str) -> Optional[dict[str, Any]]:
     except OSError:
         return None
     return loads(text, status.st_size, status.st_mtime_ns)
+
+
+def keep(trace: str, summary: dict[str, Any]) -> None:
+    """Write the sidecar of the local ``trace`` (whole, or not at all)."""
+    write_atomic(sidecar_of(trace), dumps(summary, os.stat(trace)))

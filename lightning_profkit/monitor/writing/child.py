@@ -36,7 +36,7 @@ from lightning_profkit.trace.headline import fit_line
 from lightning_profkit.trace.integrity import problems
 from lightning_profkit.trace.load import Appender, LoadedTrace, PieceError, decode_piece, framed_piece, load, pieces
 from lightning_profkit.trace.rewrite import edit, joined
-from lightning_profkit.trace.sidecar import dumps, sidecar_of
+from lightning_profkit.trace.sidecar import keep
 from lightning_profkit.trace.summary import aggregate, summarize_trace
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.vocabulary import is_step, step_number
@@ -149,7 +149,7 @@ def companions(final_path: str, summary: dict[str, Any]) -> Optional[str]:
     """Write the trace's sidecar beside it; why it could not be written, in words, or None. The trace is whole
     without it: `profkit` parses it instead."""
     try:
-        write_atomic(sidecar_of(final_path), dumps(summary, os.stat(final_path)))
+        keep(final_path, summary)
     except Exception as err:  # noqa: BLE001 - whatever it is, it must not cost the trace
         return f"{type(err).__name__}: {err}"
     return None

@@ -1,0 +1,77 @@
+"""``profkit capture RUN_DIR``: ask a running PerformanceMonitor to record a window now."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+from typing import Any, Optional
+
+from lightning_profkit.cli.shared import CommandError, at_least_1, trace_dir_of
+from lightning_profkit.printable import redact
+from lightning_profkit.store import is_url, join, read, subfolders, write
+
+
+def steps_to_record(text: str) -> int:
+    """``--steps`` of ``profkit capture``: 1 to the most a running callback records for one request."""
+    from lightning_profkit.capture_request import MAX_STEPS
+
+    value = at_least_1(text)
+    if value > MAX_STEPS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_STEPS} (a window that long is already a large trace), "
+                                         f"got {value}")
+    return value
+
+
+def add(sub: Any) -> None:
+    p = sub.add_parser("capture", help="ask a running PerformanceMonitor to record a window now")
+    p.add_argument("run_dir", help="the run folder (its profiler/ subfolder) or the trace folder itself")
+    p.add_argument("--steps", type=steps_to_record, default=None,
+                   help="steps to record, 1 to 100 (default: the callback's `active`)")
+    p.set_defaults(handler=capture)
+
+
+def capture(args: argparse.Namespace) -> int:
+    from lightning_profkit import capture_request  # here: `profkit summary` starts faster without it
+
+    if is_url(args.run_dir):
+        folder, run = remote_run(args.run_dir)
+        soon = "within a few seconds (the run looks on the store every 2 s)"
+    else:
+        folder = trace_dir_of(args.run_dir)
+        run, soon = capture_request.running(folder), "within about a second"
+        if run is None:  # runs of their own under it (no TensorBoard or CSV logger): the newest that is running
+            for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*")), reverse=True):
+                if capture_request.running(own) is not None:
+                    folder, run = own, capture_request.running(own)
+                    break
+    if run is None:
+        raise CommandError(f"{folder}: no running PerformanceMonitor writes traces here (no {capture_request.MARKER})")
+    why = capture_request.gone(run)
+    if why is not None:
+        raise CommandError(f"{folder}: the run that wrote {capture_request.MARKER} is not running ({why})")
+    if is_url(folder):
+        write(join(folder, capture_request.REQUEST), json.dumps(capture_request.request(args.steps)).encode())
+    else:
+        capture_request.request_capture(folder, args.steps)
+    print(f"requested a window of {args.steps or 'the configured'} steps from the run in {redact(folder)} "
+          f"(pid {run.get('pid')} on {run.get('host')}); it starts {soon}")
+    return 0
+
+
+def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
+    """The trace folder of the run at ``url`` (``url/profiler`` for a run folder, else ``url``; in either, the
+    newest ``run=*`` folder of its own whose run may still be running) and its marker."""
+    from lightning_profkit import capture_request
+
+    for folder in (join(url, "profiler"), url.rstrip("/")):
+        text = read(join(folder, capture_request.MARKER))
+        if text is not None:
+            return folder, capture_request.marker_of(text)
+        for own in reversed(subfolders(folder, "run=")):
+            text = read(join(own, capture_request.MARKER))
+            marker = capture_request.marker_of(text) if text is not None else None
+            if marker is not None and capture_request.gone(marker) is None:
+                return own, marker
+    return url.rstrip("/"), None

@@ -1,0 +1,140 @@
+"""``profkit sql RUN [QUERY]`` and ``profkit export RUN``: SQL (DuckDB) over a run's events tables, written
+beside its traces (on a store too) the first time they are needed."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+from typing import Any
+
+from lightning_profkit.cli.progress import Progress
+from lightning_profkit.cli.shared import SQL_NEEDS, CommandError, add_jobs, exit_status, trace_dir_of
+from lightning_profkit.companions import EVENTS
+from lightning_profkit.machine import usable_cpus
+from lightning_profkit.store import StoreError, copy_here, is_url, send
+from lightning_profkit.trace.file import TRACE_SUFFIXES, TraceError, find_traces, natural
+from lightning_profkit.trace.folder import has_table, read_folder, write_table
+
+
+def add(sub: Any) -> None:
+    p = sub.add_parser("sql", help="query a run's events tables with SQL (DuckDB); no query: the views and columns")
+    p.add_argument("run", help="a run folder, a trace folder, or its URL on object storage")
+    p.add_argument("query", nargs="?", help="SQL over the views events, steps, operators, kernels and ranks")
+    p.add_argument("--json", action="store_true", help="the result as JSON: columns and rows")
+    p.set_defaults(handler=sql)
+    p = sub.add_parser("export", help="write an events table (Parquet) beside each trace of a run that has none")
+    p.add_argument("run", help="a run folder or a trace folder")
+    add_jobs(p)
+    p.set_defaults(handler=export)
+
+
+def sql(args: argparse.Namespace) -> int:
+    """``profkit sql RUN [QUERY]``: the query over the run's events tables, or (no query) the views and columns."""
+    try:
+        import duckdb
+
+        from lightning_profkit.trace.sql_views import VIEWS, connect
+    except ImportError:
+        raise CommandError(f"`profkit sql` needs DuckDB and pyarrow: {SQL_NEEDS}") from None
+    fs, tables, untabled = tables_of(args.run)
+    left_out: list[str] = []
+    from lightning_profkit.cli.text import table, use_color, write
+
+    # a store's tables are copied here many at a time (DuckDB reads through fsspec one request at a time)
+    with tempfile.TemporaryDirectory(prefix="profkit-") if fs is not None else contextlib.nullcontext("") as local:
+        objects = dict(zip(copy_here(args.run, fs, tables, local, EVENTS), tables)) if local else {}
+        made = tabulate(args.run, fs, untabled, local, left_out)
+        if made:
+            print(f"profkit: wrote the events tables of {len(made)} trace(s); the next query reads them",
+                  file=sys.stderr)
+        objects.update(made)
+        read_here = list(objects) if local else sorted(set(tables) | set(made), key=natural)
+        if not read_here:
+            raise CommandError(f"{args.run}: none of its {len(untabled)} trace(s) could be read: {'; '.join(left_out)}")
+
+        def said(err: Exception) -> str:  # DuckDB's first line, with each copy named by its object
+            why = str(err).splitlines()[0]
+            for copy, name in objects.items():
+                why = why.replace(copy, name)
+            return why
+
+        try:
+            db = connect(read_here)
+        except duckdb.Error as err:
+            raise CommandError(f"cannot read the events tables: {said(err)}") from None
+        if not args.query:
+            columns = db.execute("DESCRIBE events").fetchall()
+            lines = [f"{name}: {what}" for name, (what, _) in VIEWS.items()]
+            described = table(["column", "type"], [c[:2] for c in columns])
+            write("\n".join(["Views:", *lines, "", "Columns of events:", described]))
+            return exit_status(left_out)
+        try:
+            result = db.execute(args.query)
+            names, rows = [d[0] for d in result.description], result.fetchall()
+        except duckdb.Error as err:
+            raise CommandError(f"the query failed: {said(err)}") from None
+    if args.json:
+        write(json.dumps({"columns": names, "rows": [[None if x != x else x for x in r] for r in rows]}, default=str))
+    else:
+        write(table(names, [["NULL" if x is None else str(x) for x in r] for r in rows], use_color(sys.stdout)))
+    return exit_status(left_out)
+
+
+def export(args: argparse.Namespace) -> int:
+    """``profkit export RUN``: an events table (and a summary) beside every trace of the local run that lacks one."""
+    from lightning_profkit.trace.event_table import available
+
+    if is_url(args.run):
+        raise CommandError(f"{args.run}: `profkit export` writes beside local traces; copy the run here first")
+    if not available():
+        raise CommandError(f"`profkit export` needs pyarrow: {SQL_NEEDS}")
+    read = read_folder(trace_dir_of(args.run), args.jobs, tables=True, progress=Progress.on(sys.stderr))
+    print(f"profkit: wrote {len(read.tables)} events table(s); {len(read.summaries) - len(read.tables)} trace(s) had "
+          "one already", file=sys.stderr)
+    return exit_status(read.left_out)
+
+
+def tables_of(run: str) -> tuple[Any, list[str], list[str]]:
+    """The events tables of the run (a folder or a URL: its traces' ``*.parquet`` companions), the file system that
+    reads them (None: local) and the traces that have none (or, local, a stale one)."""
+    if is_url(run):
+        from lightning_profkit.store import files_under
+
+        fs, found = files_under(run, TRACE_SUFFIXES + tuple(t + EVENTS for t in TRACE_SUFFIXES))
+        tables = [p for p in found if p.endswith(EVENTS)]
+        untabled = [p for p in found if not p.endswith(EVENTS) and p + EVENTS not in set(tables)]
+    else:
+        fs, traces = None, find_traces(trace_dir_of(run))
+        tables = [p + EVENTS for p in traces if has_table(p)]
+        untabled = [p for p in traces if p + EVENTS not in set(tables)]
+    return fs, sorted(tables, key=natural), untabled
+
+
+def tabulate(run: str, fs: Any, untabled: list[str], local: str, left_out: list[str]) -> dict[str, str]:
+    """Write the events table of each trace in ``untabled``: beside it for a local run, else in the folder ``local``
+    from a copy of the trace (and put on the store beside it, for the next query); returns each table written and
+    the name it goes by. A trace that cannot be read is named in ``left_out``."""
+    if not untabled:
+        return {}
+    if fs is None:
+        read = read_folder(trace_dir_of(run), usable_cpus(), tables=True, progress=Progress.on(sys.stderr))
+        left_out += read.left_out
+        return {t: t for t in read.tables}
+    from lightning_profkit.trace.load import load
+    from lightning_profkit.trace.summary import summarize_trace
+
+    made = {}
+    for copy, url in zip(copy_here(run, fs, untabled, local, TRACE_SUFFIXES[1]), untabled):
+        try:
+            loaded = load(copy)
+            write_table(copy, summarize_trace(url, loaded), loaded, url)
+        except TraceError as err:
+            left_out.append(f"{url}: {str(err).partition(': ')[2]}")
+            continue
+        made[copy + EVENTS] = url + EVENTS
+    with contextlib.suppress(StoreError):  # a cache: the next query writes them again
+        send([[table, url] for table, url in made.items()])
+    return made

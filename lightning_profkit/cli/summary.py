@@ -1,0 +1,139 @@
+"""``profkit summary PATH`` and ``profkit compare A B``: where the time went, in a trace, a window folder or a run
+folder (local, on object storage, or parsed on a Dask cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Optional
+
+# Neither msgspec nor numpy here: `profkit summary` starts its decoding workers before it imports numpy.
+from lightning_profkit.cli.progress import Progress
+from lightning_profkit.cli.shared import CommandError, add_jobs, exit_status, say
+from lightning_profkit.companions import SIDECAR
+from lightning_profkit.printable import printable, redact
+from lightning_profkit.store import StoreError, fetch, is_url, send
+from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES
+from lightning_profkit.trace.folder import name_windows, read_folder
+
+DASK_NEEDS = "pip install 'lightning_profkit[dask]'"
+
+
+def add(sub: Any) -> None:
+    p = sub.add_parser("summary", help="where the time went in a trace, a window folder or a run folder")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help="the same figures as JSON")
+    add_jobs(p)
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="parse the traces of an object-store URL on this Dask distributed cluster (tcp://host:8786)")
+    p.set_defaults(handler=summary)
+    p = sub.add_parser("compare", help="two traces or folders side by side, with differences")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--json", action="store_true", help="the same figures as JSON")
+    add_jobs(p)
+    p.set_defaults(handler=compare_paths)
+
+
+def summary(args: argparse.Namespace) -> int:
+    left_out: list[str] = []
+    traces = summaries(args.path, args.jobs, left_out, args.scheduler)
+    from lightning_profkit.cli.text import summary_text, use_color, write
+    from lightning_profkit.trace.ranks import ranks_section
+    from lightning_profkit.trace.summary import UNITS, aggregate
+
+    agg, ranks = aggregate(traces), ranks_section(traces)
+    if args.json:
+        write(json.dumps({"units": UNITS, "traces": traces, "aggregate": agg, "ranks": ranks, "left_out": left_out},
+                         indent=1))
+    else:
+        write(summary_text(traces, agg, use_color(sys.stdout), ranks))
+    return exit_status(left_out)
+
+
+def compare_paths(args: argparse.Namespace) -> int:
+    left_out: list[str] = []
+    a, b = summaries(args.a, args.jobs, left_out), summaries(args.b, args.jobs, left_out)
+    from lightning_profkit.cli.text import compare_text, use_color, write
+    from lightning_profkit.trace.summary import UNITS, aggregate, compare
+
+    result = compare(aggregate(a), aggregate(b))
+    if args.json:
+        write(json.dumps({"units": UNITS, **result, "left_out": left_out}, indent=1))
+    else:
+        write(compare_text(result, use_color(sys.stdout)))
+    return exit_status(left_out)
+
+
+def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str] = None) -> list[dict[str, Any]]:
+    """The summary of every readable trace under ``path`` (a file, a window folder or a run folder; a URL of
+    object storage is copied to a temporary folder first, or parsed by the workers of the Dask cluster at
+    ``scheduler``, and the summaries name the objects); ``left_out`` gains a line for each trace that could not be
+    read. None readable: a :class:`CommandError`."""
+    if scheduler is not None:
+        if not is_url(path):
+            raise CommandError(f"{path}: --scheduler reads traces from object storage, where the cluster's workers "
+                               "read them too: give an s3://, gs:// or az:// URL")
+        try:
+            from lightning_profkit.cli.cluster import cluster_summaries
+            found = cluster_summaries(path, scheduler, TRACE_SUFFIXES + JSON_SUFFIXES, left_out)
+        except ImportError:
+            raise CommandError(f"--scheduler needs Dask's distributed: {DASK_NEEDS}") from None
+        except OSError as err:  # the scheduler cannot be reached
+            raise CommandError(f"{scheduler}: no Dask scheduler answers there ({err})") from None
+        if not found and not left_out:
+            raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
+        name_windows(found)
+        return readable(path, found, left_out)
+    if not is_url(path):
+        found, skipped = read_here(path, jobs)
+        left_out += skipped
+        return readable(path, found, skipped)
+    with tempfile.TemporaryDirectory(prefix="profkit-") as local:
+        got = fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local)
+        refused = [f"{name}: not read: a key with an empty, '.' or '..' part, which would be copied outside the "
+                   "temporary folder" for name in got["refused"]]
+        if not got["paths"] and not got["known"]:
+            raise CommandError("; ".join(refused) or f"{path}: no trace files (*.pt.trace.json[.gz]) there")
+        if got["unread"]:
+            print(f"profkit: {printable(got['unread'])}", file=sys.stderr)
+        left_out += refused
+
+        def remote(p: str) -> str:  # the object a copy in ``local`` was made from
+            return path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + p[len(local):].replace(os.sep, "/")
+
+        read = read_folder(local, jobs, got["known"], progress=Progress.on(sys.stderr))
+        found, skipped = read.summaries, read.left_out
+        try:  # the next look, by anyone, reads them instead of parsing the traces
+            send([[p, remote(p[:-len(SIDECAR)]) + SIDECAR] for p in read.kept])
+        except StoreError as err:
+            print(f"profkit: could not keep the summaries beside the traces ({printable(redact(str(err)))}); the next "
+                  "look parses them again", file=sys.stderr)
+
+    named = []
+    for line in skipped:  # "<local copy>: why"
+        copy, _, why = line.partition(": ")
+        named.append(f"{remote(copy)}: {why}" if copy.startswith(local) else line)
+    left_out += named
+    for s in found:
+        s["path"] = remote(s["path"])
+    return readable(path, found, named)
+
+
+def read_here(path: str, jobs: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """The summaries of the local traces under ``path`` (a progress line on a terminal for long reads), and a line
+    for each left out; says once if their sidecars could not be kept."""
+    read = read_folder(path, jobs, progress=Progress.on(sys.stderr))
+    if read.unkept:
+        say(f"could not keep the summaries beside the traces ({read.unkept}); the next look parses them again")
+    return read.summaries, read.left_out
+
+
+def readable(path: str, found: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, Any]]:
+    """``found``, unless none of ``path``'s traces could be read (``skipped``: why each could not)."""
+    if not found and skipped:
+        raise CommandError(f"{path}: none of its {len(skipped)} trace(s) could be read: {'; '.join(skipped)}")
+    return found

@@ -1,0 +1,46 @@
+"""``profkit upload LOCAL URL``: the traces a fit kept on this machine when its store failed, put where they belong."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import Any
+
+from lightning_profkit.cli.shared import CommandError
+from lightning_profkit.printable import redact
+from lightning_profkit.store import StoreError, is_url, join
+from lightning_profkit.trace.file import TRACE_SUFFIXES, find_traces, missing
+
+
+def add(sub: Any) -> None:
+    p = sub.add_parser("upload", help="upload the traces a fit kept on this machine when its store failed")
+    p.add_argument("local", help="the folder the fit's end warning names")
+    p.add_argument("url", help="where they belong: the run's trace folder on the store")
+    p.set_defaults(handler=upload_kept)
+
+
+def upload_kept(args: argparse.Namespace) -> int:
+    """``profkit upload LOCAL URL``: the traces a fit kept on this machine when its store failed (the folder its end
+    warning names), put at ``URL`` under the same paths; each local copy goes once it is up."""
+    from lightning_profkit.companions import remove_local
+    from lightning_profkit.store import upload_with_companions
+
+    if not is_url(args.url):
+        raise CommandError(f"{args.url}: not an object-store URL (s3://, gs://, az://, ...)")
+    if not os.path.isdir(args.local):
+        raise CommandError(missing(args.local) if not os.path.exists(args.local) else f"{args.local}: not a folder")
+    found = [p for p in find_traces(args.local) if p.endswith(TRACE_SUFFIXES)]
+    if not found:
+        raise CommandError(f"{args.local}: no trace files (*.pt.trace.json[.gz]) there")
+    for done, path in enumerate(found):
+        try:
+            upload_with_companions(path, join(args.url, os.path.relpath(path, args.local).replace(os.sep, "/")))
+        except StoreError as err:
+            raise CommandError(f"{err}; {done} of {len(found)} trace(s) uploaded, the others are still in {args.local}")
+        remove_local(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(path))  # a window's folder, once empty
+    print(f"profkit: uploaded {len(found)} trace(s) to {redact(args.url)}", file=sys.stderr)
+    return 0
