@@ -95,3 +95,21 @@ def test_a_store_that_cannot_take_traces_fails_at_setup_naming_the_url(tmp_path,
     with pytest.raises(OSError, match=says):
         trainer.fit(TinyModel())
     assert trainer.global_step == 0 and not os.path.exists(root.split("/")[0])  # relative to where the fit ran
+
+
+def test_the_signature_and_the_checked_options_name_the_same_arguments_with_the_same_defaults():
+    """PerformanceMonitor's signature is what Lightning's CLI (YAML) and editors read; Options checks the same
+    arguments: in the same order, with the same types and defaults."""
+    import dataclasses
+    import inspect
+    import typing
+
+    from lightning_profkit.monitor.options import Options
+
+    signature = inspect.signature(PerformanceMonitor).parameters.values()
+    hints = typing.get_type_hints(PerformanceMonitor.__init__)
+    fields = dataclasses.fields(Options)
+    option_hints = typing.get_type_hints(Options)
+    assert [p.name for p in signature] == [f.name for f in fields]
+    assert [p.default for p in signature] == [f.default for f in fields]
+    assert [hints[p.name] for p in signature] == [option_hints[f.name] for f in fields]
