@@ -136,7 +136,7 @@ class PerformanceMonitor(Callback):
     @guarded
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._arm(trainer, pl_module.device.type == "cuda")
-        why = self._fit.start_sampler(cuda_uuid(pl_module)) if self.options.log_metrics else None
+        why = self._fit.measure.start_sampler(cuda_uuid(pl_module)) if self.options.log_metrics else None
         if why:
             rank_zero_info(f"lightning_profkit: {why}")
         loop = trainer.fit_loop.epoch_loop
@@ -148,7 +148,7 @@ class PerformanceMonitor(Callback):
     @guarded
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not self._fit.armed:  # given back while loops ran without us (a tuner's)
-            self._arm(trainer, self._fit.on_cuda)
+            self._arm(trainer, self._fit.measure.on_cuda)
         loop = trainer.fit_loop.epoch_loop
         # the epoch's counters are reset after this hook, unless resuming inside the epoch
         batch_idx = loop.batch_progress.current.ready if loop.restarting else 0

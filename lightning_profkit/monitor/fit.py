@@ -15,8 +15,6 @@ requests and the trace output.
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable, Optional, Sequence
@@ -26,22 +24,19 @@ import torch
 from lightning_profkit import capture_request
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.metric_names import PREFIX
-from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice, gpu_idle_notice
+from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice
 from lightning_profkit.monitor.alerting.checks import BlockFigures, RollingChecks
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
 from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group
-from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, Options
+from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.profiling.selection import Selection, capture_steps
-from lightning_profkit.monitor.profiling.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK,
-                                                         ValidationWindows, WindowRunner, WindowSession,
-                                                         learned_json_per_byte, profiler_activities, session_opener)
-from lightning_profkit.monitor.timing.cpu_wait import CpuWaitShares
-from lightning_profkit.monitor.timing.epoch_figures import (EpochSpans, epoch_figures, reduce_ranks, rolling_metrics,
-                                                            to_vector, window_metrics)
-from lightning_profkit.monitor.timing.fetch_timer import FetchTimer, LoaderSetupTimer
-from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
+from lightning_profkit.monitor.profiling.windows import (ValidationWindows, WindowRunner, profiler_activities,
+                                                         session_opener)
+from lightning_profkit.monitor.timing.epoch_figures import reduce_ranks, rolling_metrics
+from lightning_profkit.monitor.timing.fetch_timer import FetchTimer
 from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch
-from lightning_profkit.monitor.timing.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
+from lightning_profkit.monitor.timing.measure import EpochMeasure
+from lightning_profkit.monitor.writing.intake import TraceIntake, slowest_rank
 from lightning_profkit.monitor.writing.output import TraceOutput
 from lightning_profkit.notices import warn
 
@@ -95,36 +90,25 @@ class FitRun:
             warn("PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
                  "session at a time; PerformanceMonitor records no windows in this run.", UserWarning)
         self.timer: Optional[FetchTimer] = None
-        # epoch 0's loader start-up happens in the fit loop's setup_data, before training starts: timed until then
-        self.setup_timer = LoaderSetupTimer(fit_loop).install() if fit_loop is not None else None
-        self.startup_before_s = 0.0  # its seconds, added to the first epoch's start-up
+        self.measure = EpochMeasure(report, fit_loop)
         self.output: Optional[TraceOutput] = None
+        self.intake: Optional[TraceIntake] = None
         self.runner: Optional[WindowRunner] = None
         self.validation: Optional[ValidationWindows] = None
         self.live: Optional[capture_request.LiveRun] = None
-        self.sampler: Optional[UtilizationSampler] = None
         self.loader: Callable[[], LoaderFacts] = LoaderFacts
         self.workers: Callable[[], Sequence[int]] = tuple
-        self.spans = EpochSpans()
         self.watch = LoaderWatch()  # the DataLoader's CPU, marked at every check, for the advice
         self.loader_busy = LoaderBusy()  # since the mark before the latest check
         self.waited_s = 0.0  # the data wait of the fit's finished epochs
         self.broken = False
-        self.on_cuda = False
-        self.batch_size: Optional[int] = None
         self.epoch = 0
         self.in_epoch = False
         self.epoch_first_step = 0
         self.log_step = 0  # the axis value of the latest step we were called at (see the module's docstring)
         self.windows_at = INF  # the next step at whose end the window runner has work
         self.validation_after = 0  # the training step the running validation follows
-        self.step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
-        self.cpu_waits = CpuWaitShares()  # the training thread's wait for a CPU before and after the first window
-        self.slow_epochs = 0  # epochs running with unprofiled steps slower after a window
         self.step_ms: Optional[float] = None  # the last epoch's step_time_ms_mean (over ranks), for the end-of-fit line
-        self.helper_cpu_s = 0.0  # CPU s of the fit's trace writing off the training thread, to the last epoch's end
-        self.json_per_byte = FIRST_JSON_PER_BYTE_WITH_STACK if options.with_stack else FIRST_JSON_PER_BYTE
-        self.gpu_profiled = False  # CUDA among the activities on a CUDA model: a trace without GPU activity lost it
         self.last_step: Optional[int] = None  # the fit's last step, where the Trainer knows it: no capture past it
 
     # ------------------------------------------------------------------ arming and closing
@@ -138,42 +122,30 @@ class FitRun:
         ``loader()`` reads the training DataLoader's settings, for advice; ``workers()``, only the pids of its worker
         processes now (read at every rolling check)."""
         o = self.options
-        self.timer, self.on_cuda, self.batch_size = timer, on_cuda, batch_size
-        self.loader, self.workers = loader, workers
-        if self.setup_timer is not None:
-            self.startup_before_s = self.setup_timer.seconds
-            self._end_setup_timer()
+        self.timer, self.loader, self.workers = timer, loader, workers
+        self.measure.arm(on_cuda, batch_size)
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
                                   o.storage_options)
+        intake = self.intake = TraceIntake(self.output, o, self.rank.is_zero, self.report, self.delivery, self.traces)
         if o.profiles_rank(self.rank.rank) and not self.other_profiler:
             activities = profiler_activities(o.activities, on_cuda)
-            self.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
+            intake.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
 
             def opener(trace_ready: Callable) -> Callable:
                 return session_opener(activities, o.profiler_options(), trace_ready, o.quiet, self.report, limit,
-                                      lambda: self.json_per_byte, self._room)
+                                      lambda: intake.json_per_byte, intake.room)
 
-            self.runner = WindowRunner(self.selection, opener(self._trace_ready))
+            self.runner = WindowRunner(self.selection, opener(
+                lambda session, prof: intake.submit(session, prof, self.epoch, self.log_step)))
             batches = o.validation_selection()
             if batches is not None:
-                self.validation = ValidationWindows(batches, opener(self._validation_trace_ready))
+                self.validation = ValidationWindows(batches, opener(lambda session, prof: intake.submit(
+                    session, prof, self.epoch, self.log_step, validation_after=self.validation_after)))
         if self.rank.is_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
             self.live = capture_request.LiveRun(self.output.local_dir)
             if self.output.remote:  # the finalizing process announces the run there and brings requests in
                 self.output.announce(self.live.run)
-
-    def start_sampler(self, cuda_uuid: Optional[str]) -> Optional[str]:
-        """Sample the utilization of the GPU ``cuda_uuid`` (None: the model is not on CUDA) through NVML; returns
-        why GPU figures will be absent, when they will."""
-        if cuda_uuid is None:
-            return "the model is not on a CUDA device; GPU idle and memory are not logged"
-        if self.sampler is None:
-            read, why = nvml_reader(cuda_uuid)
-            if read is None:
-                return why
-            self.sampler = UtilizationSampler(read).start()
-        return None
 
     def disarm(self, wait: bool = True) -> Outcome:
         """End the machinery: the profiler sessions, the fetch timer, the sampler, the writer (waiting up to
@@ -184,9 +156,7 @@ class FitRun:
         if self.timer is not None:
             self.timer.uninstall()
             self.timer = None
-        if self.sampler is not None:
-            self.sampler.close()
-            self.sampler = None
+        self.measure.close()
         if self.output is not None:
             timeout = self.options.flush_timeout if wait else 0.0
             left, unsent = self.output.close(timeout)
@@ -198,18 +168,13 @@ class FitRun:
                 self.report(f"{len(unsent)} profiler trace(s) could not be uploaded to {self.trace_dir}; they are kept "
                             f"on this machine: {', '.join(unsent)}. Upload them later with: profkit upload {staging} "
                             f"{self.trace_dir}", "unsent")
-            self._take_windows(out)
+            out.metrics += self.intake.take()
         if self.live is not None:
             self.live.end()
             self.live = None
         if self.output is not None:
             self.output.remove_staging()
         return out
-
-    def _end_setup_timer(self) -> None:
-        timer, self.setup_timer = self.setup_timer, None
-        if timer is not None:
-            timer.uninstall()
 
     def end_windows(self) -> None:
         """End the training and validation windows' profiler sessions, keeping what they recorded."""
@@ -231,7 +196,6 @@ class FitRun:
 
     def close(self, wait: bool = True) -> None:
         """The fit is over (teardown, or an exception): nothing of it is left running."""
-        self._end_setup_timer()
         self.disarm(wait)
         group, self.group = self.group, None
         close_group(group)
@@ -258,19 +222,16 @@ class FitRun:
         self.waited_s += self.timer.reset().train_s
         now = self.clock()
         self.in_epoch = True
-        self.spans = EpochSpans(now, self.sampler.clear() if self.sampler is not None else None)
-        if self.on_cuda:
-            torch.cuda.reset_peak_memory_stats()
+        self.measure.epoch_start(now)
         self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch)
         self._mark_workers(now)  # the first check of the epoch measures from here
         self.epoch_first_step = step
         if self.validation is not None:
             self.validation.spent = []  # this epoch's validation windows
-        self.cpu_waits.epoch_start(now)
         if self.runner is not None:
             self.runner.epoch_start(step, batch_idx, epoch_length)
             if self.runner.session is not None:
-                self.cpu_waits.mark(now)
+                self.measure.cpu_waits.mark(now)
         self._windows_from(step, batch_idx)
         self._schedule()
 
@@ -286,14 +247,14 @@ class FitRun:
         if self.live is not None and now >= self.live.next_poll:
             self._poll_requests(out, now, step)
         if self.output is not None and self.output.has_written:
-            self._take_windows(out)
+            out.metrics += self.intake.take()
         if step >= self.windows_at:
             try:
                 if self.runner is not None:
                     was_open = self.runner.session is not None
                     self.runner.step_end(step, batch_idx, last_in_epoch, stopping)
                     if was_open != (self.runner.session is not None):
-                        self.cpu_waits.mark(now)
+                        self.measure.cpu_waits.mark(now)
             except Exception as err:
                 self.fail("on_train_batch_end", err)
             self._windows_from(step + 1, batch_idx + 1)
@@ -306,7 +267,7 @@ class FitRun:
         self.validation_after = max(after_step, 0)
         self.log_step = self.validation_after if log_step is None else log_step
         if self.in_epoch:
-            self.spans.validation_start(self.clock(), self._gpu_mark())
+            self.measure.validation_start(self.clock())
             if self.runner is not None:
                 self.runner.pause()
         if self.validation is not None:
@@ -316,7 +277,7 @@ class FitRun:
         """The validation run ended; training goes on at ``step`` (batch ``batch_idx``)."""
         if self.validation is not None:
             self.validation.stop()
-        seconds = self.spans.validation_end(self.clock(), self._gpu_mark())
+        seconds = self.measure.validation_end(self.clock())
         if seconds and self.timer is not None:
             self.timer.stats.exclude(seconds)
         if self.runner is not None and self.runner.resume(step, batch_idx):
@@ -341,11 +302,13 @@ class FitRun:
         if self.timer is None:
             return out
         self.timer.stats.end_step(end, completed)
-        self.checks.epoch_end(end, self.timer.stats.train_s, self.spans.validation)
+        self.checks.epoch_end(end, self.timer.stats.train_s, self.measure.spans.validation)
         if self.options.log_metrics or self.checks.rule is not None:
             # every rank takes part in the same collective here, whatever happened to its profiling
             metrics = reduce_ranks(exchange(self.group, self._epoch_vector(end)))  # over gloo: the device is untouched
-            self._watch_after_window(metrics.get(PREFIX + "overhead/after_window_ratio"))
+            notice = self.measure.after_window(metrics.get(PREFIX + "overhead/after_window_ratio"))
+            if notice and self.rank.is_zero:
+                self.report(notice, "after_window")
             self.step_ms = metrics.get(PREFIX + "step_time_ms_mean", self.step_ms)
             if self.checks.rule is not None:
                 self._mark_workers(end)
@@ -358,7 +321,7 @@ class FitRun:
             if self.options.log_metrics and metrics and self.rank.is_zero:
                 out.metrics.append((log_step, {**metrics, "epoch": float(self.epoch)}))
             if self.output is not None:
-                self._take_windows(out)
+                out.metrics += self.intake.take()
         return out
 
     def end(self) -> Outcome:
@@ -367,7 +330,7 @@ class FitRun:
         output = self.output
         out = self.disarm()
         summaries = output.summaries if output is not None else []
-        slowest = self._slowest_rank(summaries) if self.group is not None and self.options.profile else None
+        slowest = slowest_rank(self.group, summaries) if self.group is not None and self.options.profile else None
         line = output.fit_line if output is not None else None  # made by the finalizing process
         if line is not None and self.rank.is_zero:
             every = (f"; every step of the last epoch: {self.step_ms:.1f} ms on average (step_time_ms_mean)"
@@ -376,10 +339,11 @@ class FitRun:
                              f"More: profkit summary {self.trace_dir}")
         total = output.helper_cpu_s if output is not None else None  # closed: the writer's whole fit
         if total is not None and self.rank.is_zero:
+            after = max(total - self.measure.helper_cpu_s, 0.0)
             out.lines.append(f"trace writing off the training thread used {total:.3f} s of CPU on rank 0 (writer "
-                             f"thread and finalizing process), {max(total - self.helper_cpu_s, 0.0):.3f} s of it after "
+                             f"thread and finalizing process), {after:.3f} s of it after "
                              "the last epoch's end (not in profkit/overhead/helper_cpu_s)")
-        self.output = None
+        self.output = self.intake = None
         return out
 
     # ------------------------------------------------------------------ the step scheduler
@@ -397,126 +361,22 @@ class FitRun:
                 at = min(at, self.live.next_poll)
             self.timer.wake(due, at, self.wake)
 
-    # ------------------------------------------------------------------ traces
-    def _room(self) -> Optional[str]:
-        try:
-            return self.output.room() if self.output is not None else None
-        except OSError:  # the folder cannot be looked at: the window's write will say why
-            return None
-
-    def _trace_ready(self, session: WindowSession, prof: Any) -> None:
-        if session.last_recorded is None or self.output is None:
-            return
-        first, last = session.first_active, session.last_recorded
-        notes = self._notes()
-        if session.estimate_bytes is not None:
-            notes.update(estimated_mb=round(session.estimate_bytes / 1e6, 3), memory_growth_bytes=session.growth_bytes)
-        if session.planned_last is not None:
-            notes["cut"] = {"reason": "max_trace_mb", "max_trace_mb": self.options.max_trace_mb,
-                            "planned_steps": [first, session.planned_last]}
-            self.report(self._cut_message(first, last, session), "max_trace_mb")
-        self.output.submit(prof.profiler.kineto_results, self.epoch, first, last, session.offset, notes)
-
-    def _validation_trace_ready(self, session: WindowSession, prof: Any) -> None:
-        if session.last_recorded is None or self.output is None:
-            return
-        self.output.submit(prof.profiler.kineto_results, self.epoch, session.first_active, session.last_recorded, 0,
-                           self._notes(), validation_after=self.validation_after)
-
-    def _notes(self) -> dict[str, Any]:
-        """What a window's trace is labelled with, beside its steps: the logging axis's value at its last step (or
-        the epoch's end), and whether it must hold GPU activity."""
-        return {"log_step": self.log_step, **({"gpu": True} if self.gpu_profiled else {})}
-
-    def _cut_message(self, first: int, last: int, session: WindowSession) -> str:
-        o = self.options
-        heavy = [name for name in ("with_stack", "record_shapes", "profile_memory", "with_modules") if getattr(o, name)]
-        fewer = f"record fewer steps (active={o.active}, `steps=`)"
-        advice = f"turn off {', '.join(f'{n}=True' for n in heavy)} or {fewer}" if heavy else fewer
-        return (f"the trace of steps {first}-{session.planned_last} would pass max_trace_mb={o.max_trace_mb:g}, so the "
-                f"window ended after step {last} with the steps recorded (about {(session.estimate_bytes or 0) / 1e6:.0f} "
-                f"MB of JSON so far, estimated from the memory the profiler took). To record whole windows: {advice}, "
-                "or raise max_trace_mb")
-
-    def _take_windows(self, out: Outcome) -> None:
-        """The windows written since the last look: their traces listed and, on rank zero, their figures logged."""
-        assert self.output is not None
-        done = self.output.take_written(self.traces)
-        for window in done:  # on every rank: what a trace lacks; the size estimate's factor from the latest window
-            if not window.validation:
-                self.delivery.window_written(window.path, window.first)  # the trace of alerts before it
-            if window.problems:
-                self.report(f"the trace {window.path} lacks what its window recorded: {'; '.join(window.problems)} "
-                            "(marked in the trace; `profkit summary` and `report` show it)", "integrity")
-            if window.json_bytes and window.growth_bytes:
-                self.json_per_byte = learned_json_per_byte(window.json_bytes, window.growth_bytes)
-        if not self.rank.is_zero:
-            return
-        threshold = self.options.alert_threshold or DEFAULT_ALERT_THRESHOLD
-        for window in done:
-            notice = None if window.validation else gpu_idle_notice(window.figures, os.path.dirname(window.path), threshold)
-            if notice:
-                self.report(notice, "gpu_idle")
-            metrics = window_metrics(window.figures, window.validation) if self.options.log_metrics else {}
-            if metrics:
-                out.metrics.append((window.log_step, metrics))
-
-    def _slowest_rank(self, summaries: list[dict[str, Any]]) -> Optional[str]:
-        """On every rank (an exchange): the verdict over the ranks' newest windows, for rank zero's line."""
-        from lightning_profkit.trace.ranks import RankFigures, rank_figures, verdict
-
-        mine = rank_figures(summaries)
-        rows = exchange(self.group, mine[0].as_values() if mine else [math.nan] * len(RankFigures.__dataclass_fields__))
-        found = verdict([RankFigures.from_values(row) for row in rows if not math.isnan(row[0])])  # NaN: no windows
-        return f"; across ranks, {found.line}" if found is not None else None
-
     # ------------------------------------------------------------------ metrics, alerts and captures
     def _epoch_vector(self, end: float) -> list[float]:
         """This rank's figures of the epoch, measured and what profiling cost, in the exchange's order."""
-        try:
-            peak = torch.cuda.max_memory_allocated() if self.on_cuda else None
-            assert self.timer is not None
-            stats = self.timer.stats
-            figures = epoch_figures(stats, self.spans.start, end, self.spans.validation_s, self.batch_size, peak,
-                                    self._gpu_idle(), self.startup_before_s)
-            self.startup_before_s = 0.0
-            runner, helper = self.runner, None
-            total = self.output.helper_cpu_s if self.output is not None else None  # read now, not at the last window
-            if total is not None:  # never below the last: a finalizing process that ends is counted after it ends
-                helper, self.helper_cpu_s = max(total - self.helper_cpu_s, 0.0), max(total, self.helper_cpu_s)
-            spent = (runner.spent if runner else []) + (self.validation.spent if self.validation else [])
-            cost, baseline = own_cost(stats.step_times, self.epoch_first_step, runner.profiled if runner else [],
-                                      self.step_baseline, spent, helper, self.cpu_waits.shares(end))
-            self.step_baseline = self.step_baseline or baseline
-            return to_vector({**figures, **cost})
-        except Exception as err:
-            self.report(f"epoch metrics failed: {err!r}", "metrics")
-            return to_vector({})
-
-    def _watch_after_window(self, ratio: Optional[float]) -> None:
-        """Warn once when unprofiled steps stay slower after the windows than before them."""
-        self.slow_epochs = slow_epochs(self.slow_epochs, ratio, SLOW_AFTER["cuda" if self.on_cuda else "cpu"])
-        if self.slow_epochs < SLOW_EPOCHS or not self.rank.is_zero:
-            return
-        if self.on_cuda:
-            cause = ("This is usually CUPTI left attached after a window: kineto keeps it unless TEARDOWN_CUPTI=1 "
-                     "(torch sets TEARDOWN_CUPTI=0 with CUDA graphs on CUDA older than 12.6); set TEARDOWN_CUPTI=1 "
-                     "in the environment before the first window, or record fewer windows (`steps=`, `profile=False`)")
-        else:
-            cause = ("Time waiting for a CPU is left out, and nothing of torch.profiler is known to outlive a window "
-                     "on CPU: compare step_time_ms_mean with a fit with `profile=False`")
-        self.report(
-            f"unprofiled steps after the profiler windows took {ratio:.2f}x the time of those before the first "
-            f"window, {self.slow_epochs} epochs running (profkit/overhead/after_window_ratio). {cause}",
-            "after_window",
-        )
+        assert self.timer is not None
+        runner = self.runner
+        spent = (runner.spent if runner else []) + (self.validation.spent if self.validation else [])
+        total = self.output.helper_cpu_s if self.output is not None else None  # read now, not at the last window
+        return self.measure.vector(self.timer.stats, end, self.epoch_first_step, runner.profiled if runner else [],
+                                   spent, total)
 
     def _rolling_check(self, out: Outcome, now: float, step: int) -> None:
         """This block's data wait on every rank (exchanged off the device), then the rule."""
         assert self.timer is not None
         checked = self.checks.span(step)
         self._mark_workers(now)
-        mine = self.checks.take_block(now, self.timer.stats.train_s, self.spans.validation, step)
+        mine = self.checks.take_block(now, self.timer.stats.train_s, self.measure.spans.validation, step)
         rows = [BlockFigures(*row) for row in exchange(self.group, list(mine))]
         asked = int(max(row.requested for row in rows))
         if asked:
@@ -565,9 +425,10 @@ class FitRun:
             busy = LoaderBusy.from_values(exchange(self.group, busy.as_values())[rank], rank)
         try:
             stats = self.timer.stats if self.timer is not None else None
-            startup = (stats.first_fetch - self.spans.start + self.startup_before_s
+            spans = self.measure.spans
+            startup = (stats.first_fetch - spans.start + self.measure.startup_before_s
                        if stats is not None and stats.first_fetch else None)
-            return data_wait_advice(self.loader(), startup, self.clock() - self.spans.start, busy)
+            return data_wait_advice(self.loader(), startup, self.clock() - spans.start, busy)
         except Exception as err:
             self.report(f"advice failed: {err!r}", "advice")
             return []
@@ -609,15 +470,3 @@ class FitRun:
                 self.checks.requested = steps  # all ranks start it together at the next rolling check
             else:
                 self._capture(out, step, steps, "requested from outside")
-
-    def _gpu_mark(self) -> Optional[float]:
-        return self.sampler.mark() if self.sampler is not None else None
-
-    def _gpu_idle(self) -> Optional[float]:
-        """NVML idle ratio of this epoch's training time, between marks in NVML's own clock."""
-        if self.sampler is None or self.spans.gpu_start is None:
-            return None
-        ratio = self.sampler.idle_ratio(self.spans.gpu_start, self.sampler.mark(), self.spans.gpu_validation)
-        if self.sampler.error is not None:
-            self.report(f"NVML sampling stopped: {self.sampler.error!r}", "nvml")
-        return ratio

@@ -1,0 +1,125 @@
+"""What a fit measures of each epoch beside its fetches: the epoch's spans (the validation runs inside it), the GPU's
+idle time (NVML), peak memory, the loader's start-up before training, and what profiling cost; the epoch's figures
+as the exchange's vector."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from lightning_profkit.monitor.timing.cpu_wait import CpuWaitShares
+from lightning_profkit.monitor.timing.epoch_figures import EpochSpans, epoch_figures, to_vector
+from lightning_profkit.monitor.timing.fetch_timer import FetchStats, LoaderSetupTimer
+from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
+from lightning_profkit.monitor.timing.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
+
+
+class EpochMeasure:
+    """One fit's measurements on one rank. ``report(message, key)`` warns once per kind of problem; ``fit_loop``
+    (Lightning's): its ``setup_data``, where epoch 0's loader starts before training, is timed until :meth:`arm`."""
+
+    def __init__(self, report: Callable[..., None], fit_loop: Any = None) -> None:
+        self.report = report
+        self.setup_timer = LoaderSetupTimer(fit_loop).install() if fit_loop is not None else None
+        self.startup_before_s = 0.0  # its seconds, added to the first epoch's start-up
+        self.sampler: Optional[UtilizationSampler] = None
+        self.on_cuda = False
+        self.batch_size: Optional[int] = None
+        self.spans = EpochSpans()
+        self.step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
+        self.cpu_waits = CpuWaitShares()  # the training thread's wait for a CPU before and after the first window
+        self.slow_epochs = 0  # epochs running with unprofiled steps slower after a window
+        self.helper_cpu_s = 0.0  # CPU s of the fit's trace writing off the training thread, to the last epoch's end
+
+    def arm(self, on_cuda: bool, batch_size: Optional[int]) -> None:
+        self.on_cuda, self.batch_size = on_cuda, batch_size
+        if self.setup_timer is not None:
+            self.startup_before_s = self.setup_timer.seconds
+        self.end_setup_timer()
+
+    def end_setup_timer(self) -> None:
+        timer, self.setup_timer = self.setup_timer, None
+        if timer is not None:
+            timer.uninstall()
+
+    def start_sampler(self, cuda_uuid: Optional[str]) -> Optional[str]:
+        """Sample the utilization of the GPU ``cuda_uuid`` (None: the model is not on CUDA) through NVML; returns
+        why GPU figures will be absent, when they will."""
+        if cuda_uuid is None:
+            return "the model is not on a CUDA device; GPU idle and memory are not logged"
+        if self.sampler is None:
+            read, why = nvml_reader(cuda_uuid)
+            if read is None:
+                return why
+            self.sampler = UtilizationSampler(read).start()
+        return None
+
+    def close(self) -> None:
+        self.end_setup_timer()
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler = None
+
+    def epoch_start(self, now: float) -> None:
+        self.spans = EpochSpans(now, self.sampler.clear() if self.sampler is not None else None)
+        if self.on_cuda:
+            torch.cuda.reset_peak_memory_stats()
+        self.cpu_waits.epoch_start(now)
+
+    def validation_start(self, now: float) -> None:
+        self.spans.validation_start(now, self._gpu_mark())
+
+    def validation_end(self, now: float) -> float:
+        """The seconds of the validation run that ended ``now``, inside the epoch."""
+        return self.spans.validation_end(now, self._gpu_mark())
+
+    def vector(self, stats: FetchStats, end: float, first_step: int, profiled: list[int], spent: list[float],
+               helper_total: Optional[float]) -> list[float]:
+        """This rank's figures of the epoch ending at ``end`` (from step ``first_step``; ``profiled``: its steps in
+        windows, ``spent``: seconds the windows' sessions took on the training thread, ``helper_total``: CPU seconds
+        of trace writing off it so far), measured and what profiling cost, in the exchange's order."""
+        try:
+            peak = torch.cuda.max_memory_allocated() if self.on_cuda else None
+            figures = epoch_figures(stats, self.spans.start, end, self.spans.validation_s, self.batch_size, peak,
+                                    self._gpu_idle(), self.startup_before_s)
+            self.startup_before_s = 0.0
+            helper = None
+            if helper_total is not None:  # never below the last: a finalizing process that ends is counted after it ends
+                helper = max(helper_total - self.helper_cpu_s, 0.0)
+                self.helper_cpu_s = max(helper_total, self.helper_cpu_s)
+            cost, baseline = own_cost(stats.step_times, first_step, profiled, self.step_baseline, spent, helper,
+                                      self.cpu_waits.shares(end))
+            self.step_baseline = self.step_baseline or baseline
+            return to_vector({**figures, **cost})
+        except Exception as err:
+            self.report(f"epoch metrics failed: {err!r}", "metrics")
+            return to_vector({})
+
+    def after_window(self, ratio: Optional[float]) -> Optional[str]:
+        """The notice to give once unprofiled steps stay slower after the windows than before them, epochs running
+        (``ratio``: the epoch's ``after_window_ratio``); None until then."""
+        self.slow_epochs = slow_epochs(self.slow_epochs, ratio, SLOW_AFTER["cuda" if self.on_cuda else "cpu"])
+        if self.slow_epochs < SLOW_EPOCHS or ratio is None:
+            return None
+        if self.on_cuda:
+            cause = ("This is usually CUPTI left attached after a window: kineto keeps it unless TEARDOWN_CUPTI=1 "
+                     "(torch sets TEARDOWN_CUPTI=0 with CUDA graphs on CUDA older than 12.6); set TEARDOWN_CUPTI=1 "
+                     "in the environment before the first window, or record fewer windows (`steps=`, `profile=False`)")
+        else:
+            cause = ("Time waiting for a CPU is left out, and nothing of torch.profiler is known to outlive a window "
+                     "on CPU: compare step_time_ms_mean with a fit with `profile=False`")
+        return (f"unprofiled steps after the profiler windows took {ratio:.2f}x the time of those before the first "
+                f"window, {self.slow_epochs} epochs running (profkit/overhead/after_window_ratio). {cause}")
+
+    def _gpu_mark(self) -> Optional[float]:
+        return self.sampler.mark() if self.sampler is not None else None
+
+    def _gpu_idle(self) -> Optional[float]:
+        """NVML idle ratio of this epoch's training time, between marks in NVML's own clock."""
+        if self.sampler is None or self.spans.gpu_start is None:
+            return None
+        ratio = self.sampler.idle_ratio(self.spans.gpu_start, self.sampler.mark(), self.spans.gpu_validation)
+        if self.sampler.error is not None:
+            self.report(f"NVML sampling stopped: {self.sampler.error!r}", "nvml")
+        return ratio
