@@ -24,17 +24,18 @@ import torch
 from lightning_profkit import capture_request
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.metric_names import PREFIX
-from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice
+from lightning_profkit.monitor.alerting.advice import LoaderFacts
 from lightning_profkit.monitor.alerting.checks import BlockFigures, RollingChecks
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
 from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group
 from lightning_profkit.monitor.options import Options
+from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
+from lightning_profkit.monitor.profiling.captures import requested_steps
 from lightning_profkit.monitor.profiling.selection import Selection, capture_steps
 from lightning_profkit.monitor.profiling.windows import (ValidationWindows, WindowRunner, profiler_activities,
                                                          session_opener)
 from lightning_profkit.monitor.timing.epoch_figures import reduce_ranks, rolling_metrics
 from lightning_profkit.monitor.timing.fetch_timer import FetchTimer
-from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch
 from lightning_profkit.monitor.timing.measure import EpochMeasure
 from lightning_profkit.monitor.writing.intake import TraceIntake, slowest_rank
 from lightning_profkit.monitor.writing.output import TraceOutput
@@ -96,10 +97,7 @@ class FitRun:
         self.runner: Optional[WindowRunner] = None
         self.validation: Optional[ValidationWindows] = None
         self.live: Optional[capture_request.LiveRun] = None
-        self.loader: Callable[[], LoaderFacts] = LoaderFacts
-        self.workers: Callable[[], Sequence[int]] = tuple
-        self.watch = LoaderWatch()  # the DataLoader's CPU, marked at every check, for the advice
-        self.loader_busy = LoaderBusy()  # since the mark before the latest check
+        self.advice = LoaderAdvice(report)  # the DataLoader's CPU, marked at every check, for an alert's advice
         self.waited_s = 0.0  # the data wait of the fit's finished epochs
         self.broken = False
         self.epoch = 0
@@ -122,7 +120,7 @@ class FitRun:
         ``loader()`` reads the training DataLoader's settings, for advice; ``workers()``, only the pids of its worker
         processes now (read at every rolling check)."""
         o = self.options
-        self.timer, self.loader, self.workers = timer, loader, workers
+        self.timer, self.advice.loader, self.advice.workers = timer, loader, workers
         self.measure.arm(on_cuda, batch_size)
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
                                   o.storage_options)
@@ -232,7 +230,7 @@ class FitRun:
             self.runner.epoch_start(step, batch_idx, epoch_length)
             if self.runner.session is not None:
                 self.measure.cpu_waits.mark(now)
-        self._windows_from(step, batch_idx)
+        self.windows_at = self.runner.next_step_end(step, batch_idx) if self.runner is not None else INF
         self._schedule()
 
     def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool,
@@ -245,7 +243,12 @@ class FitRun:
         if self.checks.due(step):
             self._rolling_check(out, now, step)  # every rank at the same step: it may exchange figures
         if self.live is not None and now >= self.live.next_poll:
-            self._poll_requests(out, now, step)
+            steps, lines = requested_steps(self.live, now, self.options.active, self.report)
+            out.lines += lines
+            if steps and self.rank.world_size > 1:
+                self.checks.requested = steps  # all ranks start it together at the next rolling check
+            elif steps:
+                self._capture(step, steps, out)
         if self.output is not None and self.output.has_written:
             out.metrics += self.intake.take()
         if step >= self.windows_at:
@@ -257,7 +260,7 @@ class FitRun:
                         self.measure.cpu_waits.mark(now)
             except Exception as err:
                 self.fail("on_train_batch_end", err)
-            self._windows_from(step + 1, batch_idx + 1)
+            self.windows_at = self.runner.next_step_end(step + 1, batch_idx + 1) if self.runner is not None else INF
         self._schedule()
         return out
 
@@ -281,7 +284,7 @@ class FitRun:
         if seconds and self.timer is not None:
             self.timer.stats.exclude(seconds)
         if self.runner is not None and self.runner.resume(step, batch_idx):
-            self._windows_from(step, batch_idx)
+            self.windows_at = self.runner.next_step_end(step, batch_idx)
             self._schedule()
 
     def validation_batch_start(self, batch_idx: int) -> None:
@@ -305,7 +308,12 @@ class FitRun:
         self.checks.epoch_end(end, self.timer.stats.train_s, self.measure.spans.validation)
         if self.options.log_metrics or self.checks.rule is not None:
             # every rank takes part in the same collective here, whatever happened to its profiling
-            metrics = reduce_ranks(exchange(self.group, self._epoch_vector(end)))  # over gloo: the device is untouched
+            runner, validation = self.runner, self.validation
+            spent = (runner.spent if runner else []) + (validation.spent if validation else [])
+            total = self.output.helper_cpu_s if self.output is not None else None  # read now, not at the last window
+            mine = self.measure.vector(self.timer.stats, end, self.epoch_first_step, runner.profiled if runner else [],
+                                       spent, total)
+            metrics = reduce_ranks(exchange(self.group, mine))  # over gloo: the device is untouched
             notice = self.measure.after_window(metrics.get(PREFIX + "overhead/after_window_ratio"))
             if notice and self.rank.is_zero:
                 self.report(notice, "after_window")
@@ -347,9 +355,6 @@ class FitRun:
         return out
 
     # ------------------------------------------------------------------ the step scheduler
-    def _windows_from(self, step: int, batch_idx: int) -> None:
-        self.windows_at = self.runner.next_step_end(step, batch_idx) if self.runner is not None else INF
-
     def _schedule(self) -> None:
         """Have the fetch timer wake us at the next step with work at its end: a window's, a rolling check's, or
         the next capture-request poll (or ownership check)."""
@@ -362,15 +367,6 @@ class FitRun:
             self.timer.wake(due, at, self.wake)
 
     # ------------------------------------------------------------------ metrics, alerts and captures
-    def _epoch_vector(self, end: float) -> list[float]:
-        """This rank's figures of the epoch, measured and what profiling cost, in the exchange's order."""
-        assert self.timer is not None
-        runner = self.runner
-        spent = (runner.spent if runner else []) + (self.validation.spent if self.validation else [])
-        total = self.output.helper_cpu_s if self.output is not None else None  # read now, not at the last window
-        return self.measure.vector(self.timer.stats, end, self.epoch_first_step, runner.profiled if runner else [],
-                                   spent, total)
-
     def _rolling_check(self, out: Outcome, now: float, step: int) -> None:
         """This block's data wait on every rank (exchanged off the device), then the rule."""
         assert self.timer is not None
@@ -380,7 +376,7 @@ class FitRun:
         rows = [BlockFigures(*row) for row in exchange(self.group, list(mine))]
         asked = int(max(row.requested for row in rows))
         if asked:
-            self._capture(out, step, asked, "requested from outside")
+            self._capture(step, asked, out)
         if self.options.log_metrics and self.rank.is_zero:  # the curve grows while a long epoch runs
             metrics = rolling_metrics(rows, self.options.alert_window)
             if metrics:
@@ -394,8 +390,11 @@ class FitRun:
         if not self.checks.judge(ratio, step):
             return
         assert self.checks.rule is not None
-        alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank,
-                              self._advice(worst_rank),
+        stats, spans = self.timer.stats if self.timer is not None else None, self.measure.spans
+        startup = (stats.first_fetch - spans.start + self.measure.startup_before_s
+                   if stats is not None and stats.first_fetch else None)
+        advice = self.advice.advice(self.group, worst_rank, startup, self.clock() - spans.start)  # an exchange
+        alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, advice,
                               log_step=self.log_step)
         self.alerts.append(alert)
         o = self.options
@@ -403,7 +402,7 @@ class FitRun:
         if o.alert_action == "raise":
             out.raise_ = DataWaitAlertError(alert)
         if o.alert_action == "warn" and o.capture_on_alert:
-            alert.recording = self._start_capture(step, o.active)
+            alert.recording = self._capture(step, o.active)
             if alert.recording is None and self.last_step is not None and step >= self.last_step:
                 out.lines.append(f"data-wait alert at step {step}, the fit's last: no steps are left to record for it")
         self.delivery.send(alert)
@@ -411,36 +410,12 @@ class FitRun:
     def _mark_workers(self, now: float) -> None:
         """How busy the DataLoader was since the last check (for an alert's advice)."""
         if self.checks.rule is not None and self.timer is not None:
-            try:
-                waited = self.waited_s + self.timer.stats.train_s
-                self.loader_busy = self.watch.busy(self.workers(), now, waited)
-            except Exception as err:
-                self.report(f"reading the DataLoader's CPU failed: {err!r}", "advice")
+            self.advice.mark(now, self.waited_s + self.timer.stats.train_s)
 
-    def _advice(self, worst_rank: Optional[int]) -> list[str]:
-        """An alert's advice, from how busy the worst rank's loading was (an exchange: every rank calls it)."""
-        busy = self.loader_busy
-        if self.group is not None:
-            rank = worst_rank or 0
-            busy = LoaderBusy.from_values(exchange(self.group, busy.as_values())[rank], rank)
-        try:
-            stats = self.timer.stats if self.timer is not None else None
-            spans = self.measure.spans
-            startup = (stats.first_fetch - spans.start + self.measure.startup_before_s
-                       if stats is not None and stats.first_fetch else None)
-            return data_wait_advice(self.loader(), startup, self.clock() - spans.start, busy)
-        except Exception as err:
-            self.report(f"advice failed: {err!r}", "advice")
-            return []
-
-    def _capture(self, out: Outcome, step: int, steps: int, why: str) -> None:
-        window = self._start_capture(step, steps)
-        if window is not None:
-            out.lines.append(f"recording steps {window[0]}-{window[1]} ({why})")
-
-    def _start_capture(self, step: int, steps: int) -> Optional[tuple[int, int]]:
+    def _capture(self, step: int, steps: int, out: Optional[Outcome] = None) -> Optional[tuple[int, int]]:
         """Record ``steps`` steps from the step after ``step`` on (at once near the fit's end); the steps, or None
-        when this rank cannot (or the budget is spent, or the fit ends at ``step``)."""
+        when this rank cannot (or the budget is spent, or the fit ends at ``step``). With ``out``: asked from outside,
+        which a line says."""
         window = capture_steps(step, steps, self.selection.warmup, self.last_step)
         if self.runner is None or self.broken or window is None:
             return None
@@ -449,24 +424,6 @@ class FitRun:
             return None
         self.runner.capture(*window, step + 1)
         self.windows_at = min(self.windows_at, step)  # the runner opens it at this step's end
+        if out is not None:
+            out.lines.append(f"recording steps {window[0]}-{window[1]} (requested from outside)")
         return window
-
-    def _poll_requests(self, out: Outcome, now: float, step: int) -> None:
-        assert self.live is not None
-        try:
-            request = self.live.poll(now)
-        except OSError as err:
-            self.report(f"cannot read capture requests: {err!r}", "request")
-            return
-        if request is not None and "refused" in request:
-            self.report(f"a capture request was refused: {request['refused']}; only the user who runs the fit may "
-                        "ask it for a window", "request_refused")
-        elif request is not None:
-            steps = request["steps"] or self.options.active
-            if "capped" in request:
-                out.lines.append(f"a capture request asked for {request['capped']} steps; recording at most "
-                                 f"{capture_request.MAX_STEPS}")
-            if self.rank.world_size > 1:
-                self.checks.requested = steps  # all ranks start it together at the next rolling check
-            else:
-                self._capture(out, step, steps, "requested from outside")

@@ -68,8 +68,8 @@ def test_rolling_checks_log_their_block_and_an_episode_alerts_once(monkeypatch, 
 def test_rolling_checks_read_only_the_workers_pids_and_the_loaders_settings_for_an_alert(monkeypatch, tmp_path):
     read = []  # what the fit asked for: the workers' pids at every check, the loader's settings for an alert's advice
     fit = FakeFit(monkeypatch, str(tmp_path), alert_window=5, alert_patience=2, capture_on_alert=False, **NO_WINDOWS)
-    fit.run.loader = lambda: read.append("settings") or LoaderFacts(num_workers=0, cpus=8)
-    fit.run.workers = lambda: read.append("pids") or ()
+    fit.run.advice.loader = lambda: read.append("settings") or LoaderFacts(num_workers=0, cpus=8)
+    fit.run.advice.workers = lambda: read.append("pids") or ()
     fit.epoch(0, [(0.1, 0.9)] * 10 + [(0.6, 0.4)] * 10)  # checks at steps 4, 9 (fast), 14, 19 (slow: the alert)
     (alert,) = fit.alerts
     assert alert.step == 19 and any("num_workers=0" in line for line in alert.advice)

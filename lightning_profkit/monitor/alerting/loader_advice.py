@@ -1,0 +1,41 @@
+"""An alert's advice in a running fit: how busy the DataLoader's workers and the training thread were between
+rolling checks (read at each check), the worst rank's figures taken from every rank, and what to try from them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice
+from lightning_profkit.monitor.exchange import exchange
+from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch
+
+
+class LoaderAdvice:
+    """``loader()`` reads the training DataLoader's settings; ``workers()`` the pids of its worker processes now;
+    ``report(message, key)`` is told when either fails (training goes on, with less advice)."""
+
+    def __init__(self, report: Callable[..., None]) -> None:
+        self.report = report
+        self.loader: Callable[[], LoaderFacts] = LoaderFacts
+        self.workers: Callable[[], Sequence[int]] = tuple
+        self.watch = LoaderWatch()
+        self.busy = LoaderBusy()  # since the mark before the latest check
+
+    def mark(self, now: float, waited_s: float) -> None:
+        """A rolling check (or an epoch's start or end) at ``now``, after ``waited_s`` of data wait in the fit."""
+        try:
+            self.busy = self.watch.busy(self.workers(), now, waited_s)
+        except Exception as err:
+            self.report(f"reading the DataLoader's CPU failed: {err!r}", "advice")
+
+    def advice(self, group: Any, worst_rank: Optional[int], startup_s: Optional[float], train_s: float) -> list[str]:
+        """What to try, from how busy the worst rank's loading was (an exchange in ``group``: every rank calls it)."""
+        busy = self.busy
+        if group is not None:
+            rank = worst_rank or 0
+            busy = LoaderBusy.from_values(exchange(group, busy.as_values())[rank], rank)
+        try:
+            return data_wait_advice(self.loader(), startup_s, train_s, busy)
+        except Exception as err:
+            self.report(f"advice failed: {err!r}", "advice")
+            return []
