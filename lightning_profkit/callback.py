@@ -15,7 +15,7 @@ from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorb
                                               guarded, last_step, log_step, own_trace_dir, rank_of, rehook,
                                               runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
-from lightning_profkit.monitor.fit import FitRun
+from lightning_profkit.monitor.fit import Effects, FitRun, Kept
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.profiling.selection import StepRanges
 from lightning_profkit.monitor.timing import fetch_timer
@@ -106,7 +106,6 @@ class PerformanceMonitor(Callback):
         storage_options: Optional[dict[str, Any]] = None,
     ) -> None:
         self.options = Options(**{name: value for name, value in locals().items() if name != "self"})
-        self.selection = self.options.selection()
         self.trace_dir: Optional[str] = None
         self.traces: list[str] = []  # this rank's trace files, oldest first
         self.alerts: list[DataWaitAlert] = []  # the alerts of the last fit
@@ -129,8 +128,8 @@ class PerformanceMonitor(Callback):
             self._notices(f"another fit ({other}) is writing traces to {chosen}; this fit writes to {folder}, "
                           "so that the two never mix", "shared_dir")
         check_trace_dir(folder, self.options.storage_options)
-        self._fit = FitRun(self.options, self.selection, self._checks, folder, rank_of(trainer), self._notices,
-                           lambda alert: alert_to_tensorboard(trainer, alert), self._wake, self.traces, self.alerts,
+        effects = Effects(self._notices, lambda alert: alert_to_tensorboard(trainer, alert), self._wake)
+        self._fit = FitRun(self.options, Kept(self._checks, self.traces, self.alerts), folder, rank_of(trainer), effects,
                            other_profiler=runs_pytorch_profiler(trainer), fit_loop=trainer.fit_loop)
 
     @guarded

@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 from lightning_profkit import machine
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
-from lightning_profkit.monitor.fit import FitRun, Outcome, Rank
+from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome, Rank
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.profiling import windows
 from lightning_profkit.monitor.timing import fetch_timer
@@ -83,8 +83,8 @@ class FakeFit:
         self._catch = warnings.catch_warnings(record=True)
         self._caught = self._catch.__enter__()
         warnings.simplefilter("always")
-        self.run = FitRun(self.options, self.options.selection(), self.checks, trace_dir, Rank(), Notices(),
-                          lambda alert: None, self._wake, self.traces, self.alerts, clock=self.clock)
+        self.run = FitRun(self.options, Kept(self.checks, self.traces, self.alerts), trace_dir, Rank(),
+                          Effects(Notices(), wake=self._wake, clock=self.clock))
         self.run.arm(fetch_timer.FetchTimer(self.trainer).install(), False, batch_size, lambda: loader)
 
     def _wake(self) -> None:

@@ -5,12 +5,15 @@ of the trainer it needs (step, batch index, epoch, whether the batch is the epoc
 here. What the trainer must do in return (log metrics at a step, print a line on rank zero, stop, raise an
 alert) comes back as an :class:`Outcome`. Metrics are logged on one step axis, the one Lightning logs the user's
 own ``self.log`` metrics on (``log_step``: the batches that stepped an optimizer, not ``global_step``, which counts
-optimizer steps); the steps the fit's logic counts are batches. Time is read from ``clock``
-(``time.perf_counter`` by default, the clock the fetch timer reads), so that tests drive a fit with a fake one.
+optimizer steps); the steps the fit's logic counts are batches. Every other effect goes through
+:class:`Effects`; time is read from its ``clock`` (``time.perf_counter`` by default, the clock the fetch timer
+reads), so that tests drive a fit with a fake one.
 
-A FitRun owns the step scheduler (:meth:`FitRun._schedule`: the one place that knows the next step with work
-at its end), the window runners, the epoch's spans, the rolling checks' exchange, alert delivery, the capture
-requests and the trace output.
+A FitRun coordinates: it owns the step scheduler (:meth:`FitRun._schedule`: the one place that knows the next step
+with work at its end), the window runners, the rolling checks' exchange and the alert's action, and hands the rest
+to its parts: the epoch's measurements (:class:`~lightning_profkit.monitor.timing.measure.EpochMeasure`), the
+traces (:class:`~lightning_profkit.monitor.writing.intake.TraceIntake`), the loader's advice
+(:class:`~lightning_profkit.monitor.alerting.loader_advice.LoaderAdvice`) and alert delivery.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from lightning_profkit.monitor.exchange import close_group, exchange, exchange_g
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
 from lightning_profkit.monitor.profiling.captures import requested_steps
-from lightning_profkit.monitor.profiling.selection import Selection, capture_steps
+from lightning_profkit.monitor.profiling.selection import capture_steps
 from lightning_profkit.monitor.profiling.windows import (ValidationWindows, WindowRunner, profiler_activities,
                                                          session_opener)
 from lightning_profkit.monitor.timing.epoch_figures import reduce_ranks, rolling_metrics
@@ -69,35 +72,54 @@ class Rank:
         return self.rank == 0
 
 
-class FitRun:
-    """One fit on one rank. ``report(message, key)`` warns once per kind of problem; ``to_loggers(alert)`` writes an
-    alert where the run's loggers show text; ``wake()`` asks the trainer to call :meth:`step_end` at the end of the
-    step now beginning (the fetch timer calls it at the first fetch of a step with work). ``checks``, ``traces``
-    and ``alerts`` outlive the fit: they are the callback's."""
+@dataclass
+class Kept:
+    """What a PerformanceMonitor keeps across its fits: its rolling checks (alert episode, capture budget), its
+    trace files (oldest first) and its alerts."""
 
-    def __init__(self, options: Options, selection: Selection, checks: RollingChecks, trace_dir: str, rank: Rank,
-                 report: Callable[..., None], to_loggers: Callable[[DataWaitAlert], None], wake: Callable[[], None],
-                 traces: list[str], alerts: list[DataWaitAlert], other_profiler: bool = False,
-                 clock: Callable[[], float] = perf_counter, fit_loop: Any = None) -> None:
-        self.options, self.selection, self.checks, self.trace_dir, self.rank = options, selection, checks, trace_dir, rank
-        self.report, self.wake, self.clock = report, wake, clock
-        self.traces, self.alerts = traces, alerts
-        self.other_profiler = other_profiler  # Lightning's PyTorchProfiler runs: torch allows one session at a time
-        self.delivery = AlertDelivery(options.on_alert, report, to_loggers)
+    checks: RollingChecks
+    traces: list[str] = field(default_factory=list)
+    alerts: list[DataWaitAlert] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Effects:
+    """How a fit reaches outside itself, besides its :class:`Outcome`: ``report(message, key)`` warns once per kind
+    of problem; ``to_loggers(alert)`` writes an alert where the run's loggers show text; ``wake()`` asks the trainer
+    to call :meth:`FitRun.step_end` at the end of the step now beginning (the fetch timer calls it at the first fetch
+    of a step with work); ``clock()`` reads the time (the fetch timer's clock)."""
+
+    report: Callable[..., None]
+    to_loggers: Callable[[DataWaitAlert], None] = lambda alert: None
+    wake: Callable[[], None] = lambda: None
+    clock: Callable[[], float] = perf_counter
+
+
+class FitRun:
+    """One fit on one rank, writing to ``trace_dir``. ``other_profiler``: Lightning's PyTorchProfiler runs (torch
+    allows one session at a time); ``fit_loop``: Lightning's, whose loader start-up before training is timed."""
+
+    def __init__(self, options: Options, kept: Kept, trace_dir: str, rank: Rank, effects: Effects,
+                 other_profiler: bool = False, fit_loop: Any = None) -> None:
+        self.options, self.selection, self.trace_dir, self.rank = options, options.selection(), trace_dir, rank
+        self.checks, self.traces, self.alerts = kept.checks, kept.traces, kept.alerts
+        self.report, self.wake, self.clock = effects.report, effects.wake, effects.clock
+        self.other_profiler = other_profiler
+        self.delivery = AlertDelivery(options.on_alert, self.report, effects.to_loggers)
         self.delivery.to_user = rank.is_zero
         self.group = exchange_group(rank.world_size)
-        checks.start_fit()
+        self.checks.start_fit()
         if other_profiler and options.profiles_rank(rank.rank) and rank.is_zero:
             warn("PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
                  "session at a time; PerformanceMonitor records no windows in this run.", UserWarning)
         self.timer: Optional[FetchTimer] = None
-        self.measure = EpochMeasure(report, fit_loop)
+        self.measure = EpochMeasure(self.report, fit_loop)
         self.output: Optional[TraceOutput] = None
         self.intake: Optional[TraceIntake] = None
         self.runner: Optional[WindowRunner] = None
         self.validation: Optional[ValidationWindows] = None
         self.live: Optional[capture_request.LiveRun] = None
-        self.advice = LoaderAdvice(report)  # the DataLoader's CPU, marked at every check, for an alert's advice
+        self.advice = LoaderAdvice(self.report)  # the DataLoader's CPU, marked at every check, for an alert's advice
         self.waited_s = 0.0  # the data wait of the fit's finished epochs
         self.broken = False
         self.epoch = 0
