@@ -16,6 +16,14 @@ from lightning_profkit.monitor.profiling.selection import (EpochWindow, EveryNSt
 ACTIVITIES = ("cpu", "cuda")
 ALERT_ACTIONS = ("warn", "stop", "raise")
 PROFILER_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+FLAGS = ("profile", *PROFILER_OPTIONS, "quiet", "log_metrics", "capture_on_alert")
+WHOLE = {"skip_first": 0, "warmup": 0, "active": 1, "alert_window": 1, "alert_patience": 1, "alert_cooldown": 0,
+         "max_captures": 0}  # integer arguments and their least value
+NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {  # numbers, None allowed but for flush_timeout
+    "flush_timeout": (lambda v: v >= 0, "a number of seconds >= 0"),
+    "alert_threshold": (lambda v: 0 < v < 1, "a ratio between 0 and 1 (or None to turn alerts off)"),
+    "max_trace_mb": (lambda v: v > 0, "megabytes of trace JSON > 0 (or None for no limit)"),
+}
 
 
 def _fail(name: str, wants: str, value: Any) -> None:
@@ -78,28 +86,47 @@ class Options:
     storage_options: Optional[dict[str, Any]] = field(default=None, repr=False)  # may hold credentials
 
     def __post_init__(self) -> None:
-        for name in ("profile", *PROFILER_OPTIONS, "quiet", "log_metrics", "capture_on_alert"):
+        for name in FLAGS:
             _flag(name, getattr(self, name))
-        _whole("skip_first", self.skip_first, 0)
-        _whole("warmup", self.warmup, 0)
-        _whole("active", self.active, 1)
+        for name, minimum in WHOLE.items():
+            _whole(name, getattr(self, name), minimum)
+        for name, (ok, wants) in NUMBERS.items():
+            value = getattr(self, name)
+            if value is not None or name == "flush_timeout":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+                    _fail(name, wants, value)
+        for name in ("step_filter", "on_alert"):
+            _callable(name, getattr(self, name))
+        if self.alert_action not in ALERT_ACTIONS:
+            _fail("alert_action", f"one of {', '.join(map(repr, ALERT_ACTIONS))}", self.alert_action)
+        if self.keep_last_windows is not None:
+            _whole("keep_last_windows", self.keep_last_windows, 1, "an integer >= 1 or None")
+        if self.activities is not None:
+            acts = self.activities
+            if isinstance(acts, str) or not acts or any(str(a).lower() not in ACTIVITIES for a in acts):
+                _fail("activities", "a list of 'cpu' and/or 'cuda'", acts)
+        self._check_steps()
+        self._normalize()
+
+    def _check_steps(self) -> None:
+        """The ways of choosing steps: one at most, none without profiling, each parsed."""
         chosen = [n for n in ("steps", "every_n_steps", "step_filter") if getattr(self, n) is not None]
         if len(chosen) > 1:
             raise ValueError(f"Pass at most one of `steps`, `every_n_steps`, `step_filter`; got {', '.join(chosen)}")
-        if not self.profile and chosen:
-            raise ValueError(f"`profile=False` records no windows; do not pass `{chosen[0]}` with it")
-        if self.steps is not None:
-            object.__setattr__(self, "steps", parse_step_ranges(self.steps))  # raises naming `steps`
-        if self.validation_batches is not None:
-            if not self.profile:
-                raise ValueError("`profile=False` records no windows; do not pass `validation_batches` with it")
-            object.__setattr__(self, "validation_batches", parse_step_ranges(self.validation_batches, "validation_batches"))
+        if not self.profile and (chosen or self.validation_batches is not None):
+            given = chosen[0] if chosen else "validation_batches"
+            raise ValueError(f"`profile=False` records no windows; do not pass `{given}` with it")
+        for name in ("steps", "validation_batches"):
+            if getattr(self, name) is not None:  # raises naming the argument
+                object.__setattr__(self, name, parse_step_ranges(getattr(self, name), name))
         if self.every_n_steps is not None:
             _whole("every_n_steps", self.every_n_steps, 1)
             if self.warmup + self.active > self.every_n_steps:
                 raise ValueError(f"`every_n_steps` ({self.every_n_steps}) must be at least `warmup` + `active` "
                                  f"({self.warmup + self.active})")
-        _callable("step_filter", self.step_filter)
+
+    def _normalize(self) -> None:
+        """``ranks``, ``storage_options`` and ``dirpath`` checked and kept in one form."""
         if self.ranks is not None:
             ranks = self.ranks
             if isinstance(ranks, (str, bytes)) or not ranks or not all(isinstance(r, int) and r >= 0 for r in ranks):
@@ -113,34 +140,12 @@ class Options:
                 plain = False
             if not plain:  # it reaches the store's processes as JSON; its values are not shown
                 raise ValueError("`storage_options` must be a dict of str keys and JSON values (strings, numbers, "
-                                f"lists, dicts), got a {type(options).__name__} that is not")
+                                 f"lists, dicts), got a {type(options).__name__} that is not")
             object.__setattr__(self, "storage_options", dict(options))
         if self.dirpath is not None:
             if not isinstance(self.dirpath, (str, os.PathLike)):
                 _fail("dirpath", "a folder path", self.dirpath)
             object.__setattr__(self, "dirpath", os.fspath(self.dirpath))
-        if self.activities is not None:
-            acts = self.activities
-            if isinstance(acts, str) or not acts or any(str(a).lower() not in ACTIVITIES for a in acts):
-                _fail("activities", "a list of 'cpu' and/or 'cuda'", acts)
-        if isinstance(self.flush_timeout, bool) or not isinstance(self.flush_timeout, (int, float)) or self.flush_timeout < 0:
-            _fail("flush_timeout", "a number of seconds >= 0", self.flush_timeout)
-        threshold = self.alert_threshold
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-                                      or not 0 < threshold < 1):
-            _fail("alert_threshold", "a ratio between 0 and 1 (or None to turn alerts off)", threshold)
-        _whole("alert_window", self.alert_window, 1)
-        _whole("alert_patience", self.alert_patience, 1)
-        _whole("alert_cooldown", self.alert_cooldown, 0)
-        if self.alert_action not in ALERT_ACTIONS:
-            _fail("alert_action", f"one of {', '.join(map(repr, ALERT_ACTIONS))}", self.alert_action)
-        _callable("on_alert", self.on_alert)
-        _whole("max_captures", self.max_captures, 0)
-        if self.keep_last_windows is not None:
-            _whole("keep_last_windows", self.keep_last_windows, 1, "an integer >= 1 or None")
-        size = self.max_trace_mb
-        if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float)) or not size > 0):
-            _fail("max_trace_mb", "megabytes of trace JSON > 0 (or None for no limit)", size)
 
     def selection(self) -> Selection:
         """The steps these options select."""
