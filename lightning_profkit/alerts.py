@@ -28,9 +28,8 @@ class DataWaitAlert:
 
     @property
     def headline(self) -> str:
-        rank = f" on rank {self.worst_rank}, the worst of the ranks," if self.worst_rank is not None else ""
-        return (f"{self.ratio:.0%} of the training time of {self.checked} was spent waiting for the DataLoader{rank} "
-                f"(alert threshold {self.threshold:.0%}).")
+        rank = f" on rank {self.worst_rank}" if self.worst_rank is not None else ""
+        return f"{self.checked}: data wait was {self.ratio:.0%} of the training time{rank} (alert at {self.threshold:.0%})"
 
     @property
     def message(self) -> str:
@@ -45,7 +44,7 @@ class DataWaitAlert:
         if self.trace_dir:
             return f"Trace of the steps after the alert: {self.trace_dir}"
         if self.recording:
-            return f"Recording steps {self.recording[0]}-{self.recording[1]}; their trace is named when written."
+            return f"Recording steps {self.recording[0]}-{self.recording[1]}; their trace is named when written"
         return ""
 
     @property

@@ -142,7 +142,7 @@ class PerformanceMonitor(Callback):
         if loop.restarting and loop.batch_progress.current.ready > 0:
             # resuming in the middle of an epoch: Lightning does not call on_train_epoch_start again
             self.on_train_epoch_start(trainer, pl_module)
-        rank_zero_info(f"lightning_profkit: {redact(self._fit.plan(epoch_length(trainer)))}")
+        apply(trainer, self._fit.plan(epoch_length(trainer)))
 
     @guarded
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -22,8 +22,18 @@ from lightning_profkit.trace.folder import name_windows, read_folder
 DASK_NEEDS = "pip install 'lightning_profkit[dask]'"
 
 
+LEGEND = """columns:
+  Step time breakdown  as the Overview of TensorBoard's PyTorch Profiler tab, with kineto's later fixes (its
+                       "CPU Exec" is CpuOp); each a share of the step time. Profiled steps are slower than the
+                       others by the profiler's own work: the logged step_time_ms_mean is every step's
+  hta/                 HolisticTraceAnalysis's temporal breakdown, first to last GPU activity, the last step
+                       left out as HTA does
+  own (ranks)          a rank's step less its communication, where it waits for the other ranks"""
+
+
 def add(sub: Any) -> None:
-    p = sub.add_parser("summary", help="where the time went in a trace, a window folder or a run folder")
+    p = sub.add_parser("summary", help="where the time went in a trace, a window folder or a run folder",
+                       epilog=LEGEND, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
     add_jobs(p)

@@ -11,7 +11,7 @@ from lightning_profkit.printable import printable
 from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.headline import short_name
-from lightning_profkit.trace.ranks import shown
+from lightning_profkit.trace.ranks import named, shown
 from lightning_profkit.trace.step_breakdown import ROLES
 from lightning_profkit.trace.summary import key_figures, unit
 
@@ -62,12 +62,24 @@ def ranks_text(ranks: dict[str, Any], color: bool = False) -> list[str]:
     """The per-rank table and the verdict line."""
     picked, left = shown(ranks)
     rows = [[str(r["rank"])] + [str(r["traces"])] + [fmt(k)(r[k]) for k in RANK_COLUMNS[1:]] for r in picked]
-    out = ["", _title("Ranks: own = step less communication (where a rank waits for the others), ms per step", color),
+    out = ["", _title("Ranks, ms per step (own: the step less communication, where a rank waits for the others)", color),
            table(["rank", *RANK_COLUMNS], rows, color)]
     if left:
-        out.append(f"({len(picked)} of {len(picked) + left} ranks: the slowest, those outside the distribution, the "
-                   "median and the fastest; --json has every rank)")
-    return out + ["", f"Verdict: {printable(ranks['verdict']['line'])}"]
+        out.append(f"{len(picked)} of {len(picked) + left} ranks: the slowest, the outliers, the median and the fastest; "
+                   "--json has all")
+    return out + ["", *verdict_lines(ranks["verdict"])]
+
+
+def verdict_lines(verdict: dict[str, Any]) -> list[str]:
+    """The cross-rank verdict: its headline, then the spread of the ranks' own work and the ranks named."""
+    own = verdict["own_ms_per_step"]
+    out = [f"Verdict: {printable(verdict['headline'])}",
+           f"  own work per step: median {own['median']:.2f}, p90 {own['p90']:.2f}, max {own['max']:.2f} ms"]
+    for key, field, says in (("outliers", "own_ms_per_step_over_median", "over the median by more than 5% of a step"),
+                             ("waiting", "extra_communication_ms_per_step", "waiting for it in communication")):
+        if verdict.get(key):
+            out += [f"  {says}:", f"    {named({r['rank']: r[field] for r in verdict[key]})}"]
+    return out
 
 
 def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool = False,
@@ -80,15 +92,13 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
     ]
     if len(summaries) > 1:
         lines.append(("mean", "", agg["figures"]))
-    out = [_title("Step time breakdown of the profiled steps (torch-tb-profiler's Overview, with kineto's later fixes; "
-                  "its \"CPU Exec\" is CpuOp): share/<column> of the step time, %; profiled steps are slower than the "
-                  "others by the profiler's own work (the logged step_time_ms_mean is every step's)", color)]
+    out = [_title("Step time breakdown of the profiled steps, % of the step time (legend: profkit summary --help)",
+                  color)]
     rows = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in ROLES + ("Other",)]
             for label, n, fig in lines]
     out.append(table(["trace", "steps", "step_time_ms"] + list(ROLES + ("Other",)), rows, color))
     rows = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
-    out += ["", _title("Host steps and GPU (hta/: HTA's temporal breakdown, first to last GPU activity, the last step "
-                       "left out as HTA does), % or ms per step", color)]
+    out += ["", _title("Host steps and GPU, % or ms per step (hta/: HolisticTraceAnalysis's temporal breakdown)", color)]
     out.append(table(["trace", *HOST], rows, color))
     if ranks is not None:
         out += ranks_text(ranks, color)

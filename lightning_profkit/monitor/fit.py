@@ -110,8 +110,8 @@ class FitRun:
         self.group = exchange_group(rank.world_size)
         self.checks.start_fit()
         if other_profiler and options.profiles_rank(rank.rank) and rank.is_zero:
-            warn("PerformanceMonitor: the Trainer runs Lightning's PyTorchProfiler, and torch allows one profiler "
-                 "session at a time; PerformanceMonitor records no windows in this run.", UserWarning)
+            warn("PerformanceMonitor: no windows in this run: the Trainer's PyTorchProfiler holds torch's one profiler "
+                 "session", UserWarning)
         self.timer: Optional[FetchTimer] = None
         self.measure = EpochMeasure(self.report, fit_loop)
         self.output: Optional[TraceOutput] = None
@@ -181,13 +181,14 @@ class FitRun:
             timeout = self.options.flush_timeout if wait else 0.0
             left, unsent = self.output.close(timeout)
             if left and wait:
-                self.report(f"{len(left)} profiler window(s) were not written within flush_timeout={timeout:g} s and are "
-                            f"lost (they were to be {', '.join(left)}); a longer `flush_timeout` waits for them")
+                lost = "".join(f"\n  - {name}" for name in left)
+                self.report(f"{len(left)} windows not written within flush_timeout={timeout:g} s are lost; a longer "
+                            f"flush_timeout waits for them{lost}")
             if unsent:
                 staging = self.output.local_dir
-                self.report(f"{len(unsent)} profiler trace(s) could not be uploaded to {self.trace_dir}; they are kept "
-                            f"on this machine: {', '.join(unsent)}. Upload them later with: profkit upload {staging} "
-                            f"{self.trace_dir}", "unsent")
+                kept = "".join(f"\n  - {path}" for path in unsent)
+                self.report(f"{len(unsent)} profiler trace(s) could not be uploaded; they are kept on this machine{kept}"
+                            f"\n  Upload them later: profkit upload {staging} {self.trace_dir}", "unsent")
             out.metrics += self.intake.take()
         if self.live is not None:
             self.live.end()
@@ -222,17 +223,17 @@ class FitRun:
         self.delivery.recording = []
         self.checks.end_fit()
 
-    def plan(self, epoch_length: Optional[int]) -> str:
-        """The line that says what this fit will record."""
+    def plan(self, epoch_length: Optional[int]) -> Outcome:
+        """The lines that say what this fit will record, and where."""
         o = self.options
         if not o.profile:
-            ways = ["after an alert (capture_on_alert)"] if o.capture_on_alert and o.alert_threshold else []
-            ways.append("on request (profkit capture)")
-            later = f"; up to max_captures={o.max_captures} windows {' or '.join(ways)}" if o.max_captures else ""
-            return f"metrics only (profile=False): no scheduled profiler windows{later}; traces -> {self.trace_dir}"
+            ways = "after an alert or when asked" if o.capture_on_alert and o.alert_threshold else "when asked"
+            later = f"; up to {o.max_captures} windows {ways} (profkit capture)" if o.max_captures else ""
+            return Outcome(lines=[f"metrics only (profile=False){later}", f"traces -> {self.trace_dir}"])
         ranks = "all ranks" if o.ranks is None else f"ranks {','.join(map(str, o.ranks))}"
-        disabled = "" if self.runner is not None or self.rank.world_size > 1 else " (disabled, see warning)"
-        return f"profiling {self.selection.for_epoch(epoch_length).describe()} on {ranks}; traces -> {self.trace_dir}{disabled}"
+        disabled = "" if self.runner is not None or self.rank.world_size > 1 else ": disabled, see the warning"
+        what = self.selection.for_epoch(epoch_length).describe()
+        return Outcome(lines=[f"profiling {what} on {ranks}{disabled}", f"traces -> {self.trace_dir}"])
 
     # ------------------------------------------------------------------ epochs and steps
     def epoch_start(self, epoch: int, step: int, batch_idx: int, epoch_length: Optional[int]) -> None:
@@ -363,16 +364,16 @@ class FitRun:
         slowest = slowest_rank(self.group, summaries) if self.group is not None and self.options.profile else None
         line = output.fit_line if output is not None else None  # made by the finalizing process
         if line is not None and self.rank.is_zero:
-            every = (f"; every step of the last epoch: {self.step_ms:.1f} ms on average (step_time_ms_mean)"
-                     if self.step_ms else "")
-            out.lines.append(f"last {line[0]} window(s) of rank 0: {line[1]}{slowest or ''}{every}. "
-                             f"More: profkit summary {self.trace_dir}")
+            count, lines = line
+            out.lines += [f"last {count} window{'s' if count > 1 else ''} of rank 0: {lines[0]}", *lines[1:]]
+            out.lines += [slowest] if slowest else []
+            every = f"every step of the last epoch: {self.step_ms:.1f} ms on average; " if self.step_ms else ""
+            out.lines.append(f"{every}more: profkit summary {self.trace_dir}")
         total = output.helper_cpu_s if output is not None else None  # closed: the writer's whole fit
         if total is not None and self.rank.is_zero:
             after = max(total - self.measure.helper_cpu_s, 0.0)
-            out.lines.append(f"trace writing off the training thread used {total:.3f} s of CPU on rank 0 (writer "
-                             f"thread and finalizing process), {after:.3f} s of it after "
-                             "the last epoch's end (not in profkit/overhead/helper_cpu_s)")
+            out.lines.append(f"writing traces took {total:.3f} s of CPU beside training on rank 0, {after:.3f} s of it "
+                             "after the last epoch")
         self.output = self.intake = None
         return out
 

@@ -17,22 +17,23 @@ def percent(value: Optional[float]) -> str:
     return ABSENT if value is None else f"{100 * value:.1f}%"
 
 
-def fit_line(agg: dict[str, Any]) -> str:
-    """One line for the end of ``fit``: the profiled steps' make-up, data wait, GPU idle and the costliest
-    operator, under the names of ``profkit summary``. Profiled steps run slower than the others (the profiler's
-    own work): the training process adds the unprofiled steps' time."""
+def fit_line(agg: dict[str, Any]) -> list[str]:
+    """Lines for the end of ``fit``, each within a terminal's 120 characters: the profiled step's time, data wait and
+    GPU idle, its make-up, and the costliest operator, under the names of ``profkit summary``. Profiled steps run
+    slower than the others (the profiler's own work): the training process adds the unprofiled steps' time."""
     fig = agg["figures"]
     if fig.get("step_time_ms") is None:
-        return "no step figures (the windows hold no ProfilerStep)"
-    shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in ROLES + ("Other",)), reverse=True)
-    parts = ", ".join(f"{role} {100 * v:.0f}%" for v, role in shares if v >= 0.005)
-    line = f"profiled step {fig['step_time_ms']:.1f} ms = {parts}; data_wait_share {percent(fig['data_wait_share'])}"
+        return ["no step figures: the windows hold no ProfilerStep"]
+    head = f"a profiled step took {fig['step_time_ms']:.1f} ms, data wait {percent(fig['data_wait_share'])}"
     if fig["gpu_idle_share"] is not None:
-        line += f", gpu_idle_share {percent(fig['gpu_idle_share'])}"
+        head += f", GPU idle {percent(fig['gpu_idle_share'])}"
+    shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in ROLES + ("Other",)), reverse=True)
+    lines = [head, "its time: " + ", ".join(f"{role} {100 * v:.0f}%" for v, role in shares if v >= 0.005)]
     ops = agg["operators"]["cpu_by_self"]
     if ops:
-        line += f"; most CPU self time: {short_name(ops[0]['name'], 60)} ({ops[0]['self_us'] / max(agg['traces'], 1) / 1000:.1f} ms per window)"
-    return line
+        per_window = ops[0]["self_us"] / max(agg["traces"], 1) / 1000
+        lines.append(f"most CPU self time: {short_name(ops[0]['name'], 60)}, {per_window:.1f} ms a window")
+    return lines
 
 
 # where a name may be cut: after a separator ("::" whole), never inside a word or a collapsed group

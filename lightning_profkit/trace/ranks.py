@@ -23,6 +23,7 @@ from lightning_profkit.figures import HostFigures
 PARTS = {"data": ("DataLoader",), "host": ("CpuOp", "Runtime", "Other"), "compute": ("Kernel", "Memcpy", "Memset")}
 REASONS = {"data": "waits on data (the DataLoader)", "host": "spends more time on the host (CPU operators, launches)",
            "compute": "computes more (GPU kernels and copies)"}
+SHORT_REASONS = {"data": "waits on data", "host": "spends more on the host", "compute": "computes more"}
 BALANCED_SHARE = 0.05  # own work within this share of the step time of each other: no straggler
 
 
@@ -94,8 +95,17 @@ class Verdict:
     own_ms_per_step: dict[str, float]  # the distribution over the ranks: median, p90, max
     outliers: dict[int, float]  # rank: its own work per step beyond the median, where it is outside the balance, ms
 
+    @property
+    def headline(self) -> str:
+        """The verdict in one short line."""
+        own = self.own_ms_per_step["max"]
+        if self.reason is None:
+            return f"no straggler: every rank's own work a step is within {100 * BALANCED_SHARE:.0f}% of the step time"
+        return (f"straggler: rank {self.slowest}, {own:.2f} ms of own work a step ({self.own_time_spread:.2f}x rank "
+                f"{self.fastest}): it {SHORT_REASONS[self.reason]}")
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self),
+        return {**asdict(self), "headline": self.headline,
                 "waiting": [{"rank": r, "extra_communication_ms_per_step": ms} for r, ms in self.waiting.items()],
                 "outliers": [{"rank": r, "own_ms_per_step_over_median": ms} for r, ms in self.outliers.items()]}
 

@@ -23,7 +23,7 @@ def test_sent_alerts_warn_and_reach_the_hook_and_the_loggers():
     got, logged, problems = [], [], []
     delivery = AlertDelivery(got.append, lambda message, key: problems.append(key), logged.append)
     warned = deliver(delivery, ("send", alert(19)))
-    assert warned == ["PerformanceMonitor: " + alert(19).message] and got == logged == [alert(19)] and not problems
+    assert warned == [alert(19).message] and got == logged == [alert(19)] and not problems
 
 
 def test_other_ranks_decide_alike_but_say_nothing():
@@ -42,11 +42,10 @@ def test_an_alert_goes_at_once_and_a_line_names_its_trace_when_written():
     delivery = AlertDelivery(got.append, lambda *a: None)
     first, later = recorded(19, (21, 23)), recorded(59, (61, 63))
     warned = deliver(delivery, ("send", first), ("send", later))
-    assert got == [first, later] and warned == ["PerformanceMonitor: " + a.message for a in (first, later)]
-    assert "Recording steps 21-23; their trace is named when written." in warned[0]
+    assert got == [first, later] and warned == [a.message for a in (first, later)]
+    assert "Recording steps 21-23; their trace is named when written" in warned[0]
     named = deliver(delivery, ("window_written", "/r/step=000021-000023-epoch=0/t.json.gz", 21))
-    assert named == ["PerformanceMonitor: the trace of the steps after the data-wait alert at step 19: "
-                     "/r/step=000021-000023-epoch=0"]
+    assert named == ["trace of the steps after the alert at step 19: /r/step=000021-000023-epoch=0"]
     assert (first.trace_dir, later.trace_dir) == ("/r/step=000021-000023-epoch=0", None)
     assert "Trace of the steps after the alert: /r/step=000021-000023-epoch=0" in first.message
     assert delivery.recording == [later] and got == [first, later]  # the hook is not called again

@@ -31,9 +31,9 @@ def test_epoch_window_default_and_short_epoch():
 
 
 @pytest.mark.parametrize("length, recorded, warmup, said", [
-    (1, [0], 0, "batch 0 of every epoch (no warm-up: an epoch has 1 batch(es), fewer than the warmup=1 + active=3"),
-    (2, [1], 1, "batch 1 of every epoch (after 1 warm-up: an epoch has 2 batch(es)"),
-    (3, [1, 2], 1, "batches 1-2 of every epoch (after 1 warm-up: an epoch has 3 batch(es)"),
+    (1, [0], 0, "batch 0 of every epoch (no warm-up; an epoch has 1 batch, fewer than warmup + active = 4)"),
+    (2, [1], 1, "batch 1 of every epoch (after 1 warm-up; an epoch has 2 batches"),
+    (3, [1, 2], 1, "batches 1-2 of every epoch (after 1 warm-up; an epoch has 3 batches"),
     (4, [1, 2, 3], 1, "batches 1-3 of every epoch (after 1 warm-up; earlier than skip_first=10"),
     (0, [], 0, "no batches (an epoch has 0 batches)"),
 ])

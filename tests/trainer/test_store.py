@@ -126,8 +126,8 @@ def test_the_store_going_down_mid_run_keeps_every_trace_and_ends_on_time(tmp_pat
     assert [k.split("/")[-2] for k in stop.uploaded] == windows[:3]
     for path in kept:  # whole traces, ready to upload
         assert json.loads(gzip.decompress(open(path, "rb").read()))["traceEvents"]
-    first = [w for w in warned if "could not be uploaded to s3://runs/down/profiler/step=000020" in w]
-    assert len(first) == 1 and kept[0] in first[0], warned  # once, naming the local copy
+    first = [w for w in warned if "could not be uploaded" in w and "to: s3://runs/down/profiler/step=000020" in w]
+    assert len(first) == 1 and f"kept at: {kept[0]}" in first[0], warned  # once, naming the local copy
     end = [w for w in warned if f"{len(kept)} profiler trace(s) could not be uploaded" in w]
     assert len(end) == 1 and all(p in end[0] for p in kept) and f"profkit upload {staged} {url}" in end[0], warned
     assert len(warned) == 2, warned

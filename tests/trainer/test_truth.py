@@ -290,8 +290,8 @@ def test_the_end_of_fit_lines_are_the_raw_traces_the_tests_clock_and_the_reaped_
     CPU line (with the logged ``overhead/helper_cpu_s``) against the reaped finalizing process."""
     raws = [raw_figures(path) for path in run["traces"]]
     assert len(raws) == EPOCHS + 1  # a window per epoch, and the alert's
-    line = run["lines"].one("window(s) of rank 0")
-    found = re.search(r"last (\d+) window\(s\) of rank 0: profiled step ([0-9.]+) ms = .*; data_wait_share ([0-9.]+)%.*"
+    line = run["lines"].one("windows of rank 0") + " " + run["lines"].one("every step of the last epoch")
+    found = re.search(r"last (\d+) windows of rank 0: a profiled step took ([0-9.]+) ms, data wait ([0-9.]+)%.*"
                       r"every step of the last epoch: ([0-9.]+) ms on average", line)
     assert found, line
     assert int(found[1]) == len(raws)
@@ -300,8 +300,8 @@ def test_the_end_of_fit_lines_are_the_raw_traces_the_tests_clock_and_the_reaped_
     assert float(found[3]) / 100 == pytest.approx(np.mean([r["data_wait_us"] / r["step_us"] for r in raws]), abs=0.00051)
     assert float(found[4]) == pytest.approx(1000 * run["truth"][-1].mean_step_s, rel=0.03)
 
-    cpu_line = run["lines"].one("trace writing off the training thread used")
-    found = re.search(r"used ([0-9.]+) s of CPU on rank 0 .*?, ([0-9.]+) s of it after the last epoch's end", cpu_line)
+    cpu_line = run["lines"].one("writing traces took")
+    found = re.search(r"took ([0-9.]+) s of CPU beside training on rank 0, ([0-9.]+) s of it after the last epoch", cpu_line)
     total, tail = float(found[1]), float(found[2])
     logged = [m.get("profkit/overhead/helper_cpu_s") for _, m in epoch_rows(run)]
     assert all(v is not None and v > 0 for v in logged[1:]), logged  # each window is written in the next epoch

@@ -58,72 +58,55 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
     out: list[str] = []
     per_process = max(1, facts.cpus // facts.processes_per_node)
     suggested = max(1, per_process - 2 if per_process > 2 else per_process - 1)  # leave the main process a CPU
-    machine = f"{facts.cpus} CPUs" + (f" shared by {facts.processes_per_node} ranks" if facts.processes_per_node > 1 else "")
-    workers, training = busy.workers, busy.training
-    if facts.num_workers == 0:
+    machine = f"{facts.cpus} CPUs" if facts.processes_per_node == 1 else f"{per_process} CPUs per rank"
+    workers, training, n = busy.workers, busy.training, facts.num_workers
+    cheaper = "make __getitem__ cheaper (cache decoded data, augment on the GPU)"
+    if n == 0:
         waits = training is not None and training.high < WAITING
-        out.append(
-            f"num_workers=0 loads every batch in the training process, on a machine with {machine}"
-            + (f" ({training})" if training is not None else "")
-            + (": it mostly waits on storage or the network, which workers overlap, even more of them than CPUs"
-               if waits else "")
-            + f": try num_workers={max(suggested, 2) if waits else suggested}, persistent_workers=True"
-        )
+        why = "loads every batch, waiting on I/O" if waits else "loads every batch itself"
+        out.append(f"num_workers=0: the training process {why}: try num_workers={max(suggested, 2) if waits else suggested}"
+                   ", persistent_workers=True")
     elif training is not None and training.low >= WAITING:
-        out.append(f"{training}: with num_workers={facts.num_workers} it unpacks every batch the workers send, and more "
-                   "workers do not shorten that; return fewer, larger tensors from the Dataset or collate_fn (not "
-                   "Python objects or many small tensors), and keep sampler and collate work out of the training "
-                   "process")
+        out.append("the training process unpacks every batch the workers send; more workers do not help: return fewer, "
+                   "larger tensors")
     elif workers is not None and workers.computing < WAITING:
-        out.append(f"{workers}: they wait on something other than the CPU (storage, the network, a lock), and more "
-                   f"workers than CPUs overlap those waits: try num_workers={2 * facts.num_workers}")
+        out.append(f"the workers wait on storage, the network or a lock, not the CPU: try num_workers={2 * n}")
     elif workers is not None and (workers.queued or 0.0) >= CROWDED:
-        out.append(f"{workers}: they compute, and the {machine} are taken (by them and other processes), so more "
-                   "workers would wait for a CPU too; make __getitem__ cheaper (cache decoded or preprocessed data, move "
-                   "augmentation to the GPU) or free CPUs on the node")
-    elif facts.num_workers < suggested:
-        measured = f" ({workers})" if workers is not None else ""
-        out.append(f"num_workers={facts.num_workers} with {machine}{measured}: try num_workers={suggested}")
+        out.append(f"the workers compute on CPUs that are all taken: {cheaper}")
+    elif n < suggested:
+        out.append(f"num_workers={n} with {machine}: try num_workers={suggested}")
     elif workers is not None:
-        out.append(f"{workers}, and num_workers={facts.num_workers} already uses the {machine}: the per-sample work is "
-                   "the limit; make __getitem__ cheaper (cache decoded or preprocessed data, move augmentation to "
-                   "the GPU)")
+        out.append(f"the workers compute on every CPU there is: {cheaper}")
     else:
-        out.append(f"num_workers={facts.num_workers} already uses the {machine}; the workers' CPU could not be read, so "
-                   "whether they compute or wait is not known: if they compute, make __getitem__ cheaper (cache "
-                   "decoded or preprocessed data, move augmentation to the GPU); if they wait on storage or the "
-                   f"network, try more workers than CPUs (num_workers={2 * facts.num_workers})")
+        out.append(f"if the workers compute: {cheaper}")
+        out.append(f"if they wait on storage or the network: try num_workers={2 * n} (their CPU could not be read)")
+    out += [f"measured: {part}" for part in (training, workers) if part is not None]
     if facts.on_cuda and not facts.pin_memory:
-        out.append("pin_memory=True: page-locked batches copy to the GPU faster and can overlap with compute (the loader "
-                   "has it off; the copy runs in the step, not in the data wait: a window's trace shows its time as "
-                   "cudaMemcpyAsync)")
-    if facts.num_workers > 0 and not facts.persistent_workers:
-        spent = f" (start-up took {startup_s:.1f}s this epoch)" if startup_s is not None else ""
+        out.append("pin_memory=True: batches copy to the GPU faster and can overlap compute; the copy is in the step")
+    if n > 0 and not facts.persistent_workers:
+        spent = f", {startup_s:.1f} s this epoch" if startup_s is not None else ""
         share = startup_s is not None and train_s and startup_s / train_s > 0.01
         if share or startup_s is None:
-            out.append(f"persistent_workers=True: workers are started again at every epoch{spent}")
-    if facts.num_workers > 0 and facts.num_workers >= suggested and (facts.prefetch_factor or 2) <= 2:
-        out.append(f"prefetch_factor={2 * (facts.prefetch_factor or 2)}: keep more batches in flight when fetch times vary")
+            out.append(f"persistent_workers=True: workers start again every epoch{spent}")
+    if n > 0 and n >= suggested and (facts.prefetch_factor or 2) <= 2:
+        out.append(f"prefetch_factor={2 * (facts.prefetch_factor or 2)}: more batches in flight when fetch times vary")
     if facts.batch_size is not None and facts.batch_size < 8:
-        out.append(f"batch_size={facts.batch_size}: fixed per-batch costs (collate, transfer, hooks) dominate; a larger batch amortises them")
-    if facts.iterable and facts.num_workers > 0:
+        out.append(f"batch_size={facts.batch_size}: per-batch costs (collate, copies, hooks) dominate; a larger batch "
+                   "spreads them")
+    if facts.iterable and n > 0:
         if not facts.shards_itself:
-            out.append("IterableDataset with workers: each worker must read its own shard "
-                       "(torch.utils.data.get_worker_info()), and one slow shard stalls the loop")
+            out.append("IterableDataset with workers: each worker must read its own shard (get_worker_info())")
     elif facts.iterable:
         out.append("IterableDataset: its iterator runs in the training process unless num_workers > 0")
     return out
 
 
 _SYNC_ADVICE = {
-    "cudaMemcpyAsync": "host-device copies that block: copies from pageable memory and device-to-host reads "
-    "(`.cpu()`, `.tolist()`, `.numpy()`) wait; use pin_memory=True with `.to(device, non_blocking=True)` and keep "
-    "results on the GPU",
-    "cudaMemcpy": "synchronous copies: `.cpu()`, `.numpy()` or a tensor built from Python data in the step",
-    "cudaStreamSynchronize": "the CPU waits for the GPU: `.item()`, `.cpu()`, printing a tensor, or `self.log(..., "
-    "on_step=True)` of a tensor every step; log less often or on_epoch",
-    "cudaDeviceSynchronize": "`torch.cuda.synchronize()` (or code that calls it, e.g. timing) in the step",
-    "cudaEventSynchronize": "waiting on CUDA events every step (timing code, `event.synchronize()`)",
+    "cudaMemcpyAsync": "blocking copies: pin_memory=True, .to(device, non_blocking=True), fewer .cpu()",
+    "cudaMemcpy": "synchronous copies: .cpu(), .numpy() or tensors made from Python data",
+    "cudaStreamSynchronize": "the CPU waits for the GPU: .item(), .cpu(), print(tensor), logging a tensor",
+    "cudaDeviceSynchronize": "torch.cuda.synchronize() in the step, e.g. timing code",
+    "cudaEventSynchronize": "waiting on CUDA events each step, e.g. event.synchronize() in timing code",
 }
 
 
@@ -134,12 +117,9 @@ def gpu_idle_advice(figures: HostFigures) -> list[str]:
     out = []
     for name, us in sorted(figures.blocking_sync_us_by_call.items(), key=lambda kv: -kv[1]):
         if us and name in _SYNC_ADVICE and us / steps >= 100:  # under 0.1 ms a step is not worth a line
-            out.append(f"{name} blocked the CPU {us / steps / 1000:.1f} ms per step: {_SYNC_ADVICE[name]}")
+            out.append(f"{name}, {us / steps / 1000:.1f} ms a step: {_SYNC_ADVICE[name]}")
     if not out and figures.gpu_idle_share is not None:
-        out.append(
-            "no blocking call stands out: the CPU side of the step (Python, kernel launches) is the limit; "
-            "try larger batches, torch.compile or CUDA graphs"
-        )
+        out.append("no blocking call stands out: try larger batches, torch.compile or CUDA graphs")
     return out
 
 
@@ -149,6 +129,5 @@ def gpu_idle_notice(figures: HostFigures, trace_dir: str, data_wait_threshold: f
     idle, data = figures.gpu_idle_share, figures.data_wait_share or 0.0
     if idle is None or idle <= 0.5 or data >= data_wait_threshold:
         return None
-    lines = "\n".join(f"  - {line}" for line in gpu_idle_advice(figures))
-    return (f"the GPU was idle {idle:.0%} of the steps in {trace_dir} while the DataLoader took {data:.0%}: "
-            f"the CPU side of the step is the limit.\n{lines}")
+    lines = "".join(f"\n  - {line}" for line in [*gpu_idle_advice(figures), f"trace: {trace_dir}"])
+    return f"GPU idle {idle:.0%} of the profiled steps, data wait {data:.0%}: the step's CPU side is the limit{lines}"

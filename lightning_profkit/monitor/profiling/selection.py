@@ -21,6 +21,8 @@ StepRanges = Union[str, Sequence[Union[int, str, Sequence[int]]]]
 
 _RANGE = re.compile(r"^\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?$")
 
+SHOWN_RANGES = 6  # the step ranges a line names; the others are counted
+
 
 class Selection:
     """Base of all selections: a predicate over steps plus where windows begin."""
@@ -105,8 +107,8 @@ class EpochWindow(Selection):
         batches = f"batch {first}" if first == last else f"batches {first}-{last}"
         warmup = f"after {self.warmup} warm-up" if self.warmup else "no warm-up"
         if self._asked is not None:
-            return (f"{batches} of every epoch ({warmup}: an epoch has {self._length} batch(es), fewer than the "
-                    f"warmup={self._asked[0]} + active={self._asked[1]} asked)")
+            has = f"{self._length} batch" + ("es" if self._length != 1 else "")
+            return f"{batches} of every epoch ({warmup}; an epoch has {has}, fewer than warmup + active = {sum(self._asked)})"
         if self._start is not None and self._start < self.skip_first:
             return (f"{batches} of every epoch ({warmup}; earlier than skip_first={self.skip_first}, to fit an "
                     f"epoch of {self._length} batches)")
@@ -134,7 +136,9 @@ class StepList(Selection):
         return _within(self.ranges[i + 1][0], step, horizon) if i + 1 < len(self.ranges) else None
 
     def describe(self) -> str:
-        return "steps " + ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges)
+        ranges = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges]
+        shown = ",".join(ranges[:SHOWN_RANGES])
+        return f"steps {shown}" + (f" and {len(ranges) - SHOWN_RANGES} more ranges" if len(ranges) > SHOWN_RANGES else "")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from lightning_profkit.machine import scheduled_seconds_of, thread_busy_seconds
 
 
 def _whose(rank: Optional[int], what: str) -> str:
-    return f"rank {rank}'s {what}" if rank is not None else f"the {what}"
+    return f"rank {rank}'s {what}" if rank is not None else what
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,8 @@ class WorkersBusy:
         return self.share + (self.queued or 0.0)
 
     def __str__(self) -> str:
-        queued = f", waited for a CPU {self.queued:.0%}" if self.queued is not None else ""
-        return (f"{_whose(self.rank, f'{self.workers} DataLoader workers')} were busy {self.share:.0%}{queued} of the "
-                f"last {self.seconds:.1f} s (measured)")
+        queued = f", waiting for a CPU {self.queued:.0%}" if self.queued is not None else ""
+        return f"{_whose(self.rank, f'{self.workers} workers')}: busy {self.share:.0%}{queued} of the last {self.seconds:.1f} s"
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,8 @@ class WaitBusy:
     def __str__(self) -> str:
         low, high = f"{self.low:.0%}", f"{self.high:.0%}"
         share = low if low == high else f"{low[:-1]}-{high}"
-        return (f"{_whose(self.rank, 'training process')} was on a CPU or waiting for one for {share} of its "
-                f"{self.wait_s:.1f} s of data wait in the last {self.seconds:.1f} s (measured)")
+        return (f"{_whose(self.rank, 'training process')}: on or waiting for a CPU {share} of its {self.wait_s:.1f} s "
+                f"data wait in {self.seconds:.1f} s")
 
 
 @dataclass(frozen=True)

@@ -103,14 +103,12 @@ class EpochMeasure:
         if self.slow_epochs < SLOW_EPOCHS or ratio is None:
             return None
         if self.on_cuda:
-            cause = ("This is usually CUPTI left attached after a window: kineto keeps it unless TEARDOWN_CUPTI=1 "
-                     "(torch sets TEARDOWN_CUPTI=0 with CUDA graphs on CUDA older than 12.6); set TEARDOWN_CUPTI=1 "
-                     "in the environment before the first window, or record fewer windows (`steps=`, `profile=False`)")
+            cause = ["likely CUPTI left attached: set TEARDOWN_CUPTI=1 before the first window, or record fewer windows"]
         else:
-            cause = ("Time waiting for a CPU is left out, and nothing of torch.profiler is known to outlive a window "
-                     "on CPU: compare step_time_ms_mean with a fit with `profile=False`")
-        return (f"unprofiled steps after the profiler windows took {ratio:.2f}x the time of those before the first "
-                f"window, {self.slow_epochs} epochs running (profkit/overhead/after_window_ratio). {cause}")
+            cause = ["waiting for a CPU is left out of the figure; nothing of torch.profiler is known to outlive a window",
+                     "compare step_time_ms_mean with a fit with profile=False"]
+        return "\n  - ".join([f"unprofiled steps are {ratio:.2f}x slower after the windows, {self.slow_epochs} epochs "
+                                "running", *cause, "logged as profkit/overhead/after_window_ratio"])
 
     def _gpu_mark(self) -> Optional[float]:
         return self.sampler.mark() if self.sampler is not None else None

@@ -23,12 +23,12 @@ HEAVY = ("with_stack", "record_shapes", "profile_memory", "with_modules")  # opt
 def cut_message(options: Options, first: int, last: int, session: WindowSession) -> str:
     """What to say of a window ended early by ``max_trace_mb``."""
     heavy = [name for name in HEAVY if getattr(options, name)]
-    fewer = f"record fewer steps (active={options.active}, `steps=`)"
-    advice = f"turn off {', '.join(f'{n}=True' for n in heavy)} or {fewer}" if heavy else fewer
-    return (f"the trace of steps {first}-{session.planned_last} would pass max_trace_mb={options.max_trace_mb:g}, so "
-            f"the window ended after step {last} with the steps recorded (about "
-            f"{(session.estimate_bytes or 0) / 1e6:.0f} MB of JSON so far, estimated from the memory the profiler "
-            f"took). To record whole windows: {advice}, or raise max_trace_mb")
+    lines = [f"a window ended early: its trace would pass max_trace_mb={options.max_trace_mb:g}",
+             f"steps {first}-{session.planned_last} planned, {first}-{last} recorded, about "
+             f"{(session.estimate_bytes or 0) / 1e6:.0f} MB of JSON (estimated from the profiler's memory)",
+             f"to record whole windows: raise max_trace_mb or record fewer steps (active={options.active}, steps=)"]
+    lines += [f"or turn off {', '.join(heavy)}"] if heavy else []
+    return "\n  - ".join(lines)
 
 
 class TraceIntake:
@@ -101,4 +101,4 @@ def slowest_rank(group: Any, summaries: list[dict[str, Any]]) -> Optional[str]:
     mine = rank_figures(summaries)
     rows = exchange(group, mine[0].as_values() if mine else [math.nan] * len(RankFigures.__dataclass_fields__))
     found = verdict([RankFigures.from_values(row) for row in rows if not math.isnan(row[0])])  # NaN: no windows
-    return f"; across ranks, {found.line}" if found is not None else None
+    return found.headline if found is not None else None

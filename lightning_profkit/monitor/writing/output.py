@@ -113,7 +113,7 @@ class TraceOutput:
         self._local: Optional[str] = None if self.remote else trace_dir  # where files are written first
         self.rank, self.world_size = rank, world_size
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
-        self.fit_line: Optional[tuple[int, str]] = None  # the end-of-fit line over the newest windows, and their count
+        self.fit_line: Optional[tuple[int, list[str]]] = None  # the end-of-fit lines over the newest windows, and their count
         self._retention = Retention(keep_last, self._delete_remote if self.remote else None) if keep_last else None
         self._on_error = on_error
         self._storage_options = storage_options

@@ -259,10 +259,10 @@ class TraceWriter:
         if unsent:
             local, url, why = unsent[0]
             if self._backoff == 0.0:
-                self._on_error(f"a profiler trace could not be uploaded to {url} (training continues; {why}); it is "
-                               f"kept at {local}; the uploads are tried again after {UPLOAD_BACKOFF_S[0]:.0f} s, "
-                               f"then ever less often (at most every {UPLOAD_BACKOFF_S[1]:.0f} s), and at the end "
-                               "of the fit", "upload")
+                self._on_error(f"a profiler trace could not be uploaded; training continues and the upload is tried "
+                               f"again after {UPLOAD_BACKOFF_S[0]:.0f} s, then at most every "
+                               f"{UPLOAD_BACKOFF_S[1]:.0f} s\n  - to: {url}\n  - why: {why}\n  - kept at: {local}",
+                               "upload")
             self._backoff = min(max(2 * self._backoff, UPLOAD_BACKOFF_S[0]), UPLOAD_BACKOFF_S[1])
             self._retry_at = time.perf_counter() + self._backoff
         elif uploads:
