@@ -367,8 +367,8 @@ class FitRun:
             count, lines = line
             out.lines += [f"last {count} window{'s' if count > 1 else ''} of rank 0: {lines[0]}", *lines[1:]]
             out.lines += [slowest] if slowest else []
-            every = f"every step of the last epoch: {self.step_ms:.1f} ms on average; " if self.step_ms else ""
-            out.lines.append(f"{every}more: profkit summary {self.trace_dir}")
+            out.lines += [f"every step of the last epoch: {self.step_ms:.1f} ms on average"] if self.step_ms else []
+            out.lines.append(f"more: profkit summary {self.trace_dir}")
         total = output.helper_cpu_s if output is not None else None  # closed: the writer's whole fit
         if total is not None and self.rank.is_zero:
             after = max(total - self.measure.helper_cpu_s, 0.0)

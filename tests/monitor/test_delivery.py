@@ -45,7 +45,7 @@ def test_an_alert_goes_at_once_and_a_line_names_its_trace_when_written():
     assert got == [first, later] and warned == [a.message for a in (first, later)]
     assert "Recording steps 21-23; their trace is named when written" in warned[0]
     named = deliver(delivery, ("window_written", "/r/step=000021-000023-epoch=0/t.json.gz", 21))
-    assert named == ["trace of the steps after the alert at step 19: /r/step=000021-000023-epoch=0"]
+    assert named == ["trace of the steps after the alert at step 19:\n  /r/step=000021-000023-epoch=0"]
     assert (first.trace_dir, later.trace_dir) == ("/r/step=000021-000023-epoch=0", None)
     assert "Trace of the steps after the alert: /r/step=000021-000023-epoch=0" in first.message
     assert delivery.recording == [later] and got == [first, later]  # the hook is not called again

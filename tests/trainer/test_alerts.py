@@ -268,7 +268,7 @@ def test_an_alert_near_the_fits_end_promises_no_step_past_it(tmp_path, caplog, b
     messages = [str(w.message) for w in warned]
     if recorded:
         assert "Recording steps 20-21; their trace is named when written" in messages[0]
-        assert messages[1:] == [f"trace of the steps after the alert at step 19: {alert.trace_dir}"]
+        assert messages[1:] == [f"trace of the steps after the alert at step 19:\n  {alert.trace_dir}"]
         (trace,) = trace_files(tmp_path)
         assert profiler_steps(read_trace(trace)) == recorded and os.path.dirname(trace) == alert.trace_dir
     else:

@@ -43,7 +43,7 @@ def test_ddp_two_ranks(tmp_path, strategy):
     with open(os.path.join(str(tmp_path), "alerts-rank0.jsonl")) as f:
         (alert,) = [json.loads(line) for line in f]
     assert alert["worst_rank"] == 1 and alert["step"] == 4 and alert["recording"] == [6, 8]  # sent as it fired
-    named = "trace of the steps after the alert at step 4: "
+    named = "trace of the steps after the alert at step 4:\n  "
     assert output.count(named) == 1 and f"{named}{tmp_path}" in output  # rank zero, once the trace is written
     assert output.split(named)[1].split()[0].endswith("step=000006-000008-epoch=0")
     # its advice rests on what rank 1's loading did

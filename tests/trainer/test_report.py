@@ -33,7 +33,7 @@ def test_a_data_bound_run_in_a_browser_offline(tmp_path):
     assert monitor.alerts and len(os.listdir(monitor.trace_dir)) >= 2
     said, page = report(logger.log_dir, tmp_path / "report.html")
     assert "3 epoch(s)" in said and "alert(s)" in said
-    assert "waiting for the DataLoader" in page and "num_workers=0" in page  # the alert's advice
+    assert "data wait was" in page and "num_workers=0" in page  # the alert's advice
     assert "http://" not in page and "https://" not in page and "<script" not in page  # nothing to fetch
 
     browser = chrome(offline=True)

@@ -77,7 +77,7 @@ def test_the_alert_reads_like_a_warning_in_the_order_things_happen(demo):
     recording = [line.strip() for line in lines[alert:alert + 6] if line.strip().startswith("Recording")]
     assert recording == ["Recording steps 101-103; their trace is named when written"]
     (named,) = [i for i, line in enumerate(lines) if "trace of the steps after the alert at step 99" in line]
-    assert named > alert and lines[named].endswith("profiler/step=000101-000103-epoch=1")
+    assert named > alert and lines[named + 1].endswith("profiler/step=000101-000103-epoch=1")
 
 
 def test_the_alert_can_still_be_filtered_by_its_category(tmp_path):
@@ -191,3 +191,38 @@ def test_the_metrics_page_lists_every_metric_a_real_fit_logs(tmp_path):
     table = {name for row in page.splitlines() if row.startswith("| `") for name in re.findall(r"`([^`]+)`", row.split("|")[1])}
     assert {"data_wait_ratio", "window/host_step_ms", "window/data_wait_share"} <= logged
     assert logged <= table, logged - table
+
+
+OURS = ("lightning_profkit:", "DataWaitWarning:", "RuntimeWarning: PerformanceMonitor:", "UserWarning: PerformanceMonitor:")
+TABLE_ROW = re.compile(r"\S {2,}\S")  # aligned columns
+
+
+def our_lines(text: str, everything: bool = False) -> list[str]:
+    """The lines of ours in ``text``: those that start with one of our prefixes and the indented lines after them
+    (``everything``: every line, as in profkit's output), less table rows."""
+    out, ours = [], False
+    for line in text.splitlines():
+        ours = everything or line.startswith(OURS) or (ours and line.startswith("  "))
+        if ours and not TABLE_ROW.search(line):
+            out.append(line)
+    return out
+
+
+def test_every_line_a_fit_and_profkit_print_fits_120_characters(tmp_path):
+    """A fit that alerts and whose steps slow after the first window, then `profkit summary`, `compare` and
+    `report` on its run: every line ours (the run folder's path written <run>: a user's paths are their own)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "story_script.py")
+    fit = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    printed = our_lines(fit.stdout + fit.stderr)
+    said = "\n".join(printed)
+    assert "data wait was" in said and "slower after the windows" in said and "windows of rank 0" in said, said
+    profiler = tmp_path / "lightning_logs" / "version_0" / "profiler"
+    windows = sorted(p for p in profiler.iterdir() if p.is_dir())
+    for args in (["summary", profiler], ["compare", windows[0], windows[-1]],
+                 ["report", profiler.parent, "-o", tmp_path / "report.html"]):
+        done = subprocess.run([PROFKIT, *map(str, args)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        printed += our_lines(done.stdout + done.stderr, everything=True)
+    long = [line for line in (p.replace(str(tmp_path), "<run>") for p in printed) if len(line) > 120]
+    assert not long, "\n".join(long)

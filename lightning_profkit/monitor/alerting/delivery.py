@@ -48,5 +48,5 @@ class AlertDelivery:
         for alert in named:
             alert.trace_dir = os.path.dirname(path)
             if self.to_user:
-                warn(f"trace of the steps after the alert at step {alert.step}: {alert.trace_dir}", DataWaitWarning,
+                warn(f"trace of the steps after the alert at step {alert.step}:\n  {alert.trace_dir}", DataWaitWarning,
                      stacklevel=2)
