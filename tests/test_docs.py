@@ -132,3 +132,37 @@ def test_the_callbacks_docstring_example_runs(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "profiling batches 11-13 of every epoch" in done.stdout + done.stderr
     assert list((tmp_path / "lightning_logs" / "version_0" / "profiler").glob("step=000011-000013-epoch=0/*.pt.trace.json.gz"))
+
+
+def nav_groups() -> dict[str, list[str]]:
+    """The site's navigation: each group's pages (mkdocs.yml, read as text: its YAML has a tag PyYAML refuses)."""
+    groups: dict[str, list[str]] = {}
+    for line in text(ROOT / "mkdocs.yml").split("\nnav:\n", 1)[1].splitlines():
+        if not line.startswith("  "):
+            break
+        if re.match(r"  - [^:]+:$", line):
+            groups[line[4:-1]] = []
+        elif page := re.search(r": (\S+\.md)$", line):
+            groups[list(groups)[-1]].append(page[1])
+    return groups
+
+
+# the project's own story: an issue's number, a session, the time of day of a run, a goal, what a figure was before
+NARRATION = re.compile(r"\bissues? #?\d|\bsession'?s? (changes|work)\b|this session|\b(morning|afternoon|evening)\b"
+                       r"|\bgoals?\b|before \d{4}-\d\d-\d\d|\bwe chose\b", re.I)
+
+
+def test_the_site_has_five_groups_and_the_user_pages_tell_no_story_of_the_project():
+    groups = nav_groups()
+    assert list(groups) == ["Getting started", "User guide", "Reference", "Troubleshooting", "Project"]
+    listed = [page for pages in groups.values() for page in pages]
+    assert sorted(listed) == sorted(p.name for p in DOCS.glob("*.md"))  # every page in one group
+    user = [ROOT / "README.md"] + [DOCS / page for name, pages in groups.items() if name != "Project" for page in pages]
+    told = [(page.name, m[0]) for page in user for m in NARRATION.finditer(text(page))]
+    assert not told, told
+
+
+def test_the_readmes_first_40_lines_say_how_to_install_use_and_look():
+    first = "\n".join(text(ROOT / "README.md").splitlines()[:40])
+    assert "pip install" in first and "callbacks=[PerformanceMonitor()]" in first
+    assert "PYTORCH_PROFILER" in first and "profkit summary" in first and ".png)" in first
