@@ -55,6 +55,24 @@ def test_the_metrics_page_lists_every_logged_metric_and_nothing_else():
         assert any(m.matches(name[len(PREFIX):]) for m in METRICS if m.name in listed), name
 
 
+def test_the_profkit_page_holds_every_commands_help_and_the_exit_codes():
+    from lightning_profkit.cli import reference
+
+    assert reference() in text(DOCS / "profkit.md"), "regenerate: python -c 'from lightning_profkit.cli import reference; print(reference())'"
+
+
+def test_the_api_pages_arguments_are_the_signatures():
+    """The API page's table of arguments (type, default, meaning) is made from the signature and the docstring's Args:
+    the docstring names every argument, in order."""
+    import inspect
+
+    from lightning_profkit.callback import PerformanceMonitor
+
+    args = PerformanceMonitor.__doc__.split("Args:", 1)[1].split("Example::", 1)[0]
+    documented = re.findall(r"^        (\w+): ", args, re.M)
+    assert documented == list(inspect.signature(PerformanceMonitor).parameters)
+
+
 def mentioned(page: Path) -> list[str]:
     return re.findall(r"(?<![\w/])profkit/[A-Za-z0-9_/<>.-]*[A-Za-z0-9_>/]", text(page))
 

@@ -24,18 +24,38 @@ import sys
 from typing import Optional, Sequence
 
 from lightning_profkit.cli import capture, report, sql, summary, upload
-from lightning_profkit.cli.shared import CommandError
+from lightning_profkit.cli.shared import LEFT_OUT, CommandError
 from lightning_profkit.printable import printable, redact
 from lightning_profkit.store import StoreError
 from lightning_profkit.trace.file import TraceError
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="profkit", description="lightning_profkit's command line")
-    sub = parser.add_subparsers(dest="command", required=True)
+EXIT_CODES = {0: "done", 1: "the input is wrong, or none of its traces could be read",
+              2: "a wrong command line", LEFT_OUT: "some traces could not be read: each is named on stderr with why"}
+
+
+def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The command line's parser, and each command's."""
+    made = argparse.ArgumentParser(prog="profkit", description="lightning_profkit's command line")
+    sub = made.add_subparsers(dest="command", required=True)
     for command in (summary, capture, sql, upload, report):
         command.add(sub)
-    args = parser.parse_args(argv)
+    return made, sub.choices
+
+
+def reference() -> str:
+    """Every command's ``--help`` and the exit codes, as docs/profkit.md shows them (tests/test_docs.py checks)."""
+    columns, os.environ["COLUMNS"] = os.environ.get("COLUMNS"), "118"  # argparse wraps to the terminal's width
+    try:
+        helps = [p.format_help() for p in parser()[1].values()]
+    finally:
+        os.environ.pop("COLUMNS") if columns is None else os.environ.__setitem__("COLUMNS", columns)
+    codes = "\n".join(f"| {code} | {meaning} |" for code, meaning in EXIT_CODES.items())
+    return "\n".join(f"```\n{h.rstrip()}\n```\n" for h in helps) + f"\n| exit code | when |\n|---|---|\n{codes}\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parser()[0].parse_args(argv)
     try:
         return args.handler(args)
     except (CommandError, TraceError, StoreError) as err:

@@ -34,15 +34,15 @@ LEGEND = """columns:
 def add(sub: Any) -> None:
     p = sub.add_parser("summary", help="where the time went in a trace, a window folder or a run folder",
                        epilog=LEGEND, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("path")
+    p.add_argument("path", help="a trace, a window folder, a run folder, or its URL on object storage")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
     add_jobs(p)
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="parse the traces of an object-store URL on this Dask distributed cluster (tcp://host:8786)")
     p.set_defaults(handler=summary)
     p = sub.add_parser("compare", help="two traces or folders side by side, with differences")
-    p.add_argument("a")
-    p.add_argument("b")
+    p.add_argument("a", help="the traces before: a trace or a folder (or its URL)")
+    p.add_argument("b", help="the traces after, likewise")
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
     add_jobs(p)
     p.set_defaults(handler=compare_paths)
