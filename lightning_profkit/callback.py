@@ -122,11 +122,10 @@ class PerformanceMonitor(Callback):
         self._end(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
         chosen = self.options.dirpath or trace_dir(trainer)
-        folder, other = own_trace_dir(trainer, chosen)
+        folder, why = own_trace_dir(trainer, chosen)
         self.trace_dir = redact(folder)  # shown; the credentials of a URL stay in `folder`
-        if other:
-            self._notices(f"another fit ({other}) is writing traces to {chosen}; this fit writes to {folder}, "
-                          "so that the two never mix", "shared_dir")
+        if why:
+            self._notices(f"{why}; this fit writes to its own folder, so that they never mix:\n  {folder}", "shared_dir")
         check_trace_dir(folder, self.options.storage_options)
         effects = Effects(self._notices, lambda alert: alert_to_tensorboard(trainer, alert), self._wake)
         self._fit = FitRun(self.options, Kept(self._checks, self.traces, self.alerts), folder, rank_of(trainer), effects,

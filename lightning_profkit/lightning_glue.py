@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 import secrets
 import time
 from typing import Any, Callable, Optional
@@ -161,12 +162,18 @@ def run_folder_name(trainer: Trainer) -> str:
 
 
 def own_trace_dir(trainer: Trainer, folder: str) -> tuple[str, Optional[str]]:
-    """``folder``, or, where another fit is writing to it now (its live-run marker there names a process that may
-    still run), a run folder of this fit's own under it, and who the other is (decided on rank zero). A folder on
-    object storage is taken as it is: its marker is read by the finalizing process, not here."""
-    other = other_fit(folder) if trainer.is_global_zero and not is_url(folder) else None
-    other = trainer.strategy.broadcast(other)
-    return (join(folder, run_folder_name(trainer)), other) if other else (folder, None)
+    """``folder``, or a run folder of this fit's own under it, and why: another fit is writing to it now (its live-run
+    marker there names a process that may still run), or an earlier fit's windows are in it (decided on rank zero).
+    A folder on object storage is taken as it is: its marker is read by the finalizing process, not here."""
+    why = None
+    if trainer.is_global_zero and not is_url(folder):
+        other = other_fit(folder)
+        if other:
+            why = f"another fit ({other}) writes there"
+        elif os.path.isdir(folder) and any(name.startswith("step=") for name in os.listdir(folder)):
+            why = "an earlier fit's traces are there"
+    why = trainer.strategy.broadcast(why)
+    return (join(folder, run_folder_name(trainer)), why) if why else (folder, None)
 
 
 def epoch_length(trainer: Trainer) -> Optional[int]:

@@ -248,3 +248,26 @@ def test_the_trace_folder_appears_with_its_first_window(tmp_path):
     make_trainer(tmp_path, [monitor, Look()]).fit(TinyModel(SleepDataset(20)))
     assert not any(seen[i] for i in range(10))  # written once the window has ended, after step 9
     assert window_names(monitor) == ["step=000008-000009-epoch=0"]
+
+
+def test_a_second_fit_into_a_folder_with_a_finished_fits_traces_writes_to_its_own(tmp_path):
+    """A script run twice with one `dirpath`: the second fit's windows went beside the first's, and `profkit report`
+    counted both fits' traces as one run's. Now the second writes to a run folder of its own and says so; `profkit
+    summary` of the folder names each fit's windows apart."""
+    shared = tmp_path / "shared"
+    first = PerformanceMonitor(steps="1-2", alert_threshold=None, dirpath=str(shared))
+    make_trainer(tmp_path / "a", [first]).fit(TinyModel(SleepDataset(8)))
+    assert first.trace_dir == str(shared)
+    second = PerformanceMonitor(steps="1-2", alert_threshold=None, dirpath=str(shared))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_trainer(tmp_path / "b", [second]).fit(TinyModel(SleepDataset(8)))
+    said = [str(w.message) for w in caught if "an earlier fit's traces are there" in str(w.message)]
+    assert len(said) == 1 and said[0].endswith(f"\n  {second.trace_dir}"), said
+    own = os.path.relpath(second.trace_dir, shared)
+    assert own.startswith("run=") and os.sep not in own
+    profkit = os.path.join(os.path.dirname(sys.executable), "profkit")
+    done = subprocess.run([profkit, "summary", "--json", str(shared)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    windows = sorted(t["window"] for t in json.loads(done.stdout)["traces"])
+    assert windows == sorted(["step=000001-000002-epoch=0", f"{own}/step=000001-000002-epoch=0"])
