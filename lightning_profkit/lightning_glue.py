@@ -39,7 +39,7 @@ def guarded(hook: Callable) -> Callable:
             if self._fit is not None:
                 self._fit.fail(hook.__name__, err)
             else:
-                self._notices(f"profiling is off for the rest of this run after an error in `{hook.__name__}`: {err!r}")
+                self._notices(f"profiling is off for the rest of this run after an error in `{hook.__name__}`:\n  {err!r}")
             return None
 
     return wrapper

@@ -206,13 +206,13 @@ class FitRun:
                 try:
                     runner.stop()
                 except Exception as err:  # the runner has let go of the session already
-                    self.report(f"stopping the profiler failed: {err!r}")
+                    self.report(f"stopping the profiler failed:\n  {err!r}")
 
     def fail(self, where: str, err: BaseException) -> None:
         """An error inside the callback: profiling is off for the rest of the fit; the hooks still run, so that
         every rank keeps taking part in the same exchanges."""
         self.broken = True
-        self.report(f"profiling is off for the rest of this run after an error in `{where}`: {err!r}")
+        self.report(f"profiling is off for the rest of this run after an error in `{where}`:\n  {err!r}")
         self.end_windows()
 
     def close(self, wait: bool = True) -> None:

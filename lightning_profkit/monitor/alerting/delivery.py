@@ -33,12 +33,12 @@ class AlertDelivery:
             try:
                 self.to_loggers(alert)
             except Exception as err:
-                self.report(f"writing the alert to the loggers failed: {err!r}; training continues", "to_loggers")
+                self.report(f"writing the alert to the loggers failed; training continues:\n  {err!r}", "to_loggers")
         if self.on_alert is not None:
             try:
                 self.on_alert(alert)
             except Exception as err:
-                self.report(f"`on_alert` raised {err!r}; training continues", "on_alert")
+                self.report(f"`on_alert` raised; training continues:\n  {err!r}", "on_alert")
 
     def window_written(self, path: str, first_step: int) -> None:
         """The trace of the window from ``first_step`` is at ``path``: it is the trace of the alerts before that

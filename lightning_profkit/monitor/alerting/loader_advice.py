@@ -26,7 +26,7 @@ class LoaderAdvice:
         try:
             self.busy = self.watch.busy(self.workers(), now, waited_s)
         except Exception as err:
-            self.report(f"reading the DataLoader's CPU failed: {err!r}", "advice")
+            self.report(f"reading the DataLoader's CPU failed:\n  {err!r}", "advice")
 
     def advice(self, group: Any, worst_rank: Optional[int], startup_s: Optional[float], train_s: float) -> list[str]:
         """What to try, from how busy the worst rank's loading was (an exchange in ``group``: every rank calls it)."""
@@ -37,5 +37,5 @@ class LoaderAdvice:
         try:
             return data_wait_advice(self.loader(), startup_s, train_s, busy)
         except Exception as err:
-            self.report(f"advice failed: {err!r}", "advice")
+            self.report(f"advice failed:\n  {err!r}", "advice")
             return []

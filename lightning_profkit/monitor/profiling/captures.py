@@ -15,13 +15,13 @@ def requested_steps(live: LiveRun, now: float, active: int, report: Callable[...
     try:
         request = live.poll(now)
     except OSError as err:
-        report(f"cannot read capture requests: {err!r}", "request")
+        report(f"cannot read capture requests:\n  {err!r}", "request")
         return None, []
     if request is None:
         return None, []
     if "refused" in request:
-        report(f"a capture request was refused: {request['refused']}; only the user who runs the fit may ask it for "
-               "a window", "request_refused")
+        report(f"a capture request was refused: only the user who runs the fit may ask it for a window\n  "
+               f"{request['refused']}", "request_refused")
         return None, []
     lines = [f"a capture request asked for {request['capped']} steps; recording at most {MAX_STEPS}"
              ] if "capped" in request else []

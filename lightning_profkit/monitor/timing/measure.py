@@ -93,7 +93,7 @@ class EpochMeasure:
             self.step_baseline = self.step_baseline or baseline
             return to_vector({**figures, **cost})
         except Exception as err:
-            self.report(f"epoch metrics failed: {err!r}", "metrics")
+            self.report(f"epoch metrics failed:\n  {err!r}", "metrics")
             return to_vector({})
 
     def after_window(self, ratio: Optional[float]) -> Optional[str]:
@@ -119,5 +119,5 @@ class EpochMeasure:
             return None
         ratio = self.sampler.idle_ratio(self.spans.gpu_start, self.sampler.mark(), self.spans.gpu_validation)
         if self.sampler.error is not None:
-            self.report(f"NVML sampling stopped: {self.sampler.error!r}", "nvml")
+            self.report(f"NVML sampling stopped:\n  {self.sampler.error!r}", "nvml")
         return ratio

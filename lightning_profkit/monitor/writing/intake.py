@@ -76,8 +76,9 @@ class TraceIntake:
             if not window.validation:
                 self.delivery.window_written(window.path, window.first)  # the trace of alerts before it
             if window.problems:
-                self.report(f"the trace {window.path} lacks what its window recorded: {'; '.join(window.problems)} "
-                            "(marked in the trace; `profkit summary` and `report` show it)", "integrity")
+                lacks = "".join(f"\n  - {problem}" for problem in window.problems)
+                self.report(f"a trace lacks what its window recorded; profkit summary and report show it:\n  {window.path}"
+                            f"{lacks}", "integrity")
             if window.json_bytes and window.growth_bytes:
                 self.json_per_byte = learned_json_per_byte(window.json_bytes, window.growth_bytes)
         if not self.to_user:

@@ -205,8 +205,8 @@ class TraceOutput:
                                       meta.get("log_step", last), tuple(meta.get("problems", ()))))
             traces.append(shown)
             if window.get("unkept"):  # once a fit (the key): the trace is there, `profkit` parses it instead
-                self._on_error(f"the summary or events table beside {shown} could not be written ({window['unkept']}); "
-                               "`profkit` parses the trace instead", "companions")
+                self._on_error(f"the summary beside a trace could not be written; profkit parses the trace instead\n"
+                               f"  - {shown}\n  - {window['unkept']}", "companions")
             if window.get("json_bytes"):
                 self._need_mb = window["json_bytes"] / 1e6
             if window.get("summary") and not validation:  # the end-of-fit line is about training

@@ -48,9 +48,9 @@ class DiskFull(OSError):
         free = free_mb(folder)
         self.folder, self.free_mb, self.needed_mb = folder, free, needed_mb
         need = f", the window needed about {megabytes(needed_mb)} of JSON" if needed_mb else ""
-        super().__init__(errno.ENOSPC, f"disk full at {folder}: {megabytes(free)} free{need}; its partial files were "
-                                       "removed, training goes on, and windows are skipped until there is room "
-                                       "(checked at each planned window)")
+        super().__init__(errno.ENOSPC, f"disk full at {folder}: {megabytes(free)} free{need}\n  - its partial files "
+                                       "were removed; training goes on\n  - windows are skipped until there is room, "
+                                       "looked for at each planned window")
 
 
 def megabytes(mb: float) -> str:
@@ -193,7 +193,7 @@ class TraceWriter:
             self.full = full  # read by the training thread before the next window
             self._on_error(full.strerror, "disk_full")
         except Exception as err:  # never let the thread die: report and go on
-            self._on_error(f"a profiler trace could not be written (training continues): {type(err).__name__}: {err}",
+            self._on_error(f"a profiler trace could not be written; training continues:\n  {type(err).__name__}: {err}",
                            "write")
         finally:
             if counted:
