@@ -75,7 +75,9 @@ def test_the_installed_lightning_and_torch_have_every_private_name_the_package_u
     import torch
 
     profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-    assert hasattr(profile, "_prev_schedule_action") and isinstance(profile.action_map, dict)
+    if tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 13):  # torch 2.8 has none: the adapter
+        assert hasattr(profile, "_prev_schedule_action")  # sets current_action alone, all torch 2.8 reads
+    assert isinstance(profile.action_map, dict)
     assert not internals.profiler_running()
     with profile:
         assert internals.profiler_running()
