@@ -12,7 +12,7 @@ from lightning_profkit.printable import printable, redact
 
 JOBS_HELP = "processes that decode a large trace (default: the CPU cores this process may use)"
 LEFT_OUT = 3  # the exit status when some traces could not be read
-SQL_NEEDS = "pip install 'lightning_profkit[sql]'"
+SQL_NEEDS = "pip install duckdb pyarrow"
 
 
 class CommandError(Exception):

@@ -19,7 +19,7 @@ from lightning_profkit.store import StoreError, fetch, is_url, send
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES
 from lightning_profkit.trace.folder import name_windows, read_folder
 
-DASK_NEEDS = "pip install 'lightning_profkit[dask]'"
+DASK_NEEDS = "pip install distributed"
 
 
 LEGEND = """columns:

@@ -10,7 +10,7 @@ are -1. An event's ``step`` is the ``ProfilerStep#N`` whose host span holds its 
 runtime call that launched it (same correlation id), as HolisticTraceAnalysis assigns iterations. ``[memory]``
 events and flow arrows are not in the table.
 
-Parquet needs pyarrow (``pip install lightning_profkit[sql]``): :func:`available` says whether it is there.
+Parquet needs pyarrow (``pip install pyarrow``): :func:`available` says whether it is there.
 """
 
 from __future__ import annotations

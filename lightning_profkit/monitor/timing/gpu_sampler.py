@@ -110,7 +110,7 @@ def nvml_reader(uuid: str) -> tuple[Optional[SampleReader], str]:
     try:
         import pynvml
     except ImportError:
-        return None, "install nvidia-ml-py (`pip install lightning_profkit[nvml]`) for the epoch-wide GPU idle ratio"
+        return None, "install nvidia-ml-py (pip install nvidia-ml-py) for the epoch-wide GPU idle ratio"
     try:
         pynvml.nvmlInit()
     except Exception as err:
