@@ -231,3 +231,39 @@ def test_validation_windows_record_the_batches_asked_for_in_every_run():
 ])
 def test_a_capture_never_asks_for_steps_past_the_fits_end(after, last_step, expected):
     assert capture_steps(after, 3, 1, last_step) == expected
+
+
+def test_the_profilers_noise_on_stderr_is_dropped_and_every_other_line_kept():
+    """What torch's C++ side writes to fd 2 around a session's start and stop: its USDT lines, and kineto's
+    gpuGetDeviceCount error of a CUDA build on a machine without a GPU (every window printed it to a CPU user's
+    terminal), are dropped; a line of anyone else's stays."""
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom lightning_profkit.monitor.profiling.windows import without_profiler_noise\n"
+            "with without_profiler_noise():\n"
+            "    os.write(2, b'USDT: probe\\n')\n"
+            "    os.write(2, b'ERROR:2026-12-05 16:20:56 14325:14325 DeviceProperties.cpp:47] gpuGetDeviceCount "
+            "failed with code 35\\n')\n"
+            "    os.write(2, b'a line of the user\\n')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "a line of the user\n", done.stderr
+
+
+def test_a_cuda_build_on_a_machine_without_a_gpu_prints_no_kineto_error(tmp_path):
+    """The quick start's windows with a CUDA build of torch where no GPU is usable (torch 2.8.0's printed
+    `gpuGetDeviceCount failed with code 35` once a process): nothing of kineto's reaches the terminal."""
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.version.cuda is None or torch.cuda.is_available():
+        pytest.skip("needs a CUDA build of torch on a machine without a usable GPU")
+    code = ("from lightning.pytorch import Trainer\nfrom lightning.pytorch.demos.boring_classes import BoringModel\n"
+            "from lightning_profkit import PerformanceMonitor\n"
+            "Trainer(max_epochs=1, limit_train_batches=20, callbacks=[PerformanceMonitor()], enable_progress_bar=False,"
+            " accelerator='cpu').fit(BoringModel())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "gpuGetDeviceCount" not in done.stderr and "profiling batches 11-13" in done.stderr

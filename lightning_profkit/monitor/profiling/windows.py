@@ -68,9 +68,14 @@ def heap_bytes() -> Optional[int]:
         return None
 
 
+NO_GPU = b"] gpuGetDeviceCount failed"  # kineto's line where a CUDA build of torch finds no GPU
+
+
 @contextmanager
-def without_usdt_lines(enabled: bool = True) -> Iterator[None]:
-    """Drop the ``USDT:`` lines torch's profiler prints to stderr on start/stop; keep every other line.
+def without_profiler_noise(enabled: bool = True) -> Iterator[None]:
+    """Drop what torch's profiler prints to stderr on start/stop that says nothing to the user: the ``USDT:`` lines,
+    and kineto's ``gpuGetDeviceCount failed`` of a CUDA build of torch on a machine without a GPU (the windows are
+    recorded on CPU, and the GPU figures are absent, as the callback says); keep every other line.
 
     The C++ side writes to file descriptor 2, so it is pointed at a temporary file for the duration of
     the call and whatever else was written there is passed on afterwards.
@@ -95,7 +100,8 @@ def without_usdt_lines(enabled: bool = True) -> Iterator[None]:
                 os.dup2(saved, 2)
                 os.close(saved)
             capture.seek(0)
-            kept = [line for line in capture.read().splitlines(keepends=True) if not line.startswith(b"USDT:")]
+            kept = [line for line in capture.read().splitlines(keepends=True)
+                    if not line.startswith(b"USDT:") and NO_GPU not in line]
             if kept:
                 os.write(2, b"".join(kept))
 
@@ -159,7 +165,7 @@ class WindowSession:
         # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise)
         self.profiler.step_num = step
         start_at(self.profiler, schedule(step))
-        with without_usdt_lines(quiet):
+        with without_profiler_noise(quiet):
             self.profiler.start()
         self._note_start()
         self.spent_s = perf_counter() - start
@@ -201,7 +207,7 @@ class WindowSession:
         start = perf_counter()
         try:
             self._note_recording()
-            with without_usdt_lines(self._quiet):
+            with without_profiler_noise(self._quiet):
                 if not self._over_budget():
                     self.profiler.step()
                     if self.profiler.current_action != ProfilerAction.NONE:
@@ -220,7 +226,7 @@ class WindowSession:
         if ran_current:
             self._note_recording()
         try:
-            with without_usdt_lines(self._quiet):
+            with without_profiler_noise(self._quiet):
                 self.profiler.stop()
         finally:
             self._release()
