@@ -54,7 +54,7 @@ class PerformanceMonitor(Callback):
         with_stack: ``torch.profiler``'s: record Python stacks (adds cost).
         with_flops: ``torch.profiler``'s: estimate FLOPs of matrix operators (adds cost).
         with_modules: ``torch.profiler``'s: record the module hierarchy (adds cost).
-        quiet: hide the ``USDT:`` lines torch prints whenever a session starts or stops (the default).
+        quiet: hide the lines torch prints at a session's start and stop (``USDT:``; a CUDA build's "no GPU" error).
         flush_timeout: seconds to wait at the end of ``fit`` for traces still being written.
         log_metrics: log the per-epoch and per-window metrics above.
         alert_threshold: data-wait ratio above which a check counts (0.2: "highly input-bound"); ``None``: no alerts.
