@@ -84,19 +84,7 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
     ``scheduler``, and the summaries name the objects); ``left_out`` gains a line for each trace that could not be
     read. None readable: a :class:`CommandError`."""
     if scheduler is not None:
-        if not is_url(path):
-            raise CommandError(f"{path}: --scheduler reads traces from object storage, where the cluster's workers "
-                               "read them too: give an s3://, gs:// or az:// URL")
-        try:
-            from lightning_profkit.cli.cluster import cluster_summaries
-            found = cluster_summaries(path, scheduler, TRACE_SUFFIXES + JSON_SUFFIXES, left_out)
-        except ImportError:
-            raise CommandError(f"--scheduler needs Dask's distributed: {DASK_NEEDS}") from None
-        except OSError as err:  # the scheduler cannot be reached
-            raise CommandError(f"{scheduler}: no Dask scheduler answers there ({err})") from None
-        if not found and not left_out:
-            raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
-        name_windows(found)
+        found = on_cluster(path, scheduler, left_out)
         return readable(path, found, left_out)
     if not is_url(path):
         found, skipped = read_here(path, jobs)
@@ -116,21 +104,35 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
             return path if path.endswith(JSON_SUFFIXES) else path.rstrip("/") + p[len(local):].replace(os.sep, "/")
 
         read = read_folder(local, jobs, got["known"], progress=Progress.on(sys.stderr))
-        found, skipped = read.summaries, read.left_out
         try:  # the next look, by anyone, reads them instead of parsing the traces
             send([[p, remote(p[:-len(SIDECAR)]) + SIDECAR] for p in read.kept])
         except StoreError as err:
             print(f"profkit: could not keep the summaries beside the traces ({printable(redact(str(err)))}); the next "
                   "look parses them again", file=sys.stderr)
-
-    named = []
-    for line in skipped:  # "<local copy>: why"
-        copy, _, why = line.partition(": ")
-        named.append(f"{remote(copy)}: {why}" if copy.startswith(local) else line)
+    named = [f"{remote(copy)}: {why}" if copy.startswith(local) else line  # "<local copy>: why"
+             for line in read.left_out for copy, _, why in [line.partition(": ")]]
     left_out += named
-    for s in found:
+    for s in read.summaries:
         s["path"] = remote(s["path"])
-    return readable(path, found, named)
+    return readable(path, read.summaries, named)
+
+
+def on_cluster(path: str, scheduler: str, left_out: list[str]) -> list[dict[str, Any]]:
+    """The summaries of the traces at the URL ``path``, parsed by the workers of the Dask cluster at ``scheduler``."""
+    if not is_url(path):
+        raise CommandError(f"{path}: --scheduler reads traces from object storage, where the cluster's workers "
+                           "read them too: give an s3://, gs:// or az:// URL")
+    try:
+        from lightning_profkit.cli.cluster import cluster_summaries
+        found = cluster_summaries(path, scheduler, TRACE_SUFFIXES + JSON_SUFFIXES, left_out)
+    except ImportError:
+        raise CommandError(f"--scheduler needs Dask's distributed: {DASK_NEEDS}") from None
+    except OSError as err:  # the scheduler cannot be reached
+        raise CommandError(f"{scheduler}: no Dask scheduler answers there ({err})") from None
+    if not found and not left_out:
+        raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
+    name_windows(found)
+    return found
 
 
 def read_here(path: str, jobs: int) -> tuple[list[dict[str, Any]], list[str]]:
