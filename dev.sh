@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: bash dev.sh demo | test [pytest args...] | floor | check-cuda
 # demo and test create or refresh .venv (pinned by constraints.txt), then run.
-# floor installs the lowest declared versions (constraints-floor.txt) into .venv-floor and runs a fit and a summary.
+# floor builds the wheel, installs it at the lowest declared versions (constraints-floor.txt) into .venv-floor and
+# runs a fit and a summary with it.
 # check-cuda is for a CUDA machine, with the python3 that has its torch (see .ci/check_cuda.py).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -30,15 +31,22 @@ browser_deps() {
 }
 
 floor() {
-  local venv root=$PWD run
+  local venv root=$PWD run dist wheel
   venv=$(realpath -m "${PROFKIT_FLOOR_VENV:-.venv-floor}")
   [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q -c constraints-floor.txt -e .
+  # the wheel a user would install, with its LICENSE, at the lowest declared versions
+  dist=$(mktemp -d)
+  "$venv/bin/python" -m pip wheel -q --no-deps -w "$dist" .
+  wheel=$(ls "$dist"/lightning_profkit-*.whl)
+  "$venv/bin/python" -m zipfile -l "$wheel" | grep -q 'dist-info/licenses/LICENSE' || { echo "no LICENSE in $wheel" >&2; exit 1; }
+  "$venv/bin/python" -m pip install -q -c constraints-floor.txt "$wheel"
+  "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
   "$venv/bin/python" -m pip freeze | grep -iE '^(torch|lightning|numpy|tensorboard|torch-tb-profiler|msgspec|isal)=='
   run=$(mktemp -d)
-  (cd "$run" && "$venv/bin/python" "$root/examples/data_bound.py" >/dev/null && "$venv/bin/profkit" summary runs >/dev/null)
-  rm -rf "$run"
-  echo "dev.sh floor: a fit and profkit summary ran with the lowest declared versions"
+  (cd "$run" && "$venv/bin/python" -c 'import lightning_profkit, sys; sys.exit("site-packages" not in lightning_profkit.__file__)' \
+     && "$venv/bin/python" "$root/examples/data_bound.py" >/dev/null && "$venv/bin/profkit" summary runs >/dev/null)
+  rm -rf "$run" "$dist"
+  echo "dev.sh floor: the wheel, installed at the lowest declared versions, ran a fit and profkit summary"
 }
 
 case "${1:-}" in
