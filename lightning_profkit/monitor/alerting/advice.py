@@ -11,6 +11,10 @@ from lightning_profkit.monitor.timing.loader_busy import LoaderBusy
 
 WAITING = 0.5  # busy less than this share of the time: waiting on something other than the CPU (I/O)
 CROWDED = 0.2  # workers ready to run but waiting for a CPU this share of the time: the node's CPUs are taken
+# with workers, a training thread on or waiting for a CPU through at least this share of its data wait unpacks the
+# batches itself: one that only sleeps until a batch comes still waits for a CPU then, a large share of a short wait
+# where other processes hold the CPUs
+UNPACKING = 0.8
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
         why = "loads every batch, waiting on I/O" if waits else "loads every batch itself"
         out.append(f"num_workers=0: the training process {why}: try num_workers={max(suggested, 2) if waits else suggested}"
                    ", persistent_workers=True")
-    elif training is not None and training.low >= WAITING:
+    elif training is not None and training.low >= UNPACKING:
         out.append("the training process unpacks every batch the workers send; more workers do not help: return fewer, "
                    "larger tensors")
     elif workers is not None and workers.computing < WAITING:
