@@ -19,6 +19,7 @@ Exit status: 0; 1 when the input is wrong or none of its traces could be read; 2
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from typing import Optional, Sequence
@@ -45,11 +46,10 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
 
 def reference() -> str:
     """Every command's ``--help`` and the exit codes, as docs/profkit.md shows them (tests/test_docs.py checks)."""
-    columns, os.environ["COLUMNS"] = os.environ.get("COLUMNS"), "118"  # argparse wraps to the terminal's width
-    try:
-        helps = [p.format_help() for p in parser()[1].values()]
-    finally:
-        os.environ.pop("COLUMNS") if columns is None else os.environ.__setitem__("COLUMNS", columns)
+    helps = []
+    for command in parser()[1].values():  # each command's formatter at one width, not the terminal's
+        command.formatter_class = functools.partial(command.formatter_class, width=116)
+        helps.append(command.format_help())
     codes = "\n".join(f"| {code} | {meaning} |" for code, meaning in EXIT_CODES.items())
     return "\n".join(f"```\n{h.rstrip()}\n```\n" for h in helps) + f"\n| exit code | when |\n|---|---|\n{codes}\n"
 

@@ -11,7 +11,7 @@ from lightning_profkit.printable import printable
 from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.headline import short_name
-from lightning_profkit.trace.ranks import named, shown
+from lightning_profkit.trace.ranks import BALANCED_SHARE, named, shown
 from lightning_profkit.trace.step_breakdown import ROLES
 from lightning_profkit.trace.summary import key_figures, unit
 
@@ -75,7 +75,8 @@ def verdict_lines(verdict: dict[str, Any]) -> list[str]:
     own = verdict["own_ms_per_step"]
     out = [f"Verdict: {printable(verdict['headline'])}",
            f"  own work per step: median {own['median']:.2f}, p90 {own['p90']:.2f}, max {own['max']:.2f} ms"]
-    for key, field, says in (("outliers", "own_ms_per_step_over_median", "over the median by more than 5% of a step"),
+    over = f"over the median by more than {100 * BALANCED_SHARE:.0f}% of a step"
+    for key, field, says in (("outliers", "own_ms_per_step_over_median", over),
                              ("waiting", "extra_communication_ms_per_step", "waiting for it in communication")):
         if verdict.get(key):
             out += [f"  {says}:", f"    {named({r['rank']: r[field] for r in verdict[key]})}"]

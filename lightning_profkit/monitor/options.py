@@ -19,10 +19,10 @@ PROFILER_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops
 FLAGS = ("profile", *PROFILER_OPTIONS, "quiet", "log_metrics", "capture_on_alert")
 WHOLE = {"skip_first": 0, "warmup": 0, "active": 1, "alert_window": 1, "alert_patience": 1, "alert_cooldown": 0,
          "max_captures": 0}  # integer arguments and their least value
-NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {  # numbers, None allowed but for flush_timeout
-    "flush_timeout": (lambda v: v >= 0, "a number of seconds >= 0"),
-    "alert_threshold": (lambda v: 0 < v < 1, "a ratio between 0 and 1 (or None to turn alerts off)"),
-    "max_trace_mb": (lambda v: v > 0, "megabytes of trace JSON > 0 (or None for no limit)"),
+NUMBERS: dict[str, tuple[Callable[[float], bool], bool, str]] = {  # a number's test, whether None is allowed
+    "flush_timeout": (lambda v: v >= 0, False, "a number of seconds >= 0"),
+    "alert_threshold": (lambda v: 0 < v < 1, True, "a ratio between 0 and 1 (or None to turn alerts off)"),
+    "max_trace_mb": (lambda v: v > 0, True, "megabytes of trace JSON > 0 (or None for no limit)"),
 }
 
 
@@ -90,11 +90,11 @@ class Options:
             _flag(name, getattr(self, name))
         for name, minimum in WHOLE.items():
             _whole(name, getattr(self, name), minimum)
-        for name, (ok, wants) in NUMBERS.items():
+        for name, (ok, optional, wants) in NUMBERS.items():
             value = getattr(self, name)
-            if value is not None or name == "flush_timeout":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
-                    _fail(name, wants, value)
+            if not (optional and value is None) and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                                     or not ok(value)):
+                _fail(name, wants, value)
         for name in ("step_filter", "on_alert"):
             _callable(name, getattr(self, name))
         if self.alert_action not in ALERT_ACTIONS:

@@ -27,7 +27,6 @@ from typing import Any, Callable, Optional
 
 from lightning_profkit.internals import FETCH_PAIR, fetch_pair, lightnings_fetch_pair, moved
 
-_PAIR = FETCH_PAIR
 STEP_CHUNK = 1024
 TRAIN_FETCH, VAL_FETCH = "].train_dataloader_next", "].val_next"  # the end of the action names Lightning times
 
@@ -121,19 +120,19 @@ class FetchTimer:
     def install(self, say: Callable[[str], None] = print) -> "FetchTimer":
         """On the loops' fetch pair; where the installed Lightning has none, through ``trainer.profiler`` (said)."""
         train, val = self._train_loop, self._val_loop
-        val_pair = fetch_pair(val)
-        if fetch_pair(train) is None or val_pair is None:
+        train_pair, val_pair = fetch_pair(train), fetch_pair(val)
+        if train_pair is None or val_pair is None:
             say(moved("lightning", FETCH_PAIR[0], "fetches are timed through trainer.profiler"))
             self._own_pair = self._val_pair = (_nothing, _nothing)
             self._profiler = self._trainer.profiler = FetchProfiler(self._trainer.profiler, self)
             return self
-        overridden = any(_own(train, name) is not None for name in _PAIR)
-        self._own_pair = fetch_pair(train) if overridden or not lightnings_fetch_pair(train) else None
+        overridden = any(_own(train, name) is not None for name in FETCH_PAIR)
+        self._own_pair = train_pair if overridden or not lightnings_fetch_pair(train) else None
         profiler = self._trainer.profiler  # by class name: lightning.pytorch's and pytorch_lightning's alike
         self._idle = profiler if type(profiler).__name__ == "PassThroughProfiler" else None
         self._val_pair = val_pair
-        for loop, name, ours in ((train, _PAIR[0], self._train_before), (train, _PAIR[1], self._train_after),
-                                 (val, _PAIR[0], self._val_before), (val, _PAIR[1], self._val_after)):
+        for loop, name, ours in ((train, FETCH_PAIR[0], self._train_before), (train, FETCH_PAIR[1], self._train_after),
+                                 (val, FETCH_PAIR[0], self._val_before), (val, FETCH_PAIR[1], self._val_after)):
             self._saved.append((loop, name, _own(loop, name)))
             setattr(loop, name, ours)
         return self
@@ -158,11 +157,11 @@ class FetchTimer:
         self._saved = []
 
     def _methods(self) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
-        return {_PAIR[0]: (self._train_before, self._val_before), _PAIR[1]: (self._train_after, self._val_after)}
+        return {FETCH_PAIR[0]: (self._train_before, self._val_before), FETCH_PAIR[1]: (self._train_after, self._val_after)}
 
     def _above(self) -> Optional["FetchTimer"]:
         """The timer whose pair calls this one's, if another was installed over it."""
-        timer = _timer_of(_own(self._train_loop, _PAIR[0]))
+        timer = _timer_of(_own(self._train_loop, FETCH_PAIR[0]))
         while timer is not None and timer is not self:
             below = _timer_of(timer._own_pair[0]) if timer._own_pair else None
             if below is self:
@@ -320,7 +319,7 @@ def uninstall_stale(trainer: Any) -> None:
         trainer.profiler = trainer.profiler.wrapped
     loop = trainer.fit_loop.epoch_loop
     for holder in (loop, loop.val_loop):
-        for name in _PAIR:
+        for name in FETCH_PAIR:
             seen: set[int] = set()
             while (stale := _timer_of(_own(holder, name))) is not None and id(stale) not in seen:
                 seen.add(id(stale))
