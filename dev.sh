@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Usage: bash dev.sh demo | test [pytest args...] | floor | check-cuda
+# Usage: bash dev.sh demo | test [pytest args...] | floor [pytest args...] | newest [pytest args...] | check-cuda
 # demo and test create or refresh .venv (pinned by constraints.txt), then run.
-# floor builds the wheel, installs it at the lowest declared versions (constraints-floor.txt) into .venv-floor and
-# runs a fit and a summary with it.
+# floor builds the sdist and the wheel, installs the wheel at the lowest declared versions (constraints-floor.txt)
+# on the lowest declared Python, runs the quick start from it, then the tests; newest runs the tests at the newest
+# releases on the newest Python here. Both keep their environments under ~/.cache/lightning_profkit.
 # check-cuda is for a CUDA machine, with the python3 that has its torch (see .ci/check_cuda.py).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -30,23 +31,72 @@ browser_deps() {
   fi
 }
 
+# Where `floor` and `newest` keep their environments between runs (CI's too: each is made anew when what it was
+# made from changes, else only this checkout is reinstalled into it).
+ENVS=${PROFKIT_ENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/lightning_profkit}
+FLOOR_PYTHON=3.10   # requires-python's floor
+NEWEST_PYTHON=3.13  # the newest Python this project's machines have
+# the whole suite but the docs' site, which the pinned job builds with its pinned tools
+RANGE_TESTS=(--ignore=tests/test_docs.py)
+
+python_for() {  # VERSION: an interpreter of that version, python3.X on PATH or pyenv's
+  local want=$1 candidate
+  for candidate in "$(command -v "python$want" || true)" "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/"$want".*/bin/python; do
+    if [ -x "$candidate" ] && [ "$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$want" ]; then
+      echo "$candidate"; return
+    fi
+  done
+  echo "dev.sh: no Python $want found (python$want on PATH or pyenv's)" >&2; return 1
+}
+
+kept_venv() {  # NAME PYTHON KEY: the environment $ENVS/NAME, made anew with PYTHON when KEY differs from its own
+  local dir="$ENVS/$1"
+  if [ "$(cat "$dir/.profkit-key" 2>/dev/null)" != "$3" ]; then
+    rm -rf "$dir" && mkdir -p "$ENVS" && "$2" -m venv "$dir" >&2
+    "$dir/bin/python" -m pip install -q --upgrade pip build >&2
+  fi
+  echo "$dir"
+}
+
+installed_versions() {
+  "$1/bin/python" -m pip freeze | grep -iE '^(torch|lightning|pytorch-lightning|numpy|tensorboard|msgspec|isal)==' | tr '\n' ' '
+  "$1/bin/python" -c 'import sys; print("python==%d.%d.%d" % sys.version_info[:3])'
+}
+
 floor() {
-  local venv root=$PWD run dist wheel
-  venv=$(realpath -m "${PROFKIT_FLOOR_VENV:-.venv-floor}")
-  [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-  # the wheel a user would install, with its LICENSE, at the lowest declared versions
+  # the sdist and the wheel built from it, as a user would install them, at the lowest declared versions on the
+  # lowest declared Python: LICENSE in both, the quick start from the installed copy, then the suite
+  local py venv key root=$PWD run dist wheel
+  py=$(python_for "$FLOOR_PYTHON")
+  key=$( (echo "$py"; cat constraints-floor.txt pyproject.toml) | sha256sum | cut -d' ' -f1)
+  venv=$(kept_venv floor "$py" "$key")
   dist=$(mktemp -d)
-  "$venv/bin/python" -m pip wheel -q --no-deps -w "$dist" .
+  "$venv/bin/python" -m build --outdir "$dist" . > "$dist/build.log" 2>&1 || { cat "$dist/build.log" >&2; exit 1; }
   wheel=$(ls "$dist"/lightning_profkit-*.whl)
-  "$venv/bin/python" -m zipfile -l "$wheel" | grep -q 'dist-info/licenses/LICENSE' || { echo "no LICENSE in $wheel" >&2; exit 1; }
-  "$venv/bin/python" -m pip install -q -c constraints-floor.txt "$wheel"
+  "$venv/bin/python" -m zipfile -l "$wheel" | grep 'dist-info/licenses/LICENSE' >/dev/null || { echo "no LICENSE in $wheel" >&2; exit 1; }
+  tar -tzf "$dist"/lightning_profkit-*.tar.gz | grep '/LICENSE$' >/dev/null || { echo "no LICENSE in the sdist" >&2; exit 1; }
+  "$venv/bin/python" -m pip install -q -c constraints-floor.txt "$wheel[dev]"
   "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
-  "$venv/bin/python" -m pip freeze | grep -iE '^(torch|lightning|numpy|tensorboard|torch-tb-profiler|msgspec|isal)=='
+  "$venv/bin/python" -m pip install -q -c constraints.txt --no-deps litdata  # as refresh_venv does
+  echo "$key" > "$venv/.profkit-key"
+  echo "dev.sh floor: $(installed_versions "$venv")"
   run=$(mktemp -d)
   (cd "$run" && "$venv/bin/python" -c 'import lightning_profkit, sys; sys.exit("site-packages" not in lightning_profkit.__file__)' \
      && "$venv/bin/python" "$root/examples/data_bound.py" >/dev/null && "$venv/bin/profkit" summary runs >/dev/null)
   rm -rf "$run" "$dist"
-  echo "dev.sh floor: the wheel, installed at the lowest declared versions, ran a fit and profkit summary"
+  echo "dev.sh floor: the wheel built from the sdist, installed at the lowest declared versions, ran the quick start"
+  "$venv/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadfile "${RANGE_TESTS[@]}" "$@"
+}
+
+newest() {
+  # the newest releases the package index serves (past the machine's cap on torch) on the newest Python here
+  local py venv
+  py=$(python_for "$NEWEST_PYTHON")
+  venv=$(kept_venv newest "$py" "$py")
+  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]"
+  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install -q --upgrade --no-deps litdata
+  echo "dev.sh newest: $(installed_versions "$venv")"
+  "$venv/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadfile "${RANGE_TESTS[@]}" "$@"
 }
 
 case "${1:-}" in
@@ -55,6 +105,7 @@ case "${1:-}" in
   test) shift; refresh_venv; browser_deps; exec "$VENV/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadfile "$@" ;;
   # the machine's own python3 with its CUDA torch: no virtual environment, nothing fetched (GPU machines are often offline)
   check-cuda) shift; exec "$PY" .ci/check_cuda.py "$@" ;;
-  floor) floor ;;
-  *) echo "usage: bash dev.sh demo | test [pytest args] | floor | check-cuda" >&2; exit 2 ;;
+  floor) shift; browser_deps; floor "$@" ;;
+  newest) shift; browser_deps; newest "$@" ;;
+  *) echo "usage: bash dev.sh demo | test [pytest args] | floor [pytest args] | newest [pytest args] | check-cuda" >&2; exit 2 ;;
 esac

@@ -90,6 +90,8 @@ class EpochTruth:
     end: float = 0.0
     validation_s: float = 0.0
     steps: int = 0  # Lightning's count (an iterable's loader has one more fetch: the one that ends it)
+    start_after: float = 0.0  # the same start and end read after the monitor's hooks (Truth.after)
+    end_after: float = 0.0
 
     @property
     def train_s(self):
@@ -99,6 +101,15 @@ class EpochTruth:
     def ratio(self):
         """Lightning's fetch time over the training time."""
         return sum(self.fetch_s) / self.train_s
+
+    def near_ratio(self, value, tolerance=0.005):
+        """``value`` is the ratio to within ``tolerance``, its training time read anywhere between the truth's
+        readings and those after the monitor's hooks (a busy machine may take the core away between two callbacks
+        for a time slice, 10 ms and more: 0.02 of a 0.25 s epoch)."""
+        wait, start_after, end_after = sum(self.fetch_s), self.start_after or self.start, self.end_after or self.end
+        low = wait / (end_after - self.start - self.validation_s)
+        high = wait / (self.end - start_after - self.validation_s)
+        return low - tolerance <= value <= high + tolerance
 
     @property
     def loader_ratio(self):
@@ -133,6 +144,19 @@ class Truth(Callback):
 
     def __init__(self, loader, combined):
         self.loader, self.combined, self.epochs = loader, combined, []
+
+    def after(self):
+        """A callback to put after the monitor: it reads the epoch's start and end again."""
+        truth = self
+
+        class After(Callback):
+            def on_train_epoch_start(self, trainer, pl_module):
+                truth.epochs[-1].start_after = time.perf_counter()
+
+            def on_train_epoch_end(self, trainer, pl_module):
+                truth.epochs[-1].end_after = time.perf_counter()
+
+        return After()
 
     def on_train_epoch_start(self, trainer, pl_module):
         self.loader.spent.clear()
@@ -218,7 +242,7 @@ def run(tmp_path_factory):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # the waits first: they are the test's, outside the epoch both clocks time
-            make_trainer(root, [*waiting, truth, monitor], max_epochs=EPOCHS, logger=[csv, recorder],
+            make_trainer(root, [*waiting, truth, monitor, truth.after()], max_epochs=EPOCHS, logger=[csv, recorder],
                          log_every_n_steps=1).fit(ComputeModel(dataset), combined)
     finally:
         logger.removeHandler(lines)
@@ -259,7 +283,7 @@ def test_logged_epoch_figures_are_the_tests_own_timing(run):
     assert len(rows) == EPOCHS
     for (_, row), truth in zip(rows, run["truth"]):
         assert len(truth.starts) == truth.steps == STEPS
-        assert row["profkit/data_wait_ratio"] == pytest.approx(truth.ratio, abs=0.005)
+        assert truth.near_ratio(row["profkit/data_wait_ratio"]), (row["profkit/data_wait_ratio"], truth.ratio)
         assert row["profkit/data_wait_ratio"] == pytest.approx(truth.loader_ratio, abs=0.02)
         assert row["profkit/data_wait_s"] == pytest.approx(sum(truth.fetch_s), rel=0.02)
         assert row["profkit/train_s"] == pytest.approx(truth.train_s, rel=0.02)
@@ -358,7 +382,7 @@ def test_the_report_shows_the_tests_own_timing_and_the_raw_traces(run, tmp_path)
                        r"<td>(yes|no)</td></tr>", text)
     assert [int(c[0]) for c in cells] == list(range(EPOCHS)), text[:3000]
     for (_, wait, idle, mean, _, alert), truth in zip(cells, run["truth"]):
-        assert float(wait) / 100 == pytest.approx(truth.ratio, abs=0.0055)  # shown to 0.1%
+        assert truth.near_ratio(float(wait) / 100, 0.0055), (wait, truth.ratio)  # shown to 0.1%
         assert float(mean) == pytest.approx(1000 * truth.mean_step_s, rel=0.03)
         assert alert == ("yes" if truth.ratio > 0.2 else "no")
     windows = re.findall(r"step=(\d+)-(\d+)-epoch=\d+, rank 0.*?profiled step time ([0-9.]+) ms; data wait ([0-9.]+)%",
@@ -392,7 +416,7 @@ def test_data_wait_ratio_matches_the_truth(tmp_path, case):
     combined = LightningFetch(loader)
     truth = Truth(loader, combined)
     monitor = PerformanceMonitor(profile=False) if opts.get("profile") is False else PerformanceMonitor(steps="5-6")
-    callbacks = [truth, monitor]  # the truth ends its epoch before our epoch-end work and logging
+    callbacks = [truth, monitor, truth.after()]  # the truth ends its epoch before our epoch-end work and logging
     kwargs = dict(max_epochs=2, logger=[recorder], log_every_n_steps=1)
     val = None
     if opts.get("validation"):
@@ -405,7 +429,7 @@ def test_data_wait_ratio_matches_the_truth(tmp_path, case):
     for row, epoch in zip(logged, truth.epochs):
         ratio = row["profkit/data_wait_ratio"]
         # the definition (docs/metrics.md): Lightning's fetch of each batch, nothing of ours in it ...
-        assert ratio == pytest.approx(epoch.ratio, abs=0.005), case  # (seen: up to 0.0033)
+        assert epoch.near_ratio(ratio), (case, ratio, epoch.ratio)
         # ... which is the DataLoader's next() and Lightning's wrapping of it (CombinedLoader), tens of µs a
         # batch (the median: a busy machine may take the core away between two readings now and then)
         wrapping = sorted(a - b for a, b in zip(epoch.fetch_s, epoch.loader_s))
