@@ -4,7 +4,12 @@ touch the device (no copy to the GPU and back, no synchronisation).
 The group is our own, made at setup and destroyed at teardown, even when the world's group is gloo already:
 gloo's worker threads keep a gather's tensors after it returns, and a process that ends with them still held
 (as a rank does right after the end-of-fit exchange) aborts in interpreter shutdown in about one exit of 15
-("terminate called without an active exception"); destroying the group ends those threads first."""
+("terminate called without an active exception"); destroying the group ends those threads first.
+
+Before torch 2.8, freeing the group joins those threads while holding the GIL, and a thread that holds the last
+reference to a gather's tensors waits for the GIL to free them: the fit hangs at its end. So every gather of a
+group goes through the same few tensors, kept past the group (until the next group is made): the threads only
+ever drop a reference."""
 
 from __future__ import annotations
 
@@ -14,9 +19,15 @@ import torch
 import torch.distributed as dist
 
 
+Buffers = dict[int, tuple[torch.Tensor, list[torch.Tensor]]]  # values per rank: this rank's, every rank's
+_buffers: dict[int, Buffers] = {}  # id(group): its gathers' tensors
+_kept: list[Buffers] = []  # those of closed groups, until the next group is made
+
+
 def exchange_group(world_size: int) -> Any:
     """A gloo process group of every rank for the exchanges (a collective: every rank calls it); None in one
     process. End it with :func:`close_group`."""
+    _kept.clear()  # the groups they were gathered in are gone
     if world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
         return None
     return dist.new_group(backend="gloo")
@@ -24,15 +35,21 @@ def exchange_group(world_size: int) -> Any:
 
 def close_group(group: Any) -> None:
     """Destroy a group from :func:`exchange_group` (a local call; None is left alone)."""
-    if group is not None and dist.is_initialized():
-        dist.destroy_process_group(group)
+    if group is not None:
+        _kept.append(_buffers.pop(id(group), {}))
+        if dist.is_initialized():
+            dist.destroy_process_group(group)
 
 
 def exchange(group: Any, values: list[float]) -> list[list[float]]:
     """Every rank's ``values`` in rank order (a CPU all_gather); just ours in a single process."""
     if group is None:
         return [values]
-    mine = torch.tensor(values, dtype=torch.float64)
-    rows = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    buffers = _buffers.setdefault(id(group), {})
+    if len(values) not in buffers:
+        mine = torch.zeros(len(values), dtype=torch.float64)
+        buffers[len(values)] = mine, [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    mine, rows = buffers[len(values)]
+    mine.copy_(torch.tensor(values, dtype=torch.float64))
     dist.all_gather(rows, mine, group=group)
     return [row.tolist() for row in rows]

@@ -106,7 +106,13 @@ def run_nodes(root, dirpath=None):
                    WORLD_SIZE="2")
         args = [sys.executable, os.path.join(here, "ddp_script.py"), str(root), "nodes", ""] + ([dirpath] if dirpath else [])
         procs.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    try:
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:  # a node that hangs is not left behind
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     return outputs
 
