@@ -68,13 +68,14 @@ def heap_bytes() -> Optional[int]:
         return None
 
 
-NO_GPU = b"] gpuGetDeviceCount failed"  # kineto's line where a CUDA build of torch finds no GPU
+NO_GPU = b"GetDeviceCount failed"  # kineto's line where a CUDA build finds no GPU (gpu... or, before 2.4, cuda...)
+NOISE = (b"USDT:", b"STAGE:")  # torch 2.13's probes; kineto's stages of every start and stop (torch 2.3)
 
 
 @contextmanager
 def without_profiler_noise(enabled: bool = True) -> Iterator[None]:
-    """Drop what torch's profiler prints to stderr on start/stop that says nothing to the user: the ``USDT:`` lines,
-    and kineto's ``gpuGetDeviceCount failed`` of a CUDA build of torch on a machine without a GPU (the windows are
+    """Drop what torch's profiler prints to stderr on start/stop that says nothing to the user: the ``USDT:`` and
+    ``STAGE:`` lines, and kineto's ``gpuGetDeviceCount failed`` of a CUDA build of torch on a machine without a GPU (the windows are
     recorded on CPU, and the GPU figures are absent, as the callback says); keep every other line.
 
     The C++ side writes to file descriptor 2, so it is pointed at a temporary file for the duration of
@@ -101,7 +102,7 @@ def without_profiler_noise(enabled: bool = True) -> Iterator[None]:
                 os.close(saved)
             capture.seek(0)
             kept = [line for line in capture.read().splitlines(keepends=True)
-                    if not line.startswith(b"USDT:") and NO_GPU not in line]
+                    if not line.startswith(NOISE) and NO_GPU not in line]
             if kept:
                 os.write(2, b"".join(kept))
 
