@@ -36,12 +36,14 @@ browser_deps() {
 ENVS=${PROFKIT_ENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/lightning_profkit}
 FLOOR_PYTHON=3.10   # requires-python's floor
 NEWEST_PYTHON=3.13  # the newest Python this project's machines have
+SUITE=(-m pytest -q -n auto --maxprocesses 4 --dist loadfile)  # a test file per worker, as many as CPUs up to 4
 # the whole suite but the docs' site, which the pinned job builds with its pinned tools
 RANGE_TESTS=(--ignore=tests/test_docs.py)
 
 python_for() {  # VERSION: an interpreter of that version, python3.X on PATH or pyenv's
   local want=$1 candidate
-  for candidate in "$(command -v "python$want" || true)" "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/"$want".*/bin/python; do
+  local pyenvs; pyenvs=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
+  for candidate in "$(command -v "python$want" || true)" "$pyenvs"/versions/"$want".*/bin/python; do
     if [ -x "$candidate" ] && [ "$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$want" ]; then
       echo "$candidate"; return
     fi
@@ -85,7 +87,7 @@ floor() {
      && "$venv/bin/python" "$root/examples/data_bound.py" >/dev/null && "$venv/bin/profkit" summary runs >/dev/null)
   rm -rf "$run" "$dist"
   echo "dev.sh floor: the wheel built from the sdist, installed at the lowest declared versions, ran the quick start"
-  "$venv/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadfile "${RANGE_TESTS[@]}" "$@"
+  "$venv/bin/python" "${SUITE[@]}" "${RANGE_TESTS[@]}" "$@"
 }
 
 newest() {
@@ -96,13 +98,13 @@ newest() {
   PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]"
   PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install -q --upgrade --no-deps litdata
   echo "dev.sh newest: $(installed_versions "$venv")"
-  "$venv/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadfile "${RANGE_TESTS[@]}" "$@"
+  "$venv/bin/python" "${SUITE[@]}" "${RANGE_TESTS[@]}" "$@"
 }
 
 case "${1:-}" in
   demo) shift; refresh_venv; exec "$VENV/bin/python" examples/data_bound.py "$@" ;;
-  # a test file per worker, as many workers as CPUs up to 4 (`-n 0` after `test` runs them one at a time)
-  test) shift; refresh_venv; browser_deps; exec "$VENV/bin/python" -m pytest -q -n auto --maxprocesses 4 --dist loadfile "$@" ;;
+  # `-n 0` after `test` runs the test files one at a time
+  test) shift; refresh_venv; browser_deps; exec "$VENV/bin/python" "${SUITE[@]}" "$@" ;;
   # the machine's own python3 with its CUDA torch: no virtual environment, nothing fetched (GPU machines are often offline)
   check-cuda) shift; exec "$PY" .ci/check_cuda.py "$@" ;;
   floor) shift; browser_deps; floor "$@" ;;

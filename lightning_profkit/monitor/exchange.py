@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 
-Buffers = dict[int, tuple[torch.Tensor, list[torch.Tensor]]]  # values per rank: this rank's, every rank's
+Buffers = dict[int, tuple[torch.Tensor, list[torch.Tensor]]]  # by how many values: this rank's, every rank's
 _buffers: dict[int, Buffers] = {}  # id(group): its gathers' tensors
 _kept: list[Buffers] = []  # those of closed groups, until the next group is made
 

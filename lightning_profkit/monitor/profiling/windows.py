@@ -75,8 +75,8 @@ NOISE = (b"USDT:", b"STAGE:")  # torch 2.13's probes; kineto's stages of every s
 @contextmanager
 def without_profiler_noise(enabled: bool = True) -> Iterator[None]:
     """Drop what torch's profiler prints to stderr on start/stop that says nothing to the user: the ``USDT:`` and
-    ``STAGE:`` lines, and kineto's ``gpuGetDeviceCount failed`` of a CUDA build of torch on a machine without a GPU (the windows are
-    recorded on CPU, and the GPU figures are absent, as the callback says); keep every other line.
+    ``STAGE:`` lines, and kineto's ``gpuGetDeviceCount failed`` of a CUDA build of torch on a machine without a GPU
+    (the windows are recorded on CPU, and the GPU figures are absent, as the callback says); keep every other line.
 
     The C++ side writes to file descriptor 2, so it is pointed at a temporary file for the duration of
     the call and whatever else was written there is passed on afterwards.
