@@ -19,10 +19,21 @@ import re
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from lightning_profkit.trace.load import EVENTS_KEY, PieceError
-from lightning_profkit.trace.vocabulary import CPU_OP, USER_ANNOTATION, is_dataloader_event, is_step, step_number
+from lightning_profkit.trace.vocabulary import (
+    CPU_OP,
+    DATALOADER_PREFIX,
+    DATAPIPE_PREFIX,
+    STEP_PREFIX,
+    USER_ANNOTATION,
+    is_dataloader_event,
+    is_step,
+    step_number,
+)
 
-# the events that may change: a DataLoader span or a step marker, by the name's start
-_CANDIDATE = re.compile(rb'"name"\s*:\s*"(?:enumerate\((?:DataLoader|DataPipe)\)#|ProfilerStep#)')
+# the events that may change, by their name's start, each ending in "#": found at each "#" (memchr; a pattern tried at
+# every "name" or a search per start reads the text several times slower)
+_STARTS = tuple(start[:-1].encode() for start in (DATALOADER_PREFIX, DATAPIPE_PREFIX, STEP_PREFIX))
+_NAME_KEY = re.compile(rb'"name"\s*:\s*"\Z')  # what a name's start follows (searched up to it)
 _CATEGORY = re.compile(rb'"cat"\s*:\s*"' + USER_ANNOTATION.encode() + rb'"')
 _BEFORE = re.compile(rb",\s*$")  # the comma before an event cut out
 _AFTER = re.compile(rb"\s*,\s*")  # or the one after it, where it is the first left
@@ -35,10 +46,10 @@ def edit(text: bytes, last_step: Optional[int]) -> bytes:
     """``text`` (whole events of a ``traceEvents`` list, with the document's head or end where it holds them) with
     its DataLoader spans re-labelled and, where ``last_step`` is given, the step markers past it cut out."""
     out, at = [], 0
-    for match in _CANDIDATE.finditer(text):
-        if match.start() < at:
+    for name_at in _candidates(text):
+        if name_at < at:
             continue  # inside an event already cut out
-        start, end, event = _event_at(text, match.start())
+        start, end, event = _event_at(text, name_at)
         name = event.get("name")
         if event.get("ph") != "X" or not isinstance(name, str):
             continue
@@ -59,6 +70,19 @@ def edit(text: bytes, last_step: Optional[int]) -> bytes:
             at = end
     out.append(text[at:])
     return b"".join(out)
+
+
+def _candidates(text: bytes) -> Iterator[int]:
+    """Where the ``"name"`` key of each event that may change starts, in order."""
+    at = text.find(b"#")
+    while at >= 0:
+        for start in _STARTS:
+            if text.endswith(start, 0, at):
+                name_at = at - len(start)
+                key = _NAME_KEY.search(text, max(0, name_at - 16), name_at)
+                if key is not None:
+                    yield key.start()
+        at = text.find(b"#", at + 1)
 
 
 def _event_at(text: bytes, inside: int) -> tuple[int, int, dict[str, Any]]:
