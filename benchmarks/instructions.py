@@ -17,10 +17,10 @@ run with that interval set to never (one look at the first step); metrics only r
 every step, and the difference is the cost of one look, which our rows add at the rate of a real fit, once
 every ``--poll-every`` steps (625: one second of 1.6 ms steps). The default window (skip 10 steps, warm up
 1, record 3) falls in both fits, so it counts in the fixed cost: one window per fit of ``--steps`` steps,
-as one window per epoch. What the window's save hands to the finalizing process (the JSON rewrite, gzip and
-figures) is counted apart, whole: a fit's window is written as usual (outside callgrind), its trace is
-handed again to ``python -m lightning_profkit.monitor.writing.child`` run under callgrind from its start, and that
-count (the process's start-up and imports, once a fit, and the window's work) is added to the default
+as one window per epoch. A window of at most a MB of JSON (this fit's) is finalized in the writer thread and
+counted in the fit. A larger one's finalizing process (the JSON rewrite, gzip and figures) would be counted apart,
+whole: its trace handed again to ``python -m lightning_profkit.monitor.writing.child`` run under callgrind from its
+start, that count (the process's start-up and imports, once a fit, and the window's work) added to the default
 window's fit in the "all processes" columns. The training process's threads (the writer's save too) are
 counted in its own figures.
 
@@ -212,27 +212,30 @@ def totals(path: str) -> dict[str, int]:
     raise SystemExit(f"no totals in {path}")
 
 
-def finalizer_counts(folder: str, pyarrow: bool = True) -> dict[str, int]:
-    """Callgrind's totals of a finalizing process, from its start to its exit, serving one default window of
-    the benchmark's fit (with ``pyarrow=False``, as where pyarrow is not installed: no events table)."""
+def finalizer_counts(folder: str) -> tuple[dict[str, int], int]:
+    """Callgrind's totals of a finalizing process serving one default window of the benchmark's fit, from its start
+    to its exit, and the window's bytes of JSON; zeros where the window is small enough to be finalized in the writer
+    thread (``IN_THREAD_BYTES``), whose work the fit's own count holds."""
     sys.path.insert(0, HERE)
     from overhead import make_fit
 
     from lightning_profkit.monitor.writing.process import CHILD, child_env
+    from lightning_profkit.monitor.writing.writer import IN_THREAD_BYTES
 
-    run = os.path.join(folder, f"trace-fit-{pyarrow}")
+    run = os.path.join(folder, "trace-fit")
     make_fit("windows", 100, run)()
     (trace,) = glob.glob(os.path.join(run, "**", "*.pt.trace.json.gz"), recursive=True)
     raw = os.path.join(folder, "window.raw.json")
     with gzip.open(trace, "rb") as f, open(raw, "wb") as out:
         out.write(f.read())
+    size = os.path.getsize(raw)
+    if size <= IN_THREAD_BYTES:
+        return {"Ir": 0, "cycles": 0}, size
     job = json.dumps({"raw": raw, "final": os.path.join(folder, "w.pt.trace.json.gz"), "meta": {"rank": 0, "world_size": 1}})
-    out = os.path.join(folder, f"finalizer-{pyarrow}.out")
-    hidden = "import runpy, sys; sys.modules['pyarrow'] = None; runpy.run_module(sys.argv[1], run_name='__main__')"
-    command = ["-m", CHILD] if pyarrow else ["-c", hidden, CHILD]
-    subprocess.run([*callgrind(out), sys.executable, *command], input=job + "\n", text=True, check=True,
+    out = os.path.join(folder, "finalizer.out")
+    subprocess.run([*callgrind(out), sys.executable, "-m", CHILD], input=job + "\n", text=True, check=True,
                    env={**child_env(), "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return totals(out)
+    return totals(out), size
 
 
 def build_switch(folder: str) -> str:
@@ -288,8 +291,7 @@ def main() -> None:
         runs += [(s, "none", n, "never", "whole") for s in seeds for n in (args.short, args.long)]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         got = dict(zip(runs, pool.map(lambda r: counts(*r, switch, folder), runs)))
-    finalizer = finalizer_counts(folder) if "windows" in configs else {"Ir": 0, "cycles": 0}
-    bare = finalizer_counts(folder, pyarrow=False) if "windows" in configs else finalizer
+    finalizer, window_json = finalizer_counts(folder) if "windows" in configs else ({"Ir": 0, "cycles": 0}, 0)
 
     def figures(config: str, seed: int, poll: str = "never", counted: str = where) -> dict[str, tuple[float, float]]:
         """Per event kind (and estimated cycles): the cost of a step and the fit's fixed cost, under one seed."""
@@ -369,10 +371,13 @@ def main() -> None:
     if per_poll:
         print(f"\nOne look for a capture request: {per_poll['Ir']:,.0f} instructions, {per_poll['cycles']:,.0f} "
               f"estimated cycles; counted above once every {args.poll_every:g} steps.")
-    if "windows" in configs:
-        print(f"The finalizing process serving one default window, whole: {finalizer['Ir']:,.0f} instructions, "
-              f"{finalizer['cycles']:,.0f} estimated cycles (in the default window's all-process columns); without "
-              f"pyarrow (no events table): {bare['Ir']:,.0f} instructions, {bare['cycles']:,.0f} estimated cycles.")
+    if "windows" in configs and finalizer["Ir"]:
+        print(f"The finalizing process serving one default window ({window_json / 1e3:.0f} kB of JSON), whole: "
+              f"{finalizer['Ir']:,.0f} instructions, {finalizer['cycles']:,.0f} estimated cycles (in the default "
+              "window's all-process columns).")
+    elif "windows" in configs:
+        print(f"The default window ({window_json / 1e3:.0f} kB of JSON) is finalized in the writer thread, counted in "
+              "the fit: no finalizing process.")
 
 if __name__ == "__main__":
     main()

@@ -369,8 +369,10 @@ def window_cpu_table(root: str) -> None:
     print("| CPU per default window (3 steps and a warm-up) outside the training thread, fit of 20 windows, "
           "median of 3 | ms |")
     print("|---|---|")
-    print(f"| the finalizing process (children's rusage) | {statistics.median(w[0] for w in per_window):.1f} |")
-    print(f"| the writer thread and the rest of the training process beside the training thread | "
+    print(f"| the finalizing process (children's rusage; none where every window is a MB of JSON or less) | "
+          f"{statistics.median(w[0] for w in per_window):.1f} |")
+    print(f"| the writer thread (the save; the finalizing of a window of a MB or less) and the rest of the training "
+          f"process beside the training thread | "
           f"{statistics.median(w[1] for w in per_window):.1f} |")
 
 

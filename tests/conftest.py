@@ -207,6 +207,14 @@ def busy_cores():
 
 
 @pytest.fixture
+def finalizing_process(monkeypatch):
+    """Every window of the fits in this process finalized by the finalizing process, however small its trace."""
+    from lightning_profkit.monitor.writing import writer
+
+    monkeypatch.setattr(writer, "IN_THREAD_BYTES", -1)
+
+
+@pytest.fixture
 def small_disk(tmp_path):
     """A real filesystem of 2 MB (tmpfs, mounted as root as on this project's machines and CI), unmounted after."""
     disk = tmp_path / "disk"

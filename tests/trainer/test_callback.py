@@ -175,22 +175,6 @@ def test_write_failure_warns_once_and_training_completes(tmp_path):
     assert leftovers(tmp_path) == []
 
 
-def test_a_fit_with_windows_loads_no_analysis_in_the_training_process(tmp_path):
-    """The end-of-fit line comes made from the finalizing process: the training process never imports the trace
-    readers (about 20 ms of CPU, most of what a short fit's window cost it)."""
-    code = ("import sys, warnings; sys.path.insert(0, sys.argv[1]); warnings.simplefilter('ignore')\n"
-            "from conftest import SleepDataset, TinyModel, make_trainer\n"
-            "from lightning_profkit import PerformanceMonitor\n"
-            "make_trainer(sys.argv[2], [PerformanceMonitor(steps='2-3')]).fit(TinyModel(SleepDataset(16)))\n"
-            "print('LOADED', ' '.join(m for m in sys.modules if m == 'msgspec' or m.startswith(('lightning_profkit.trace.', "
-            "'lightning_profkit.cli'))) or 'none')")
-    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, "-c", code, tests, str(tmp_path)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "last 1 window of rank 0: a profiled step took " in done.stderr  # the line is still there
-    assert done.stdout.split("LOADED")[-1].split() == ["none"], done.stdout
-
-
 @pytest.mark.parametrize("logger", ["none", "a logger without a folder of its own"])
 def test_runs_without_a_versioned_logger_never_share_a_folder(tmp_path, logger):
     """With ``logger=False`` (or MLflow's, W&B's, a custom logger) Lightning gives every run the same folder: each

@@ -1,5 +1,6 @@
 """One finalizing process per fit: the same process for every window, nice 10 below training, gone after ``fit``;
-killed mid-run, it costs no training step and the next windows are written by a new one."""
+killed mid-run, it costs no training step and the next windows are written by a new one. Windows of a MB of JSON
+or less are finalized in the writer thread, with no process at all."""
 
 import os
 import signal
@@ -43,7 +44,16 @@ class Watch(Callback):
             os.kill(self.killed, signal.SIGKILL)
 
 
-def test_one_finalizing_process_below_training_for_every_window_and_none_after(tmp_path):
+def test_small_windows_are_finalized_in_the_writer_thread_with_no_process(tmp_path):
+    watch = Watch()
+    monitor = PerformanceMonitor(every_n_steps=6, warmup=0, active=2, alert_threshold=None)
+    make_trainer(tmp_path, [monitor, watch]).fit(TinyModel(SleepDataset(80, delay=0.004)))
+    assert len(trace_files(tmp_path)) == 6 and leftovers(tmp_path) == []
+    assert watch.seen == {} and finalizers() == {}
+    assert sorted(monitor.traces) == sorted(trace_files(tmp_path))
+
+
+def test_one_finalizing_process_below_training_for_every_window_and_none_after(tmp_path, finalizing_process):
     watch = Watch()
     monitor = PerformanceMonitor(every_n_steps=6, warmup=0, active=2, alert_threshold=None)
     make_trainer(tmp_path, [monitor, watch]).fit(TinyModel(SleepDataset(80, delay=0.004)))  # 40 steps, windows at 6, 12, ..., 36
@@ -55,7 +65,7 @@ def test_one_finalizing_process_below_training_for_every_window_and_none_after(t
     assert not os.path.exists(f"/proc/{pid}")  # and reaped
 
 
-def test_a_killed_finalizing_process_is_replaced_and_training_goes_on(tmp_path, recwarn):
+def test_a_killed_finalizing_process_is_replaced_and_training_goes_on(tmp_path, recwarn, finalizing_process):
     watch = Watch(kill_at=20)
     monitor = PerformanceMonitor(every_n_steps=6, warmup=0, active=2, alert_threshold=None)
     make_trainer(tmp_path, [monitor, watch]).fit(TinyModel(SleepDataset(80, delay=0.004)))
@@ -68,7 +78,7 @@ def test_a_killed_finalizing_process_is_replaced_and_training_goes_on(tmp_path, 
     assert len(lost) <= 1  # the window in hand, if the kill came while one was, is reported once
 
 
-def test_traces_stream_while_loader_workers_and_another_job_fill_every_core(tmp_path, busy_cores):
+def test_traces_stream_while_loader_workers_and_another_job_fill_every_core(tmp_path, busy_cores, finalizing_process):
     """Loader workers that compute (as many as CPUs) and as many more busy processes beside the fit: every window's
     trace is written before the last epoch begins, with no bound on any clock (at idle priority they were written
     only once the fit's end stopped the workers)."""

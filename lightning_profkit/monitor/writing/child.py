@@ -1,4 +1,5 @@
-"""Turn raw profiler dumps into final trace files; runs in one child process per fit, off the training loop.
+"""Turn raw profiler dumps into final trace files: in one child process per fit, off the training loop, or for a
+small local window in the writer thread (:mod:`~lightning_profkit.monitor.writing.writer`).
 
 ``python -m lightning_profkit.monitor.writing.child`` (started by :mod:`~lightning_profkit.monitor.writing.process`)
 takes one job per line: for each, it reads the raw JSON that torch saved a piece at a time, makes the few edits it
@@ -28,16 +29,14 @@ from typing import Any, Iterator, Optional, TextIO
 from lightning_profkit.atomic_files import atomic_writer, write_atomic
 from lightning_profkit.capture_request import MARKER, REQUEST, marker_of
 from lightning_profkit.companions import remove_local, with_companions
-from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.store import StoreError, join, read, remove, upload_with_companions, use_options, write
 from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.file import json_blocks, read_json
-from lightning_profkit.trace.headline import fit_line
 from lightning_profkit.trace.integrity import problems
 from lightning_profkit.trace.load import Appender, LoadedTrace, PieceError, decode_piece, framed_piece, load, pieces
 from lightning_profkit.trace.rewrite import edit, joined
 from lightning_profkit.trace.sidecar import keep
-from lightning_profkit.trace.summary import aggregate, summarize_trace
+from lightning_profkit.trace.summary import summarize_trace
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 from lightning_profkit.trace.vocabulary import is_step, step_number
 
@@ -244,11 +243,10 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
     """One JSON job per line in, one reply per line out, until the input ends. A job has a window to finalize
     (``raw``, ``final``, ``meta``, ``url``), store work (``uploads``, ``removals``, see :func:`store_work`) and/or
     a :class:`RequestMirror` to start (``watch``: its arguments; it ends with the input);
-    its reply has ``done`` (the window's figures and, for a training window, the end-of-fit line over the
-    newest ``SUMMARIZED`` of them: the training process need not load the analysis side for it) or ``error``,
+    its reply has ``done`` (the window's figures and summary) or ``error``,
     what the store work left, and ``cpu_s`` (this process's CPU seconds so far). At the end of the input a last
     line gives ``cpu_s`` alone."""
-    mirror, recent = None, []
+    mirror = None
     for line in jobs:
         reply: dict[str, Any] = {}
         try:
@@ -258,10 +256,7 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
             if "watch" in job and mirror is None:
                 mirror = RequestMirror(**job["watch"])
             if "raw" in job:
-                reply["done"] = done = finalize_trace(job["raw"], job["final"], job["meta"], job.get("url"))
-                if not job["meta"].get("validation"):  # the end-of-fit line, over the newest training windows
-                    recent = recent[-(SUMMARIZED - 1):] + [done["summary"]]
-                    done["fit_line"] = [len(recent), fit_line(aggregate(recent))]
+                reply["done"] = finalize_trace(job["raw"], job["final"], job["meta"], job.get("url"))
             if job.get("uploads") or job.get("removals"):
                 reply.update(store_work(job.get("uploads", []), job.get("removals", [])))
         except Exception as err:  # reported to the parent, which warns once

@@ -113,7 +113,6 @@ class TraceOutput:
         self._local: Optional[str] = None if self.remote else trace_dir  # where files are written first
         self.rank, self.world_size = rank, world_size
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
-        self.fit_line: Optional[tuple[int, list[str]]] = None  # the end-of-fit lines over the newest windows, and their count
         self._retention = Retention(keep_last, self._delete_remote if self.remote else None) if keep_last else None
         self._on_error = on_error
         self._storage_options = storage_options
@@ -211,7 +210,6 @@ class TraceOutput:
                 self._need_mb = window["json_bytes"] / 1e6
             if window.get("summary") and not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
-                self.fit_line = tuple(window["fit_line"]) if window.get("fit_line") else self.fit_line
         removed = set()
         while self._removed:
             removed.add(self._removed.popleft())
@@ -219,6 +217,15 @@ class TraceOutput:
             removed = {redact(p) for p in removed}
             traces[:] = [p for p in traces if p not in removed]
         return done
+
+    def fit_line(self) -> Optional[tuple[int, list[str]]]:
+        """The end-of-fit lines over the newest training windows, and their count; None before any."""
+        if not self.summaries:
+            return None
+        from lightning_profkit.trace.headline import fit_line  # the analysis side: once a fit, at its end
+        from lightning_profkit.trace.summary import aggregate
+
+        return len(self.summaries), fit_line(aggregate(self.summaries))
 
     def room(self) -> Optional[str]:
         """Why the next window would not fit where traces are written first, in words; None where it would (or

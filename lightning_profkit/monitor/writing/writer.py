@@ -1,9 +1,10 @@
 """Streams finished windows to disk off the training thread.
 
 The training thread only queues the profiler's results. A writer thread saves them (torch's save
-holds the GIL for a few milliseconds; it is the only part that can touch training) and hands the
-rewrite, gzip and rename to the fit's finalizing process (:mod:`~lightning_profkit.monitor.writing.process`),
-which holds no lock of ours. Files appear under their final name only when complete. A window bound for object
+holds the GIL for a few milliseconds) and hands the rewrite, gzip and rename to the fit's finalizing process
+(:mod:`~lightning_profkit.monitor.writing.process`), which holds no lock of ours; a local window of at most
+``IN_THREAD_BYTES`` of JSON it finalizes itself, holding the GIL for about 10 ms a MB, where starting that process
+would cost 0.1-0.25 s of CPU. Files appear under their final name only when complete. A window bound for object
 storage is written in full to a local staging folder and uploaded by the same process, as a job of its own once
 no window waits to be written; an upload that fails is kept there and retried after a backoff (2 s, doubling to
 60 s), and once more at the end if the fit's ``flush_timeout`` allows. A window that does not fit on its disk
@@ -38,6 +39,7 @@ class WindowJob:
     url: Optional[str] = None  # where the trace goes on object storage
 
 
+IN_THREAD_BYTES = 2**20  # the JSON of a local window finalized in the writer thread, at most
 UPLOAD_BACKOFF_S = (2.0, 60.0)  # the wait after a first failed upload, and the longest: doubled at each failure
 
 
@@ -213,7 +215,12 @@ class TraceWriter:
             if not os.path.exists(raw):
                 # under 1 MB free, the write failed for room
                 raise OSError(errno.ENOSPC if free_mb(folder) < 1.0 else 0, f"torch.profiler wrote no trace at {raw}")
-            reply = self._finalizer.run({"raw": raw, "final": job.path, "meta": job.meta, "url": job.url})
+            if job.url is None and os.path.getsize(raw) <= IN_THREAD_BYTES:
+                from lightning_profkit.monitor.writing.child import finalize_trace  # the analysis side, once a fit
+
+                done = finalize_trace(raw, job.path, job.meta)
+            else:
+                done = self._finalizer.run({"raw": raw, "final": job.path, "meta": job.meta, "url": job.url})["done"]
         except BaseException as err:
             for leftover in [*glob.glob(glob.escape(raw) + "*"), *glob.glob(temporary_pattern(job.path))]:
                 if os.path.lexists(leftover):
@@ -225,7 +232,7 @@ class TraceWriter:
                 raise DiskFull(folder, job.meta.get("estimated_mb")) from None
             raise
         if self._on_written is not None:
-            self._on_written(reply["done"])
+            self._on_written(done)
         if job.url:  # written here in full: uploaded once no other window waits to be written, or kept until then
             self.unsent.append([job.path, job.url])
             if self._jobs.empty():
