@@ -4,11 +4,13 @@ A fit whose DataLoader workers burn CPU (as many workers as cores, each sample `
 decoding and augmenting pipeline does), with the default windows (batches 11-13 of every epoch), optionally beside
 ``--busy`` more processes that burn CPU all along (another job on the node). For each window it prints the delay
 from the window's last step to its trace appearing under its final name, and for the whole fit its wall time and the
-CPU of its process tree (not the burners), against the same fit with metrics only (``profile=False``). The finalizing
-process's priority is compared as ``--nice`` lists it (``idle`` is ``SCHED_IDLE``; see
-``lightning_profkit.monitor.writing.child.lower_priority``). Configurations are interleaved.
+CPU of its process tree (not the burners), against the same fit with metrics only (``profile=False``). Who finalizes
+the windows is compared as ``--finalizer`` lists it: ``thread`` is the writer thread (these windows' traces are a few
+hundred kB, under ``IN_THREAD_BYTES``); a number or ``idle`` sends every window to the finalizing process at that
+nice increment or ``SCHED_IDLE`` (see ``lightning_profkit.monitor.writing.child.lower_priority``), as a trace over a
+MB goes. Configurations are interleaved.
 
-    python benchmarks/streaming.py [--epochs 6] [--samples 500] [--burn 0.008] [--busy 0,1] [--nice 10,idle]
+    python benchmarks/streaming.py [--epochs 6] [--samples 500] [--burn 0.008] [--busy 0,1] [--finalizer thread,10,idle]
         [--repeats 1]
 """
 
@@ -32,7 +34,7 @@ ROOT = os.path.dirname(HERE)
 WINDOW_END = 13  # the default windows' last batch: skip_first 10, warmup 1, active 3
 
 
-def fit(profile: bool, epochs: int, samples: int, burn: float) -> dict:
+def fit(profile: bool, epochs: int, samples: int, burn: float, finalizer: str) -> dict:
     """One fit in this process; each window's delay to its trace, and the fit's wall time."""
     import warnings
 
@@ -42,6 +44,10 @@ def fit(profile: bool, epochs: int, samples: int, burn: float) -> dict:
 
     from lightning_profkit import PerformanceMonitor
     from lightning_profkit.machine import usable_cpus
+    from lightning_profkit.monitor.writing import writer
+
+    if finalizer != "thread":
+        writer.IN_THREAD_BYTES = -1  # every window to the finalizing process
 
     class Burning(Dataset):
         def __len__(self) -> int:
@@ -101,16 +107,16 @@ def fit(profile: bool, epochs: int, samples: int, burn: float) -> dict:
     return {"wall_s": wall, "delays_s": delays}
 
 
-def one(profile: bool, nice: str, busy: int, args: argparse.Namespace) -> dict:
+def one(profile: bool, finalizer: str, busy: int, args: argparse.Namespace) -> dict:
     """:func:`fit` in a child process beside ``busy`` burning processes; with the CPU of the child's whole tree (its
     loader workers and finalizing process, reaped by it; not the burners)."""
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     try:
         child = subprocess.Popen(
             [sys.executable, __file__, "--one", "1" if profile else "0", "--epochs", str(args.epochs), "--samples",
-             str(args.samples), "--burn", str(args.burn)],
+             str(args.samples), "--burn", str(args.burn), "--finalizer", finalizer],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=dict(os.environ, PROFKIT_FINALIZER_NICE=nice, PYTHONPATH=ROOT))
+            env=dict(os.environ, PROFKIT_FINALIZER_NICE="10" if finalizer == "thread" else finalizer, PYTHONPATH=ROOT))
         out = child.stdout.read()
         _, status, usage = os.wait4(child.pid, 0)
     finally:
@@ -129,33 +135,35 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=500, help="samples an epoch (batches of one)")
     parser.add_argument("--burn", type=float, default=0.008, help="CPU seconds a sample")
     parser.add_argument("--busy", default="0,1", help="burning processes beside the fit, comma-separated cases")
-    parser.add_argument("--nice", default="10,idle", help="the finalizing process's priorities to compare")
+    parser.add_argument("--finalizer", default="thread,10,idle",
+                        help="who finalizes the windows: thread, or the finalizing process at a nice increment or idle")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(fit(args.one == "1", args.epochs, args.samples, args.burn)))
+        print(json.dumps(fit(args.one == "1", args.epochs, args.samples, args.burn, args.finalizer)))
         return
     print(f"# {datetime.date.today()}, {os.cpu_count()} CPUs, {args.epochs} epochs of {args.samples} samples of "
           f"{args.burn * 1000:.0f} ms of CPU, workers = CPUs, {args.repeats} interleaved repeat(s)")
-    print("| busy processes | finalizer priority | delay per window, s | worst s | fit wall / metrics only | "
+    print("| busy processes | finalized by | delay per window, s | worst s | fit wall / metrics only | "
           "CPU, all processes / metrics only |")
     print("|---|---|---|---|---|---|")
     for busy in map(int, args.busy.split(",")):
-        runs: dict[str, list[dict]] = {nice: [] for nice in ["metrics only", *args.nice.split(",")]}
+        runs: dict[str, list[dict]] = {way: [] for way in ["metrics only", *args.finalizer.split(",")]}
         for _ in range(args.repeats):
-            for nice in runs:
-                runs[nice].append(one(nice != "metrics only", "10" if nice == "metrics only" else nice, busy, args))
+            for way in runs:
+                runs[way].append(one(way != "metrics only", "thread" if way == "metrics only" else way, busy, args))
         base_wall = statistics.median(r["wall_s"] for r in runs["metrics only"])
         base_cpu = statistics.median(r["cpu_s"] for r in runs["metrics only"])
-        for nice, done in runs.items():
-            if nice == "metrics only":
+        for way, done in runs.items():
+            if way == "metrics only":
                 continue
             delays = [d for r in done for d in r["delays_s"]]
             shown = ", ".join("not written" if d is None else f"{d:.1f}" for d in delays)
             worst = max((d for d in delays if d is not None), default=float("nan"))
             wall = statistics.median(r["wall_s"] for r in done) / base_wall
             cpu = statistics.median(r["cpu_s"] for r in done) / base_cpu
-            print(f"| {busy} | {nice} | {shown} | {worst:.1f} | {wall:.3f} | {cpu:.3f} |")
+            label = "the writer thread" if way == "thread" else f"the finalizing process at {way}"
+            print(f"| {busy} | {label} | {shown} | {worst:.1f} | {wall:.3f} | {cpu:.3f} |")
 
 
 if __name__ == "__main__":
