@@ -16,7 +16,7 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.monitor.options import Options
-from lightning_profkit.monitor.profiling.windows import WindowSession
+from lightning_profkit.monitor.profiling.windows import Recording, WindowSession
 from lightning_profkit.monitor.timing.epoch_figures import PREFIX, reduce_ranks, to_vector
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,8 +53,8 @@ def session_profiler(step):
     """One window of a real profiler session recorded from ``step``; returns a weak reference to its profile."""
     selection = Options(warmup=1, steps=f"{step + 1}-{step + 2}").selection()
     kept = []
-    session = WindowSession(selection, step, step, 1, [ProfilerActivity.CPU], {},
-                            lambda s, prof: kept.append(prof.profiler.kineto_results))
+    session = WindowSession(selection, step, step, 1, Recording([ProfilerActivity.CPU], {},
+                                                                lambda s, prof: kept.append(prof.profiler.kineto_results)))
     # torch 2.13 and later keep the schedule's last answer apart (in ``_prev_schedule_action``): it starts there too
     assert getattr(session.profiler, "_prev_schedule_action", ProfilerAction.WARMUP) == ProfilerAction.WARMUP
     assert session.profiler.current_action == ProfilerAction.WARMUP

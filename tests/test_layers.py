@@ -156,7 +156,6 @@ GUIDES = {"methods": 15, "arguments": 6, "lines": 40}  # a class's methods, a co
 OVER = {
     ("callback.py", "PerformanceMonitor", "methods"): 20, ("callback.py", "PerformanceMonitor", "arguments"): 30,
     ("monitor/fit.py", "FitRun", "methods"): 21, ("monitor/fit.py", "FitRun", "arguments"): 7,
-    ("monitor/profiling/windows.py", "WindowSession", "arguments"): 10,
     ("monitor/alerting/advice.py", "data_wait_advice", "lines"): 44,
     ("trace/step_breakdown.py", "on_device", "lines"): 49,
     ("cli/sql.py", "sql", "lines"): 48,

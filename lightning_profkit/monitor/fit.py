@@ -35,8 +35,8 @@ from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
 from lightning_profkit.monitor.profiling.captures import requested_steps
 from lightning_profkit.monitor.profiling.selection import capture_steps
-from lightning_profkit.monitor.profiling.windows import (ValidationWindows, WindowRunner, profiler_activities,
-                                                         session_opener)
+from lightning_profkit.monitor.profiling.windows import (Recording, ValidationWindows, WindowRunner,
+                                                         profiler_activities, session_opener)
 from lightning_profkit.monitor.timing.epoch_figures import reduce_ranks, rolling_metrics
 from lightning_profkit.monitor.timing.fetch_timer import FetchTimer
 from lightning_profkit.monitor.timing.measure import EpochMeasure
@@ -153,8 +153,8 @@ class FitRun:
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
 
             def opener(trace_ready: Callable) -> Callable:
-                return session_opener(activities, o.profiler_options(), trace_ready, o.quiet, self.report, limit,
-                                      lambda: intake.json_per_byte, intake.room)
+                recording = Recording(activities, o.profiler_options(), trace_ready, o.quiet, limit)
+                return session_opener(recording, self.report, lambda: intake.json_per_byte, intake.room)
 
             self.runner = WindowRunner(self.selection, opener(
                 lambda session, prof: intake.submit(session, prof, self.epoch, self.log_step)))

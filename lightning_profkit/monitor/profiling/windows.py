@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, Callable, Iterator, Optional
 
@@ -142,52 +143,54 @@ def window_schedule(selection: Selection, first_active: int, offset: int) -> Cal
     return schedule
 
 
+@dataclass(frozen=True)
+class Recording:
+    """What every window of a fit records with: torch.profiler's ``activities`` and ``options``, where each session's
+    results go (``on_trace_ready(session, prof)``), whether kineto's lines are kept off the terminal, and the trace's
+    size budget in bytes of JSON (None: none)."""
+
+    activities: list[ProfilerActivity]
+    options: dict[str, Any]
+    on_trace_ready: Callable[["WindowSession", Any], None]
+    quiet: bool = True
+    max_bytes: Optional[int] = None
+
+
 class WindowSession:
     """Drives one ``torch.profiler.profile`` through warm-up and recording of one window.
 
     Call :meth:`step` at every step boundary inside the window; it returns False once the window has
-    been recorded and handed to ``on_trace_ready``. :meth:`finish` ends it early (epoch end, error) and
+    been recorded and handed to the recording's ``on_trace_ready``. :meth:`finish` ends it early (epoch end, error) and
     still hands over whatever was recorded. ``spent_s``: seconds the calling thread spent in the session's
     own calls (start, each step boundary, stop and the hand-over), not in the profiled steps.
 
     ``estimate_bytes``: the trace's JSON size estimated while it records: ``json_per_byte`` times
     ``growth_bytes``, the growth of the memory malloc has in use since recording began (:func:`heap_bytes`;
-    the profiler's buffers grow with its events). At a step boundary where the estimate has reached
-    ``max_bytes`` with steps still to record, the window ends there, keeping the steps recorded, and
+    the profiler's buffers grow with its events). At a step boundary where the estimate has reached the
+    recording's ``max_bytes`` with steps still to record, the window ends there, keeping the steps recorded, and
     ``planned_last`` is the step it would have recorded to.
     """
 
-    def __init__(
-        self,
-        selection: Selection,
-        step: int,
-        batch_idx: int,
-        warmup: int,
-        activities: list[ProfilerActivity],
-        options: dict[str, Any],
-        on_trace_ready: Callable[["WindowSession", Any], None],
-        quiet: bool = True,
-        max_bytes: Optional[int] = None,
-        json_per_byte: float = 1.0,
-    ) -> None:
+    def __init__(self, selection: Selection, step: int, batch_idx: int, warmup: int, recording: Recording,
+                 json_per_byte: float = 1.0) -> None:
         start = perf_counter()
         self.first_step, self.first_active = step, step + warmup
         self.offset = step - batch_idx  # global step of the epoch's batch 0
         self.last_recorded: Optional[int] = None
-        self.max_bytes, self.json_per_byte = max_bytes, json_per_byte
+        self.max_bytes, self.json_per_byte = recording.max_bytes, json_per_byte
         self.growth_bytes: Optional[int] = None
         self.planned_last: Optional[int] = None
         self._heap_at_start: Optional[int] = None  # when recording began
-        self._quiet = quiet
-        self._on_trace_ready = on_trace_ready
+        self._quiet = recording.quiet
+        self._on_trace_ready = recording.on_trace_ready
         self._schedule = schedule = window_schedule(selection, self.first_active, step - batch_idx)
         self.profiler = torch.profiler.profile(
-            activities=activities, schedule=schedule, on_trace_ready=self._ready, **options
+            activities=recording.activities, schedule=schedule, on_trace_ready=self._ready, **recording.options
         )
         # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise)
         self.profiler.step_num = step
         start_at(self.profiler, schedule(step))
-        with without_profiler_noise(quiet):
+        with without_profiler_noise(self._quiet):
             read_device_properties()
             self.profiler.start()
         self._note_start()
@@ -404,12 +407,8 @@ def profiler_activities(names: Optional[list[str]], on_cuda: bool) -> list[Profi
 
 
 def session_opener(
-    activities: list[ProfilerActivity],
-    options: dict[str, Any],
-    on_trace_ready: Callable[[WindowSession, Any], None],
-    quiet: bool,
+    recording: Recording,
     report: Callable[..., None],
-    max_bytes: Optional[int] = None,
     json_per_byte: Callable[[], float] = lambda: 1.0,
     room: Callable[[], Optional[str]] = lambda: None,
 ) -> Callable[[Selection, int, int, int], Optional[WindowSession]]:
@@ -425,7 +424,6 @@ def session_opener(
         if no_room is not None:
             report(no_room, "disk_full")
             return None
-        return WindowSession(selection, step, batch_idx, warmup, activities, options, on_trace_ready, quiet, max_bytes,
-                             json_per_byte())
+        return WindowSession(selection, step, batch_idx, warmup, recording, json_per_byte())
 
     return open_session
