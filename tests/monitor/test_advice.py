@@ -1,0 +1,97 @@
+"""Advice from what the DataLoader and the training process did, and the GPU-idle advice, without a Trainer."""
+
+import dataclasses
+import gzip
+import json
+
+import pytest
+from conftest import GPU_TRACES, records
+
+from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice, gpu_idle_advice, gpu_idle_notice
+from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, WaitBusy, WorkersBusy
+from lightning_profkit.trace.columns import columns
+from lightning_profkit.trace.host_steps import window_figures
+
+
+def test_advice_from_the_loader():
+    lines = data_wait_advice(LoaderFacts(num_workers=0, cpus=8, on_cuda=True))
+    assert lines[0].startswith("num_workers=0") and "num_workers=6" in lines[0]
+    assert any("pin_memory=True" in line for line in lines)
+    lines = data_wait_advice(LoaderFacts(num_workers=2, cpus=16, processes_per_node=2, persistent_workers=False,
+                                         pin_memory=True, on_cuda=True), startup_s=4.0, train_s=60.0)
+    assert "num_workers=6" in lines[0] and "8 CPUs per rank" in lines[0]
+    assert any("persistent_workers=True" in line and "4.0 s" in line for line in lines)
+    assert not any("pin_memory" in line for line in lines)
+    lines = data_wait_advice(LoaderFacts(num_workers=7, cpus=8, persistent_workers=True, prefetch_factor=2,
+                                         batch_size=4, iterable=True), busy=LoaderBusy(WorkersBusy(0.9, 7, 5.0)))
+    assert "compute on every CPU" in lines[0] and "busy 90% of the last 5.0 s" in lines[1]
+    assert any("prefetch_factor=4" in line for line in lines)
+    assert any("batch_size=4" in line for line in lines)
+    assert any("get_worker_info" in line for line in lines)
+    sharded = data_wait_advice(LoaderFacts(num_workers=2, cpus=8, iterable=True, shards_itself=True))  # litdata's
+    assert not any("get_worker_info" in line or "IterableDataset" in line for line in sharded)
+
+
+@pytest.mark.parametrize("busy, says", [
+    (WorkersBusy(0.23, 2, 4.0), ["the workers wait on storage, the network or a lock, not the CPU: try num_workers=4",
+                                 "measured: 2 workers: busy 23% of the last 4.0 s"]),
+    (WorkersBusy(0.23, 2, 4.0, queued=0.05), ["the workers wait on storage, the network or a lock, not the CPU",
+                                              "measured: 2 workers: busy 23%, waiting for a CPU 5% of the last 4.0 s"]),
+    (WorkersBusy(0.41, 2, 4.0, queued=0.52), ["the workers compute on CPUs that are all taken: make __getitem__ cheaper",
+                                              "measured: 2 workers: busy 41%, waiting for a CPU 52% of the last 4.0 s"]),
+    (WorkersBusy(0.95, 2, 4.0), ["the workers compute on every CPU there is: make __getitem__ cheaper",
+                                 "measured: 2 workers: busy 95% of the last 4.0 s"]),
+    (None, ["if the workers compute: make __getitem__ cheaper",
+            "if they wait on storage or the network: try num_workers=4 (their CPU could not be read)"]),
+], ids=["waiting", "waiting, a little queued", "computing on a crowded node", "computing", "unmeasured"])
+def test_how_many_workers_rests_on_how_busy_they_were(busy, says):
+    """Two workers on 2 CPUs: waiting on I/O (busy 23%) they gain from more workers than CPUs; computing (95%, or 41%
+    and waiting for a CPU 52% beside other processes: not a wait on storage) from cheaper samples; unmeasured, the
+    advice says it does not know which."""
+    lines = data_wait_advice(LoaderFacts(num_workers=2, cpus=2, persistent_workers=True), busy=LoaderBusy(busy))
+    assert all(line.startswith(said) for line, said in zip(lines, says)), lines
+
+
+@pytest.mark.parametrize("workers, training, says", [
+    (0, WaitBusy(0.97, 1.0, 6.0, 8.0), ["num_workers=0: the training process loads every batch itself: try "
+                                        "num_workers=6, persistent_workers=True",
+                                        "measured: training process: on or waiting for a CPU 97-100% of its 6.0 s "
+                                        "data wait in 8.0 s"]),
+    (0, WaitBusy(0.0, 0.25, 6.0, 8.0), ["num_workers=0: the training process loads every batch, waiting on I/O: try "
+                                        "num_workers=6", "measured: training process: on or waiting for a CPU 0-25%"]),
+    (0, WaitBusy(0.2, 0.6, 6.0, 8.0), ["num_workers=0: the training process loads every batch itself: try "
+                                       "num_workers=6", "measured: training process: on or waiting for a CPU 20-60%"]),
+    (4, WaitBusy(0.8, 0.8, 6.0, 8.0, rank=3), ["the training process unpacks every batch the workers send",
+                                               "measured: rank 3's training process: on or waiting for a CPU 80% of "
+                                               "its 6.0 s data wait in 8.0 s"]),
+    (4, WaitBusy(0.1, 0.7, 6.0, 8.0), ["num_workers=4 with 8 CPUs: try num_workers=6"]),
+])
+def test_where_the_batches_are_made_rests_on_the_training_threads_cpu_in_its_wait(workers, training, says):
+    """A training thread on a CPU (or waiting for one) through its wait makes or unpacks the batches itself; one that
+    sleeps there waits for workers or storage (the advice had only the configuration to go on)."""
+    lines = data_wait_advice(LoaderFacts(num_workers=workers, cpus=8, persistent_workers=True),
+                             busy=LoaderBusy(training=training))
+    assert all(line.startswith(said) for line, said in zip(lines, says)), lines
+
+
+def figures_of(path):
+    return window_figures(columns(records(json.load(gzip.open(path))["traceEvents"])))
+
+
+def test_gpu_idle_advice_on_real_traces(gpu_traces):
+    """resnet50 with 4 workers: little data wait but the GPU idles 28%; blocking copies are the reason."""
+    figures = figures_of(gpu_traces / "kineto/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz")
+    lines = gpu_idle_advice(figures)
+    assert lines and lines[0].startswith("cudaMemcpyAsync") and "pin_memory=True" in lines[0]
+    assert gpu_idle_notice(figures, "w", 0.2) is None  # idle 28%: not the GPU's problem to flag
+    notice = gpu_idle_notice(dataclasses.replace(figures, gpu_idle_share=0.6), "runs/x/profiler/w", 0.2)
+    assert notice and "idle 60%" in notice and "runs/x/profiler/w" in notice and lines[0] in notice
+    cpu_only = figures_of(gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    assert gpu_idle_advice(cpu_only) == [] and gpu_idle_notice(cpu_only, "w", 0.2) is None
+
+
+def test_no_gpu_idle_notice_for_a_gpu_bound_h200_window():
+    """The H200's compute-bound window (GPU idle 2.2% by HTA, 2.3-5.6% by NVML) once drew "the GPU was idle 52%
+    ... the CPU side of the step is the limit", its host being steps ahead of its GPU."""
+    figures = figures_of(GPU_TRACES.parent / "h200" / "compute_bound.pt.trace.json.gz")
+    assert figures.gpu_idle_share < 0.05 and gpu_idle_notice(figures, "w", 0.2) is None

@@ -1,0 +1,69 @@
+"""TraceOutput, its writer thread and retention, without a Trainer: real profiler results of a few CPU steps go in;
+whole traces under their final names, their figures, and only the newest windows come out."""
+
+import gzip
+import json
+import os
+import time
+
+import torch
+from conftest import leftovers
+
+from lightning_profkit.monitor.writing.output import TraceOutput, check_trace_dir, window_name, worker_name
+
+
+def recorded(steps):
+    """The kineto results of a real CPU session recording ``steps`` steps (``ProfilerStep#0`` on)."""
+    got = []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                schedule=torch.profiler.schedule(wait=0, warmup=0, active=steps, repeat=1),
+                                on_trace_ready=lambda prof: got.append(prof.profiler.kineto_results)) as prof:
+        for _ in range(steps):
+            torch.ones(64, 64).matmul(torch.ones(64, 64))
+            prof.step()
+    return got[0]
+
+
+def test_windows_are_written_whole_with_their_figures_and_retention_keeps_the_newest(tmp_path):
+    errors = []
+    output = TraceOutput(str(tmp_path), 0, 1, keep_last=1, on_error=lambda message, key: errors.append(message))
+    first = output.submit(recorded(3), 0, 0, 2, 0)
+    second = output.submit(recorded(3), 1, 0, 2, 0, notes={"estimated_mb": 0.1})
+    assert os.path.basename(os.path.dirname(first)) == window_name(0, 0, 2) == "step=000000-000002-epoch=0"
+    assert os.path.basename(first).startswith(worker_name(0) + ".") and first.endswith(".pt.trace.json.gz")
+    traces, written, deadline = [], [], time.monotonic() + 120
+    while len(written) < 2 and time.monotonic() < deadline:  # written off this thread: looked for as the fit does
+        written += output.take_written(traces)
+        time.sleep(0.01)
+    assert output.helper_cpu_s > 0  # the finalizing process's CPU and the writer thread's, while the fit runs
+    assert output.close(timeout=120) == ([], []) and errors == []
+    assert [w.path for w in written] == [first, second] and traces == [second]  # the older window was let go
+    assert all(w.figures.steps == 3 and w.json_bytes for w in written)
+    assert not os.path.exists(os.path.dirname(first)) and os.path.isfile(second)
+    with gzip.open(second) as f:
+        trace = json.load(f)
+    assert trace["profkit"]["epoch"] == 1 and trace["profkit"]["estimated_mb"] == 0.1
+    assert trace["distributedInfo"] == {"rank": 0, "world_size": 1}
+    assert leftovers(tmp_path) == []
+
+
+def test_a_window_that_cannot_be_written_is_reported_and_nothing_is_left(tmp_path):
+    (tmp_path / "traces").write_text("a file where the folder should be")
+    errors = []
+    output = TraceOutput(str(tmp_path / "traces"), 0, 1, None, lambda message, key: errors.append(message))
+    output.submit(recorded(2), 0, 0, 1, 0)
+    assert output.close(timeout=120) == ([], [])
+    assert output.take_written([]) == [] and len(errors) == 1 and str(tmp_path / "traces") in errors[0]
+    assert leftovers(tmp_path) == []
+
+
+def test_the_setup_probe_never_writes_through_a_link(tmp_path):
+    """A link pre-made where the setup probe file of this process used to be written (``.profkit-probe-<pid>``, a
+    name known in advance) pointed at a file of the victim's, which the probe truncated to 0 bytes."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / f".profkit-probe-{os.getpid()}").symlink_to(victim)
+    check_trace_dir(str(shared / "run" / "profiler"))
+    assert victim.read_text() == "keep me" and sorted(os.listdir(shared)) == [f".profkit-probe-{os.getpid()}"]

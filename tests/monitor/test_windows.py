@@ -1,0 +1,167 @@
+"""The window runner and validation windows over a selection, and the profiler sessions quiet on stderr."""
+
+import pytest
+
+from lightning_profkit.monitor.options import Options
+from lightning_profkit.monitor.profiling.selection import StepList, WithCaptures
+from lightning_profkit.monitor.profiling.windows import ValidationWindows, WindowRunner
+
+
+def make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile=True):
+    """The selection of a PerformanceMonitor built with these arguments (checked as at construction)."""
+    return Options(profile=profile, skip_first=skip_first, warmup=warmup, active=active, steps=steps,
+                   every_n_steps=every_n_steps, step_filter=step_filter).selection()
+
+
+SELECTIONS = {
+    "epoch window": make_selection(10, 1, 3, None, None, None).for_epoch(40),
+    "short epoch": make_selection(10, 2, 3, None, None, None).for_epoch(6),
+    "step ranges": make_selection(0, 1, 1, "3-4,9,30-33", None, None),
+    "every n": make_selection(0, 1, 2, None, 7, None),
+    "filter": make_selection(0, 2, 1, None, None, lambda s: s % 11 == 5),
+    "captures": WithCaptures(make_selection(0, 1, 1, "20", None, None)).add(4, 6, 0).add(25, 25, 0),
+    "none": make_selection(10, 1, 3, None, None, None, profile=False),
+}
+
+
+class Recorder:
+    """A stand-in session: notes the steps it is driven through."""
+
+    spent_s, planned_last = 0.0, None
+
+    def __init__(self, log, step, warmup, length):
+        self.log, self.left, self.first_step = log, warmup + length, step
+        log.append(("open", step, warmup))
+
+    def step(self):
+        self.left -= 1
+        return self.left > 0
+
+    def finish(self, ran_current=True):
+        self.log.append(("finish",))
+
+
+def recording_into(log):
+    """A session opener whose sessions note in ``log`` what they are driven through, each as long as the
+    selection's run of active steps."""
+
+    def open_session(selection, step, batch_idx, warmup):
+        length = 1
+        while selection.is_active(step + warmup + length, batch_idx + warmup + length):
+            length += 1
+        return Recorder(log, step, warmup, length)
+
+    return open_session
+
+
+def drive(sel, steps, epoch_len, every_step):
+    """Run a WindowRunner over ``steps`` steps; with ``every_step`` False, call step_end only where
+    next_step_end says it has work. Returns what the runner did."""
+    log = []
+    runner = WindowRunner(sel, recording_into(log))
+    due = None
+    for step in range(steps):
+        batch_idx = step % epoch_len
+        if batch_idx == 0:
+            runner.epoch_start(step, 0, epoch_len)
+            due = runner.next_step_end(step, 0, horizon=8)
+        if every_step or step >= due:
+            log.append(("step_end", step))
+            runner.step_end(step, batch_idx, batch_idx == epoch_len - 1)
+            due = runner.next_step_end(step + 1, batch_idx + 1, horizon=8)
+    return [entry for entry in log if entry[0] != "step_end"]
+
+
+@pytest.mark.parametrize("name", SELECTIONS)
+def test_calling_the_runner_only_where_it_has_work_changes_nothing(name):
+    sel = SELECTIONS[name]
+    every = drive(sel, 90, 40, every_step=True)
+    assert drive(sel, 90, 40, every_step=False) == every
+    if name != "none":
+        assert any(entry[0] == "open" for entry in every)  # the test sees windows open
+
+
+def test_the_runner_notes_the_steps_each_window_held():
+    sel = make_selection(10, 1, 3, None, None, None)
+    runner = WindowRunner(sel, lambda selection, step, batch_idx, warmup: Recorder([], step, warmup, 3))
+    runner.epoch_start(0, 0, 30)
+    for step in range(30):
+        runner.step_end(step, step, step == 29)
+    assert runner.profiled == [(10, 13)]  # the warm-up step and the 3 recorded
+    runner.epoch_start(30, 0, 30)
+    assert runner.profiled == []
+
+
+def test_a_window_paused_by_validation_goes_on_after_it():
+    sel = make_selection(10, 1, 3, None, None, None)  # warm-up 10, batches 11-13 recorded
+    log = []
+    runner = WindowRunner(sel, lambda selection, step, batch_idx, warmup: Recorder(log, step, warmup, 3))
+    runner.epoch_start(0, 0, 30)
+    for step in range(12):
+        runner.step_end(step, step, False)
+    assert log == [("open", 10, 1)] and runner.session is not None
+    runner.pause()  # validation after step 11: step 12 has not run
+    assert runner.session is None and log[-1] == ("finish",)
+    assert runner.resume(12, 12) and log[-1] == ("open", 12, 0)  # the rest of the window, without a warm-up
+    assert not runner.resume(12, 12)  # nothing paused now
+    runner.pause()
+    runner.epoch_start(30, 0, 30)  # a new epoch forgets a pause
+    assert not runner.resume(30, 0)
+
+
+def test_validation_windows_record_the_batches_asked_for_in_every_run():
+    log = []
+    windows = ValidationWindows(StepList(((2, 3),), 1), recording_into(log))
+    for run in range(2):
+        windows.run_start()
+        for batch_idx in range(6):
+            windows.batch_start(batch_idx)
+            windows.batch_end()
+        windows.stop()
+    assert log == [("open", 1, 1), ("open", 1, 1)]  # opened at batch 1 to warm up, done after batch 3
+    windows.run_start()
+    windows.batch_start(1)
+    windows.run_start()  # a run that ended without its end (an exception in validation): the next one starts clean
+    assert log[-1] == ("finish",)
+
+
+def test_the_profilers_noise_on_stderr_is_dropped_and_every_other_line_kept():
+    """What torch's C++ side writes to fd 2 around a session's start and stop: its USDT lines, kineto's STAGE lines
+    (torch 2.3) and its gpuGetDeviceCount (cudaGetDeviceCount before torch 2.4) error of a CUDA build on a machine
+    without a GPU (every window printed it to a CPU user's terminal), are dropped; a line of anyone else's stays."""
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom lightning_profkit.monitor.profiling.windows import without_profiler_noise\n"
+            "with without_profiler_noise():\n"
+            "    os.write(2, b'USDT: probe\\n')\n"
+            "    os.write(2, b'ERROR:2026-12-05 16:20:56 14325:14325 DeviceProperties.cpp:47] gpuGetDeviceCount "
+            "failed with code 35\\n')\n"
+            "    os.write(2, b'ERROR:2026-12-05 19:35:23 13597:13597 CudaDeviceProperties.cpp:27] cudaGetDeviceCount "
+            "failed with code 35\\n')\n"
+            "    os.write(2, b'STAGE:2026-12-05 19:35:23 13597:13597 ActivityProfilerController.cpp:314] Completed "
+            "Stage: Warm Up\\n')\n"
+            "    os.write(2, b'a line of the user\\n')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "a line of the user\n", done.stderr
+
+
+def test_a_cuda_build_on_a_machine_without_a_gpu_prints_no_kineto_error(tmp_path):
+    """The quick start's windows with a CUDA build of torch where no GPU is usable (torch 2.8.0's printed
+    `gpuGetDeviceCount failed with code 35` once a process, 2.3.1 `cudaGetDeviceCount` and STAGE lines every window):
+    nothing of kineto's reaches the terminal."""
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.version.cuda is None or torch.cuda.is_available():
+        pytest.skip("needs a CUDA build of torch on a machine without a usable GPU")
+    code = ("from lightning.pytorch import Trainer\nfrom lightning.pytorch.demos.boring_classes import BoringModel\n"
+            "from lightning_profkit import PerformanceMonitor\n"
+            "Trainer(max_epochs=1, limit_train_batches=20, callbacks=[PerformanceMonitor()], enable_progress_bar=False,"
+            " accelerator='cpu').fit(BoringModel())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    kinetos = [line for line in done.stderr.splitlines() if line.startswith(("ERROR:", "STAGE:", "USDT:"))]
+    assert kinetos == [] and "profiling batches 11-13" in done.stderr, kinetos
