@@ -139,6 +139,41 @@ def make_trainer(root: Any, callbacks: list, **kwargs: Any) -> Trainer:
     return Trainer(callbacks=callbacks, **defaults)
 
 
+def recorded(steps: int) -> Any:
+    """The kineto results of a real CPU session recording ``steps`` steps (``ProfilerStep#0`` on)."""
+    got = []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                schedule=torch.profiler.schedule(wait=0, warmup=0, active=steps, repeat=1),
+                                on_trace_ready=lambda prof: got.append(prof.profiler.kineto_results)) as prof:
+        for _ in range(steps):
+            torch.ones(64, 64).matmul(torch.ones(64, 64))
+            prof.step()
+    return got[0]
+
+
+def make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile=True):
+    """The selection of a PerformanceMonitor built with these arguments (checked as at construction)."""
+    from lightning_profkit.monitor.options import Options
+
+    return Options(profile=profile, skip_first=skip_first, warmup=warmup, active=active, steps=steps,
+                   every_n_steps=every_n_steps, step_filter=step_filter).selection()
+
+
+def selections() -> dict[str, Any]:
+    """Selections of every kind, by name, for the tests that run the same check over each."""
+    from lightning_profkit.monitor.profiling.selection import WithCaptures
+
+    return {
+        "epoch window": make_selection(10, 1, 3, None, None, None).for_epoch(40),
+        "short epoch": make_selection(10, 2, 3, None, None, None).for_epoch(6),
+        "step ranges": make_selection(0, 1, 1, "3-4,9,30-33", None, None),
+        "every n": make_selection(0, 1, 2, None, 7, None),
+        "filter": make_selection(0, 2, 1, None, None, lambda s: s % 11 == 5),
+        "captures": WithCaptures(make_selection(0, 1, 1, "20", None, None)).add(4, 6, 0).add(25, 25, 0),
+        "none": make_selection(10, 1, 3, None, None, None, profile=False),
+    }
+
+
 def trace_files(root: Any) -> list[str]:
     return sorted(glob.glob(os.path.join(str(root), "**", "*.pt.trace.json.gz"), recursive=True))
 

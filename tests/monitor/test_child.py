@@ -7,21 +7,9 @@ import subprocess
 import sys
 import time
 
-import torch
+from conftest import recorded
 
 from lightning_profkit.monitor.writing.output import TraceOutput
-
-
-def recorded(steps):
-    """The kineto results of a real CPU session recording ``steps`` steps (``ProfilerStep#0`` on)."""
-    got = []
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                schedule=torch.profiler.schedule(wait=0, warmup=0, active=steps, repeat=1),
-                                on_trace_ready=lambda prof: got.append(prof.profiler.kineto_results)) as prof:
-        for _ in range(steps):
-            torch.ones(64, 64).matmul(torch.ones(64, 64))
-            prof.step()
-    return got[0]
 
 
 def test_a_trace_that_lacks_what_its_window_recorded_is_marked_and_shown(tmp_path):

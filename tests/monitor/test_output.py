@@ -6,22 +6,9 @@ import json
 import os
 import time
 
-import torch
-from conftest import leftovers
+from conftest import leftovers, recorded
 
 from lightning_profkit.monitor.writing.output import TraceOutput, check_trace_dir, window_name, worker_name
-
-
-def recorded(steps):
-    """The kineto results of a real CPU session recording ``steps`` steps (``ProfilerStep#0`` on)."""
-    got = []
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                schedule=torch.profiler.schedule(wait=0, warmup=0, active=steps, repeat=1),
-                                on_trace_ready=lambda prof: got.append(prof.profiler.kineto_results)) as prof:
-        for _ in range(steps):
-            torch.ones(64, 64).matmul(torch.ones(64, 64))
-            prof.step()
-    return got[0]
 
 
 def test_windows_are_written_whole_with_their_figures_and_retention_keeps_the_newest(tmp_path):

@@ -1,15 +1,9 @@
 """Step selection: pure functions, no Trainer."""
 
 import pytest
+from conftest import make_selection, selections
 
-from lightning_profkit.monitor.options import Options
-from lightning_profkit.monitor.profiling.selection import EpochWindow, WithCaptures, capture_steps, parse_step_ranges
-
-
-def make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile=True):
-    """The selection of a PerformanceMonitor built with these arguments (checked as at construction)."""
-    return Options(profile=profile, skip_first=skip_first, warmup=warmup, active=active, steps=steps,
-                   every_n_steps=every_n_steps, step_filter=step_filter).selection()
+from lightning_profkit.monitor.profiling.selection import EpochWindow, capture_steps, parse_step_ranges
 
 
 def active_steps(sel, n, epoch_len=None):
@@ -97,15 +91,7 @@ def test_epoch_window_is_frozen_per_epoch():
     assert sel.for_epoch(None) == EpochWindow(2, 1, 2, 2)
 
 
-SELECTIONS = {
-    "epoch window": make_selection(10, 1, 3, None, None, None).for_epoch(40),
-    "short epoch": make_selection(10, 2, 3, None, None, None).for_epoch(6),
-    "step ranges": make_selection(0, 1, 1, "3-4,9,30-33", None, None),
-    "every n": make_selection(0, 1, 2, None, 7, None),
-    "filter": make_selection(0, 2, 1, None, None, lambda s: s % 11 == 5),
-    "captures": WithCaptures(make_selection(0, 1, 1, "20", None, None)).add(4, 6, 0).add(25, 25, 0),
-    "none": make_selection(10, 1, 3, None, None, None, profile=False),
-}
+SELECTIONS = selections()
 
 
 @pytest.mark.parametrize("name", SELECTIONS)

@@ -1,27 +1,13 @@
 """The window runner and validation windows over a selection, and the profiler sessions quiet on stderr."""
 
 import pytest
+from conftest import make_selection, selections
 
-from lightning_profkit.monitor.options import Options
-from lightning_profkit.monitor.profiling.selection import StepList, WithCaptures
+from lightning_profkit.monitor.profiling.selection import StepList
 from lightning_profkit.monitor.profiling.windows import ValidationWindows, WindowRunner
 
 
-def make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile=True):
-    """The selection of a PerformanceMonitor built with these arguments (checked as at construction)."""
-    return Options(profile=profile, skip_first=skip_first, warmup=warmup, active=active, steps=steps,
-                   every_n_steps=every_n_steps, step_filter=step_filter).selection()
-
-
-SELECTIONS = {
-    "epoch window": make_selection(10, 1, 3, None, None, None).for_epoch(40),
-    "short epoch": make_selection(10, 2, 3, None, None, None).for_epoch(6),
-    "step ranges": make_selection(0, 1, 1, "3-4,9,30-33", None, None),
-    "every n": make_selection(0, 1, 2, None, 7, None),
-    "filter": make_selection(0, 2, 1, None, None, lambda s: s % 11 == 5),
-    "captures": WithCaptures(make_selection(0, 1, 1, "20", None, None)).add(4, 6, 0).add(25, 25, 0),
-    "none": make_selection(10, 1, 3, None, None, None, profile=False),
-}
+SELECTIONS = selections()
 
 
 class Recorder:
