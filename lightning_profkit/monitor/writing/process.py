@@ -1,7 +1,7 @@
-"""The one finalizing process of a fit: started with the first window, reused for every window, ended at
-teardown. It rewrites each raw profiler dump into its trace (:mod:`~lightning_profkit.monitor.writing.child`)
-at idle priority (``SCHED_IDLE`` where the OS has it, else the lowest nice), so that it takes a core only
-when training leaves one free.
+"""The one finalizing process of a fit: started with the first window it is given (one over a MB of JSON, or bound
+for object storage), reused for every later one, ended at teardown. It rewrites each raw profiler dump into its
+trace (:mod:`~lightning_profkit.monitor.writing.child`) at nice 10 below training
+(:func:`~lightning_profkit.monitor.writing.child.lower_priority`), so that it yields a shared core to training.
 
 Jobs and replies are JSON lines on the child's stdin and stdout, one reply per job. A child that dies is
 started again with the next window; the window in hand is reported as not written, never the training.
