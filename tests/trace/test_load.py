@@ -3,14 +3,12 @@ its whole text, or falls back to one pass; and it holds a fraction of the text i
 
 import gzip
 import json
-import math
 import os
 import subprocess
 import sys
 import threading
 
 import pytest
-from conftest import records
 
 from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.events import decode_json, decode_strict
@@ -210,15 +208,3 @@ def test_a_large_trace_is_read_in_a_fraction_of_its_size(tmp_path):
     trace = json.loads(out)["traces"][0]
     assert trace["step_breakdown"]["avg"]["Total"] > 0 and trace["temporal"]["idle_us"] >= 0
     assert err == []  # no progress line when stderr is not a terminal
-
-
-def test_rows_turn_odd_numbers_into_minus_one_and_a_missing_duration_into_nan():
-    events = records([
-        {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": None, "pid": 0, "tid": 7,
-         "args": {"stream": "7", "correlation": 1.5, "External id": 2**70}},
-        {"ph": "X", "cat": "kernel", "name": "k", "ts": 2.5, "dur": 3, "pid": 0, "tid": 7, "args": {"stream": 8}},
-    ])
-    r = rows(events)
-    assert list(r.stream) == [7, 8] and list(r.corr) == [1, -1] and list(r.ext) == [-1, -1]
-    assert math.isnan(r.dur[0]) and r.dur[1] == 3.0 and list(r.ts) == [1.0, 2.5] and r.fractional
-    assert r.names == ["k"] and list(r.name) == [0, 0] and r.threads == [(0, 7)]

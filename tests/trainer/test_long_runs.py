@@ -9,7 +9,6 @@ from lightning.pytorch import Callback
 
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.monitor.profiling.windows import WindowSession
-from lightning_profkit.monitor.writing.retention import Retention
 
 
 def rss_mb():
@@ -47,18 +46,3 @@ def test_200_windows_bounded_memory_handles_and_threads(tmp_path):
     assert threads_end <= threads_start and abs(fds_end - fds_start) <= 4, gauge.rows
     gc.collect()
     assert not [o for o in gc.get_objects() if isinstance(o, WindowSession)]  # nothing of ours is kept
-
-
-def test_retention_deletes_only_our_files(tmp_path):
-    keep = Retention(2)
-    paths = []
-    for i in range(4):
-        folder = tmp_path / f"step={i:06d}-epoch=0"
-        folder.mkdir()
-        (folder / "other_rank1.pt.trace.json.gz").write_text("x") if i == 0 else None
-        path = folder / "host_rank0.1.pt.trace.json.gz"
-        path.write_text("x")
-        paths.append(str(path))
-        keep.add(str(path))
-    assert sorted(os.listdir(tmp_path)) == ["step=000000-epoch=0", "step=000002-epoch=0", "step=000003-epoch=0"]
-    assert os.listdir(tmp_path / "step=000000-epoch=0") == ["other_rank1.pt.trace.json.gz"]  # not ours: kept

@@ -328,3 +328,16 @@ def test_many_sidecars_are_sent_in_one_call(tmp_path, s3_server):
     assert len(json.dumps(pairs)) > 128 * 1024
     send(pairs)
     assert len(s3_server.keys("many")) == 400 and s3_server.read(f"many/{'w' * 200}/r399.profkit") == b"399"
+
+
+@pytest.mark.parametrize("root, says", [
+    ("memory://runs/exp", r"memory://runs/exp/profiler/run=[^:]+: memory:// lives inside one process"),
+    ("gs://bucket/exp", r"gs://bucket/exp/profiler/run=[^:]+: gs:// needs gcsfs: pip install gcsfs"),
+    ("nosuch://bucket/exp", r"nosuch://bucket/exp/profiler/run=[^:]+: .*nosuch"),
+])
+def test_a_store_that_cannot_take_traces_fails_at_setup_naming_the_url(tmp_path, root, says):
+    """Before, its traces went to a local folder literally named ``memory:`` (or ``s3:``), silently."""
+    trainer = make_trainer(tmp_path, [PerformanceMonitor()], default_root_dir=root)
+    with pytest.raises(OSError, match=says):
+        trainer.fit(TinyModel())
+    assert trainer.global_step == 0 and not os.path.exists(root.split("/")[0])  # relative to where the fit ran

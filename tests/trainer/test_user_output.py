@@ -114,18 +114,6 @@ def test_the_end_of_fit_line_cuts_names_between_words(demo):
     assert lines[first + 2].startswith(f"lightning_profkit: most CPU self time: {_short(top, 60)}, "), (top, lines)
 
 
-@pytest.mark.parametrize("name, width, want", [
-    ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 40, "…_SingleProcessDataLoaderIter.__next__"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
-     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)", 70,
-     "void at::native::vectorized_elementwise_kernel<…>(…)"),
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 25, "…Sum_f32_RING_LL(…)"),
-    ("aten::index", 70, "aten::index"),
-])
-def test_long_names_keep_their_distinctive_end(name, width, want):
-    assert _short(name, width) == want and len(want) <= width
-
-
 def test_summary_json_says_rank_steps_and_units(tmp_path):
     monitor = PerformanceMonitor(steps="2-3", alert_threshold=None)
     make_trainer(tmp_path, [monitor]).fit(TinyModel(SleepDataset(20, delay=0.001)))
