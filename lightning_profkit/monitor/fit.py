@@ -362,8 +362,8 @@ class FitRun:
         out = self.disarm()
         summaries = output.summaries if output is not None else []
         slowest = slowest_rank(self.group, summaries) if self.group is not None and self.options.profile else None
-        line = output.fit_line() if output is not None else None
-        if line is not None and self.rank.is_zero:
+        line = output.fit_line() if output is not None and self.rank.is_zero else None
+        if line is not None:
             count, lines = line
             out.lines += [f"last {count} window{'s' if count > 1 else ''} of rank 0: {lines[0]}", *lines[1:]]
             out.lines += [slowest] if slowest else []
