@@ -29,6 +29,9 @@ from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
 
 TOP_N = 10
 BESIDE_ROWS = 500_000  # events (about 140 MB of JSON) up to which the operator tables are made on a thread
+# and from which: below, a thread's start costs more than it saves (826 events: 2.0 ms with it, 1.2 without; 75,000:
+# 25 ms against 37), and a window finished in the training process's writer thread starts none
+BESIDE_MIN_ROWS = 10_000
 _WORKER_RANK = re.compile(r"_rank(\d+)$")
 # What the numbers of a summary are in, by key (JSON paths with * for any name): the "units" of
 # `profkit summary --json` and `profkit compare --json`, and what the text tables format them by.
@@ -62,10 +65,10 @@ def unit(key: str) -> str:
 
 def summarize_columns(c: Columns) -> dict[str, Any]:
     # The operator tables on a second thread: numpy lets go of the GIL in its sorts and searches, so on two
-    # cores they cost about half their time (a third of the figures' time on a 2 MB trace). Not on a large
-    # trace, whose memory is mostly these columns and the figures' temporaries: one figure at a time there.
+    # cores they cost about half their time (a third of the figures' time on 75,000 events). Not on a small trace
+    # (BESIDE_MIN_ROWS), nor on a large one, whose memory is mostly these columns and the figures' temporaries.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="profkit-operators") as beside:
-        operators = beside.submit(operator_times, c) if c.ts.size < BESIDE_ROWS else None
+        operators = beside.submit(operator_times, c) if BESIDE_MIN_ROWS <= c.ts.size < BESIDE_ROWS else None
         steps = step_breakdown(c)
         host = window_figures(c)
         temporal = temporal_breakdown(c)
