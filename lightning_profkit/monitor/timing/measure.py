@@ -12,7 +12,7 @@ from lightning_profkit.monitor.timing.cpu_wait import CpuWaitShares
 from lightning_profkit.monitor.timing.epoch_figures import EpochSpans, epoch_figures, to_vector
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats, LoaderSetupTimer
 from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
-from lightning_profkit.monitor.timing.own_cost import SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
+from lightning_profkit.monitor.timing.own_cost import BUSY_AFTER, SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
 
 
 class EpochMeasure:
@@ -30,6 +30,7 @@ class EpochMeasure:
         self.step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
         self.cpu_waits = CpuWaitShares()  # the training thread's wait for a CPU before and after the first window
         self.slow_epochs = 0  # epochs running with unprofiled steps slower after a window
+        self.busy_after: Optional[float] = None  # the last epoch's share after its window spent waiting for a CPU
         self.helper_cpu_s = 0.0  # CPU s of the fit's trace writing off the training thread, to the last epoch's end
 
     def arm(self, on_cuda: bool, batch_size: Optional[int]) -> None:
@@ -88,8 +89,9 @@ class EpochMeasure:
             if helper_total is not None:  # never below the last: a finalizing process that ends is counted after it ends
                 helper = max(helper_total - self.helper_cpu_s, 0.0)
                 self.helper_cpu_s = max(helper_total, self.helper_cpu_s)
-            cost, baseline = own_cost(stats.step_times, first_step, profiled, self.step_baseline, spent, helper,
-                                      self.cpu_waits.shares(end))
+            waits = self.cpu_waits.shares(end)
+            self.busy_after = waits[1]
+            cost, baseline = own_cost(stats.step_times, first_step, profiled, self.step_baseline, spent, helper, waits)
             self.step_baseline = self.step_baseline or baseline
             return to_vector({**figures, **cost})
         except Exception as err:
@@ -98,7 +100,10 @@ class EpochMeasure:
 
     def after_window(self, ratio: Optional[float]) -> Optional[str]:
         """The notice to give once unprofiled steps stay slower after the windows than before them, epochs running
-        (``ratio``: the epoch's ``after_window_ratio``); None until then."""
+        (``ratio``: the epoch's ``after_window_ratio``); None until then. On CPU an epoch busy with other work after
+        its window (``BUSY_AFTER``) is not counted."""
+        if not self.on_cuda and self.busy_after is not None and self.busy_after > BUSY_AFTER:
+            ratio = None
         self.slow_epochs = slow_epochs(self.slow_epochs, ratio, SLOW_AFTER["cuda" if self.on_cuda else "cpu"])
         if self.slow_epochs < SLOW_EPOCHS or ratio is None:
             return None
