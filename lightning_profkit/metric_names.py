@@ -68,7 +68,8 @@ METRICS: tuple[Metric, ...] = (
            "median time of the unprofiled steps after the epoch's first window / median of the unprofiled steps "
            "before the fit's first window (from the epoch's 6th step on), each less the share of its time the "
            "training thread waited for a CPU (Linux); warned about above 1.1 on CUDA, 1.5 on CPU, two epochs "
-           "running", "max"),
+           "running (on CPU, epochs whose training thread waited for a CPU over 25% of its time after the window are "
+           "not counted)", "max"),
     Metric("overhead/window_ms", "ms", EPOCH,
            "the training thread's time in each window's own calls (the profiler's start, its step boundaries, its "
            "stop and the hand-over to the writer), mean over the epoch's windows, training and validation; on CUDA the stop "
