@@ -11,7 +11,6 @@ from lightning.pytorch import Callback
 
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.machine import usable_cpus
-from lightning_profkit.monitor.writing import writer
 from lightning_profkit.monitor.writing.process import CHILD
 
 
@@ -81,14 +80,13 @@ def test_a_killed_finalizing_process_is_replaced_and_training_goes_on(tmp_path, 
 
 
 @pytest.mark.parametrize("finished_by", ["writer thread", "finalizing process"])
-def test_traces_stream_while_loader_workers_and_another_job_fill_every_core(tmp_path, busy_cores, monkeypatch,
-                                                                            finished_by):
+def test_traces_stream_while_loader_workers_and_another_job_fill_every_core(tmp_path, busy_cores, request, finished_by):
     """Loader workers that compute (as many as CPUs) and as many more busy processes beside the fit: every window's
     trace is written before the last epoch begins, with no bound on any clock (at idle priority they were written
     only once the fit's end stopped the workers); by the writer thread (these traces are small) and by the finalizing
     process (as a trace over a MB is)."""
     if finished_by == "finalizing process":
-        monkeypatch.setattr(writer, "IN_THREAD_BYTES", -1)
+        request.getfixturevalue("finalizing_process")
     epochs, written = 4, {}
 
     class Look(Callback):

@@ -177,12 +177,10 @@ class WindowSession:
         self.first_step, self.first_active = step, step + warmup
         self.offset = step - batch_idx  # global step of the epoch's batch 0
         self.last_recorded: Optional[int] = None
-        self.max_bytes, self.json_per_byte = recording.max_bytes, json_per_byte
+        self.recording, self.json_per_byte = recording, json_per_byte
         self.growth_bytes: Optional[int] = None
         self.planned_last: Optional[int] = None
         self._heap_at_start: Optional[int] = None  # when recording began
-        self._quiet = recording.quiet
-        self._on_trace_ready = recording.on_trace_ready
         self._schedule = schedule = window_schedule(selection, self.first_active, step - batch_idx)
         self.profiler = torch.profiler.profile(
             activities=recording.activities, schedule=schedule, on_trace_ready=self._ready, **recording.options
@@ -190,14 +188,14 @@ class WindowSession:
         # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise)
         self.profiler.step_num = step
         start_at(self.profiler, schedule(step))
-        with without_profiler_noise(self._quiet):
+        with without_profiler_noise(self.recording.quiet):
             read_device_properties()
             self.profiler.start()
         self._note_start()
         self.spent_s = perf_counter() - start
 
     def _ready(self, prof: torch.profiler.profile) -> None:
-        self._on_trace_ready(self, prof)
+        self.recording.on_trace_ready(self, prof)
 
     def _note_start(self) -> None:
         if self._heap_at_start is None and self.profiler.current_action in _RECORDING:
@@ -216,8 +214,9 @@ class WindowSession:
         return None if self.growth_bytes is None else self.growth_bytes * self.json_per_byte
 
     def _over_budget(self) -> bool:
-        """Steps are left to record, and the trace has reached ``max_bytes``."""
-        if (self.max_bytes is None or self.estimate_bytes is None or self.estimate_bytes < self.max_bytes
+        """Steps are left to record, and the trace has reached the recording's ``max_bytes``."""
+        limit, estimate = self.recording.max_bytes, self.estimate_bytes
+        if (limit is None or estimate is None or estimate < limit
                 or self.profiler.current_action != ProfilerAction.RECORD):
             return False
         last = self.profiler.step_num
@@ -233,7 +232,7 @@ class WindowSession:
         start = perf_counter()
         try:
             self._note_recording()
-            with without_profiler_noise(self._quiet):
+            with without_profiler_noise(self.recording.quiet):
                 if not self._over_budget():
                     self.profiler.step()
                     if self.profiler.current_action != ProfilerAction.NONE:
@@ -252,7 +251,7 @@ class WindowSession:
         if ran_current:
             self._note_recording()
         try:
-            with without_profiler_noise(self._quiet):
+            with without_profiler_noise(self.recording.quiet):
                 self.profiler.stop()
         finally:
             self._release()
