@@ -15,7 +15,7 @@ from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorb
                                               guarded, last_step, log_step, own_trace_dir, rank_of, rehook,
                                               runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
-from lightning_profkit.monitor.fit import Effects, FitRun, Kept
+from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.profiling.selection import StepRanges
 from lightning_profkit.monitor.timing import fetch_timer
@@ -141,11 +141,13 @@ class PerformanceMonitor(Callback):
         if loop.restarting and loop.batch_progress.current.ready > 0:
             # resuming in the middle of an epoch: Lightning does not call on_train_epoch_start again
             self.on_train_epoch_start(trainer, pl_module)
-        apply(trainer, self._fit.plan(epoch_length(trainer)))
+        fit = self._fit
+        disabled = fit.runner is None and fit.rank.world_size == 1
+        apply(trainer, Outcome(lines=self.options.plan(fit.trace_dir, epoch_length(trainer), disabled)))
 
     @guarded
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not self._fit.armed:  # given back while loops ran without us (a tuner's)
+        if self._fit.timer is None:  # given back while loops ran without us (a tuner's)
             self._arm(trainer, self._fit.measure.on_cuda)
         loop = trainer.fit_loop.epoch_loop
         # the epoch's counters are reset after this hook, unless resuming inside the epoch
@@ -174,14 +176,14 @@ class PerformanceMonitor(Callback):
     def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         """Called when ``validation_batches`` is set: the first dataloader, no sanity check."""
-        if dataloader_idx == 0 and not trainer.sanity_checking:
-            self._fit.validation_batch_start(batch_idx)
+        if dataloader_idx == 0 and not trainer.sanity_checking and self._fit.validation is not None:
+            self._fit.validation.batch_start(batch_idx)
 
     @guarded
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
-        if dataloader_idx == 0:
-            self._fit.validation_batch_end()
+        if dataloader_idx == 0 and self._fit.validation is not None:
+            self._fit.validation.batch_end()
 
     @guarded
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

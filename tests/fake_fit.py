@@ -110,10 +110,12 @@ class FakeFit:
             self.loop.batch_progress.total.completed += 1
             if validation and batch_idx in validation:
                 self.run.validation_start(self.step)
-                for val_batch in range(validation_batches):
-                    self.run.validation_batch_start(val_batch)
+                for val_batch in range(validation_batches):  # the batch hooks run where there are validation windows
+                    if self.run.validation is not None:
+                        self.run.validation.batch_start(val_batch)
                     self.clock.advance(validation[batch_idx] / validation_batches)
-                    self.run.validation_batch_end()
+                    if self.run.validation is not None:
+                        self.run.validation.batch_end()
                 self.run.validation_end(self.step + 1, batch_idx + 1)
             self.step += 1
         self.fetch_starts.append(self.clock())

@@ -8,7 +8,7 @@ import contextlib
 import json
 import sys
 import tempfile
-from typing import Any
+from typing import Any, Optional
 
 from lightning_profkit.cli.progress import Progress
 from lightning_profkit.cli.shared import SQL_NEEDS, CommandError, add_jobs, exit_status, trace_dir_of
@@ -36,51 +36,62 @@ def sql(args: argparse.Namespace) -> int:
     try:
         import duckdb
 
-        from lightning_profkit.trace.sql_views import VIEWS, connect
+        from lightning_profkit.trace.sql_views import connect
     except ImportError:
         raise CommandError(f"`profkit sql` needs DuckDB and pyarrow: {SQL_NEEDS}") from None
-    fs, tables, untabled = tables_of(args.run)
+    from lightning_profkit.cli.text import write
+
     left_out: list[str] = []
-    from lightning_profkit.cli.text import table, use_color, write
-
     # a store's tables are copied here many at a time (DuckDB reads through fsspec one request at a time)
-    with tempfile.TemporaryDirectory(prefix="profkit-") if fs is not None else contextlib.nullcontext("") as local:
-        objects = dict(zip(copy_here(args.run, fs, tables, local, EVENTS), tables)) if local else {}
-        made = tabulate(args.run, fs, untabled, local, left_out)
-        if made:
-            print(f"profkit: wrote the events tables of {len(made)} trace(s); the next query reads them",
-                  file=sys.stderr)
-        objects.update(made)
-        read_here = list(objects) if local else sorted(set(tables) | set(made), key=natural)
-        if not read_here:
-            raise CommandError(f"{args.run}: none of its {len(untabled)} trace(s) could be read: {'; '.join(left_out)}")
+    with tempfile.TemporaryDirectory(prefix="profkit-") if is_url(args.run) else contextlib.nullcontext("") as local:
+        objects = _readable(args.run, local, left_out)
 
-        def said(err: Exception) -> str:  # DuckDB's first line, with each copy named by its object
+        def named(err: Exception) -> str:  # DuckDB's first line, with each copy named by its object
             why = str(err).splitlines()[0]
             for copy, name in objects.items():
                 why = why.replace(copy, name)
             return why
 
         try:
-            db = connect(read_here)
+            db = connect(list(objects))
         except duckdb.Error as err:
-            raise CommandError(f"cannot read the events tables: {said(err)}") from None
-        if not args.query:
-            columns = db.execute("DESCRIBE events").fetchall()
-            lines = [f"{name}: {what}" for name, (what, _) in VIEWS.items()]
-            described = table(["column", "type"], [c[:2] for c in columns])
-            write("\n".join(["Views:", *lines, "", "Columns of events:", described]))
-            return exit_status(left_out)
+            raise CommandError(f"cannot read the events tables: {named(err)}") from None
         try:
-            result = db.execute(args.query)
-            names, rows = [d[0] for d in result.description], result.fetchall()
+            write(_answer(db, args.query, args.json))
         except duckdb.Error as err:
-            raise CommandError(f"the query failed: {said(err)}") from None
-    if args.json:
-        write(json.dumps({"columns": names, "rows": [[None if x != x else x for x in r] for r in rows]}, default=str))
-    else:
-        write(table(names, [["NULL" if x is None else str(x) for x in r] for r in rows], use_color(sys.stdout)))
+            raise CommandError(f"the query failed: {named(err)}") from None
     return exit_status(left_out)
+
+
+def _readable(run: str, local: str, left_out: list[str]) -> dict[str, str]:
+    """The run's events tables, each as the file read here and the name it goes by (on a store, its object; copies
+    go in the folder ``local``), after writing those that are missing; a trace that cannot be read is named in
+    ``left_out``."""
+    fs, tables, untabled = tables_of(run)
+    objects = dict(zip(copy_here(run, fs, tables, local, EVENTS), tables)) if local else {t: t for t in tables}
+    made = tabulate(run, fs, untabled, local, left_out)
+    if made:
+        print(f"profkit: wrote the events tables of {len(made)} trace(s); the next query reads them", file=sys.stderr)
+    objects.update(made)
+    if not objects:
+        raise CommandError(f"{run}: none of its {len(untabled)} trace(s) could be read: {'; '.join(left_out)}")
+    return dict(sorted(objects.items(), key=lambda kv: natural(kv[1])))
+
+
+def _answer(db: Any, query: Optional[str], as_json: bool) -> str:
+    """The query's result as a table (or JSON); no query: the views and the columns of ``events``."""
+    from lightning_profkit.cli.text import table, use_color
+    from lightning_profkit.trace.sql_views import VIEWS
+
+    if not query:
+        columns = db.execute("DESCRIBE events").fetchall()
+        views = [f"{name}: {what}" for name, (what, _) in VIEWS.items()]
+        return "\n".join(["Views:", *views, "", "Columns of events:", table(["column", "type"], [c[:2] for c in columns])])
+    result = db.execute(query)
+    names, rows = [d[0] for d in result.description], result.fetchall()
+    if as_json:
+        return json.dumps({"columns": names, "rows": [[None if x != x else x for x in r] for r in rows]}, default=str)
+    return table(names, [["NULL" if x is None else str(x) for x in r] for r in rows], use_color(sys.stdout))
 
 
 def export(args: argparse.Namespace) -> int:

@@ -85,26 +85,40 @@ def verdict_lines(verdict: dict[str, Any]) -> list[str]:
 
 def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool = False,
                  ranks: Optional[dict[str, Any]] = None) -> str:
-    # (label, steps, key figures) per trace, and a mean row when there are several
+    """``profkit summary``'s tables: each trace's step time and host figures, the ranks, the blocking calls and
+    peak memory, the top operators, and the traces' notes."""
     labels = trace_labels(summaries)
+    out = _step_tables(labels, summaries, agg, color)
+    if ranks is not None:
+        out += ranks_text(ranks, color)
+    out += _device_tables(agg["figures"], color) + _operator_tables(agg, color)
+    notes = list(dict.fromkeys(f"{label}: {n}" for label, s in zip(labels, summaries) for n in s.get("notes", [])))
+    if notes:
+        out += ["", "Notes:"] + [f"  {printable(n)}" for n in notes]
+    return "\n".join(out)
+
+
+def _step_tables(labels: list[str], summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool) -> list[str]:
+    """(label, steps, key figures) per trace, and a mean row when there are several: the step time breakdown and
+    the host figures."""
     lines = [
         (label, str(len(s["step_breakdown"]["steps"]) if s.get("step_breakdown") else 0), key_figures(s))
         for label, s in zip(labels, summaries)
     ]
     if len(summaries) > 1:
         lines.append(("mean", "", agg["figures"]))
-    out = [_title("Step time breakdown of the profiled steps, % of the step time (legend: profkit summary --help)",
-                  color)]
-    rows = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in ROLES + ("Other",)]
-            for label, n, fig in lines]
-    out.append(table(["trace", "steps", "step_time_ms"] + list(ROLES + ("Other",)), rows, color))
-    rows = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
-    out += ["", _title("Host steps and GPU, % or ms per step (hta/: HolisticTraceAnalysis's temporal breakdown)", color)]
-    out.append(table(["trace", *HOST], rows, color))
-    if ranks is not None:
-        out += ranks_text(ranks, color)
+    roles = list(ROLES + ("Other",))
+    shares = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in roles] for label, n, fig in lines]
+    host = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
+    return [_title("Step time breakdown of the profiled steps, % of the step time (legend: profkit summary --help)", color),
+            table(["trace", "steps", "step_time_ms", *roles], shares, color),
+            "", _title("Host steps and GPU, % or ms per step (hta/: HolisticTraceAnalysis's temporal breakdown)", color),
+            table(["trace", *HOST], host, color)]
 
-    figures = agg["figures"]
+
+def _device_tables(figures: dict[str, Any], color: bool) -> list[str]:
+    """The blocking CUDA calls and the peak memory, where the traces have them."""
+    out = []
     sync = [(k.split("/", 1)[1], v) for k, v in figures.items() if k.startswith("sync_ms_per_step/") and v]
     if sync:
         out += ["", _title("Blocking CUDA calls inside steps, ms per step (mean over traces)", color)]
@@ -113,9 +127,14 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
     if peaks:
         out += ["", _title("Peak memory allocated, MB (device type:id; mean over traces)", color)]
         out.append(table(["device", "MB"], [[d, f"{v:.1f}"] for d, v in peaks], color))
+    return out
 
+
+def _operator_tables(agg: dict[str, Any], color: bool) -> list[str]:
+    """The top CPU operators and GPU kernels; calls as counted, over all traces (a mean per trace would round 4
+    calls in 8 traces to 0)."""
+    out = []
     per = max(agg["traces"], 1)
-    # calls as counted, over all traces (a mean per trace would round 4 calls in 8 traces to 0)
     counted = ["name", "calls", "ms"] if per == 1 else ["name", f"calls in {per} traces", "ms per trace"]
     for key, title, field in (
         ("cpu_by_self", "Top CPU operators by self (exclusive) time", "self_us"),
@@ -124,12 +143,8 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
     ):
         rows = [[short_name(r["name"]), f"{r['calls']:.0f}", f"{r[field] / per / 1000:.2f}"] for r in agg["operators"][key]]
         if rows:
-            out += ["", _title(title, color)]
-            out.append(table(counted, rows, color))
-    notes = list(dict.fromkeys(f"{label}: {n}" for label, s in zip(labels, summaries) for n in s.get("notes", [])))
-    if notes:
-        out += ["", "Notes:"] + [f"  {printable(n)}" for n in notes]
-    return "\n".join(out)
+            out += ["", _title(title, color), table(counted, rows, color)]
+    return out
 
 
 def fmt(key: str) -> Callable[[Optional[float]], str]:

@@ -132,10 +132,6 @@ class FitRun:
         self.last_step: Optional[int] = None  # the fit's last step, where the Trainer knows it: no capture past it
 
     # ------------------------------------------------------------------ arming and closing
-    @property
-    def armed(self) -> bool:
-        return self.timer is not None
-
     def arm(self, timer: FetchTimer, on_cuda: bool, batch_size: Optional[int],
             loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Callable[[], Sequence[int]] = tuple) -> None:
         """Training starts (or starts again after loops that ran without us): ``timer`` times its fetches;
@@ -223,18 +219,6 @@ class FitRun:
         self.delivery.recording = []
         self.checks.end_fit()
 
-    def plan(self, epoch_length: Optional[int]) -> Outcome:
-        """The lines that say what this fit will record, and where."""
-        o = self.options
-        if not o.profile:
-            ways = "after an alert or when asked" if o.capture_on_alert and o.alert_threshold else "when asked"
-            later = f"; up to {o.max_captures} windows {ways} (profkit capture)" if o.max_captures else ""
-            return Outcome(lines=[f"metrics only (profile=False){later}", f"traces -> {self.trace_dir}"])
-        ranks = "all ranks" if o.ranks is None else f"ranks {','.join(map(str, o.ranks))}"
-        disabled = "" if self.runner is not None or self.rank.world_size > 1 else ": disabled, see the warning"
-        what = self.selection.for_epoch(epoch_length).describe()
-        return Outcome(lines=[f"profiling {what} on {ranks}{disabled}", f"traces -> {self.trace_dir}"])
-
     # ------------------------------------------------------------------ epochs and steps
     def epoch_start(self, epoch: int, step: int, batch_idx: int, epoch_length: Optional[int]) -> None:
         """Epoch ``epoch`` begins at ``step`` (its batch ``batch_idx``: 0, or more when resuming inside it)."""
@@ -309,14 +293,6 @@ class FitRun:
         if self.runner is not None and self.runner.resume(step, batch_idx):
             self.windows_at = self.runner.next_step_end(step, batch_idx)
             self._schedule()
-
-    def validation_batch_start(self, batch_idx: int) -> None:
-        if self.validation is not None:
-            self.validation.batch_start(batch_idx)
-
-    def validation_batch_end(self) -> None:
-        if self.validation is not None:
-            self.validation.batch_end()
 
     def epoch_end(self, step: int, completed: int, log_step: int) -> Outcome:
         """The epoch ended after ``step`` (``completed`` steps in all); its figures are logged at ``log_step``."""

@@ -176,3 +176,14 @@ class Options:
 
     def profiles_rank(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks
+
+    def plan(self, trace_dir: str, epoch_length: Optional[int], disabled: bool = False) -> list[str]:
+        """The lines that say what a fit of ``epoch_length`` batches an epoch records, and where (``disabled``: this
+        rank was to profile and cannot, as a warning said)."""
+        if not self.profile:
+            ways = "after an alert or when asked" if self.capture_on_alert and self.alert_threshold else "when asked"
+            later = f"; up to {self.max_captures} windows {ways} (profkit capture)" if self.max_captures else ""
+            return [f"metrics only (profile=False){later}", f"traces -> {trace_dir}"]
+        ranks = "all ranks" if self.ranks is None else f"ranks {','.join(map(str, self.ranks))}"
+        what = self.selection().for_epoch(epoch_length).describe()
+        return [f"profiling {what} on {ranks}{': disabled, see the warning' if disabled else ''}", f"traces -> {trace_dir}"]

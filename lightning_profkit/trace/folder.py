@@ -39,8 +39,6 @@ def read_folder(path: str, jobs: int, known: Optional[dict[str, dict[str, Any]]]
         with contextlib.suppress(TraceError):  # none there: all known
             known = {**dict.fromkeys(find_traces(path)), **known}
     paths = sorted(known, key=natural) if known else find_traces(path)
-    from lightning_profkit.trace.load import load
-
     done = FolderRead([], [], [], [], None)
     for p in paths:
         summary = known.get(p) or sidecar.read(p)
@@ -48,17 +46,7 @@ def read_folder(path: str, jobs: int, known: Optional[dict[str, dict[str, Any]]]
             done.summaries.append(sidecar.placed(p, summary))
             continue
         try:
-            trace = load(p, jobs, progress=progress.reading(p) if progress else None)
-            from lightning_profkit.trace.summary import summarize_trace  # numpy: after the first read's workers
-
-            done.summaries.append(sidecar.placed(p, summary) if summary is not None else summarize_trace(p, trace))
-            if tables:
-                try:
-                    write_table(p, done.summaries[-1], trace)
-                    done.tables.append(p + EVENTS)
-                except OSError as err:
-                    done.left_out.append(f"{p + EVENTS}: cannot write the events table ({err.strerror or err})")
-            del trace  # before the next one is read
+            _read(p, jobs, summary, tables, progress, done)
         except TraceError as err:  # its text starts with the path
             done.left_out.append(str(err))
             continue
@@ -80,6 +68,24 @@ def read_folder(path: str, jobs: int, known: Optional[dict[str, dict[str, Any]]]
                 done = done._replace(unkept=done.unkept or f"{sidecar.sidecar_of(p)}: {err.strerror or err}")
     name_windows(done.summaries)
     return done
+
+
+def _read(path: str, jobs: int, summary: Optional[dict[str, Any]], tables: bool, progress: Optional[Progress],
+          done: FolderRead) -> None:
+    """Read the trace at ``path`` into ``done``: its summary (``summary`` where it is known) and, with ``tables``,
+    its events table written beside it."""
+    from lightning_profkit.trace.load import load
+
+    trace = load(path, jobs, progress=progress.reading(path) if progress else None)
+    from lightning_profkit.trace.summary import summarize_trace  # numpy: after the first read's workers
+
+    done.summaries.append(sidecar.placed(path, summary) if summary is not None else summarize_trace(path, trace))
+    if tables:
+        try:
+            write_table(path, done.summaries[-1], trace)
+            done.tables.append(path + EVENTS)
+        except OSError as err:
+            done.left_out.append(f"{path + EVENTS}: cannot write the events table ({err.strerror or err})")
 
 
 def has_table(trace: str) -> bool:

@@ -83,18 +83,10 @@ def _codes(values: Iterable[Any]) -> tuple[array, list[Any]]:
 def rows(events: Sequence[AnyEvent]) -> Rows:
     # One pass that appends to lists, strings and threads as codes: several times faster than a pass per
     # field over these records.
-    cats: dict = {}
-    names: dict = {}
-    threads: dict = {}
-    cat: list = []
-    name: list = []
-    thread: list = []
-    ts: list = []
-    dur: list = []
-    stream: list = []
-    corr: list = []
-    ext: list = []
-    memory = []
+    cats: dict[Any, int] = {}
+    names: dict[Any, int] = {}
+    threads: dict[Any, int] = {}
+    cat, name, thread, ts, dur, stream, corr, ext, memory = ([] for _ in range(9))
     for e in events:
         kind = type(e)
         if kind is Event and e.ts is not None:

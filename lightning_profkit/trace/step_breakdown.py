@@ -58,55 +58,55 @@ def on_device(
     them: a host call (where ``launches``) lying inside a step links the step to the GPU work it launched
     (same correlation id); a step starts when the previous one's GPU work ended and ends when its own GPU work
     ends, and trailing steps without GPU work are dropped. Unchanged when no GPU work can be linked."""
-    runtime = np.flatnonzero(launches)
     device = np.flatnonzero(c.cat_mask(*v.DEVICE))
+    linked, step_of = _linked(c, steps, np.flatnonzero(launches), device)
+    if not linked.size:
+        return steps, names
     n = len(steps)
-    s0 = np.array([s for s, _ in steps])
-    s1 = np.array([e for _, e in steps])
+    first, last = np.full(n, _BIG), np.full(n, _SMALL)
+    np.minimum.at(first, step_of, c.ts[device][linked])
+    np.maximum.at(last, step_of, c.end[device][linked])
+    prev_end = steps[0][0]
+    if first[0] != _BIG:  # GPU work no step launched, ending before the first step's: the first starts after it
+        unmatched = np.ones(device.size, dtype=bool)
+        unmatched[linked] = False
+        ends = c.end[device][unmatched]
+        prev_end = max([prev_end, *ends[ends < first[0]].tolist()])
+    moved = []
+    for (start, end), dev_lo, dev_hi in zip(steps, first.tolist(), last.tolist()):
+        start = max(prev_end, start)
+        prev_end = max(end, start) if dev_lo == _BIG else max(end, dev_hi, start)
+        moved.append((start, prev_end))
+    keep = _kept(np.bincount(step_of, minlength=n))
+    return moved[:keep], names[:keep]
+
+
+def _linked(c: Columns, steps: list[tuple[float, float]], runtime: np.ndarray,
+            device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU work (indices into ``device``) launched by the host calls ``runtime`` that lie inside a step,
+    and that step's index for each, by correlation id."""
+    n = len(steps)
+    s0, s1 = np.array([s for s, _ in steps]), np.array([e for _, e in steps])
     rt_start, rt_end, rt_corr = c.ts[runtime], c.end[runtime], c.corr[runtime]
     k = np.searchsorted(s1, rt_start, side="right")  # the step the two-pointer walk compares it with
     kk = np.minimum(k, n - 1)
     inside = (k < n) & (s0[kk] <= rt_start) & (rt_end <= s1[kk]) & (rt_corr >= 0)
-    dev_corr = c.corr[device]
-    order = np.argsort(dev_corr, kind="stable")
-    sorted_corr = dev_corr[order]
+    order = np.argsort(c.corr[device], kind="stable")
+    sorted_corr = c.corr[device][order]
     lo = np.searchsorted(sorted_corr, rt_corr[inside], side="left")
-    hi = np.searchsorted(sorted_corr, rt_corr[inside], side="right")
-    counts = hi - lo
-    if not counts.sum():
-        return steps, names
+    counts = np.searchsorted(sorted_corr, rt_corr[inside], side="right") - lo
     within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # 0.. count-1 per runtime
-    linked = order[np.repeat(lo, counts) + within]
-    step_of = np.repeat(k[inside], counts)
-    dev_start, dev_end = c.ts[device][linked], c.end[device][linked]
-    first = np.full(n, _BIG)
-    last = np.full(n, _SMALL)
-    np.minimum.at(first, step_of, dev_start)
-    np.maximum.at(last, step_of, dev_end)
-    matched_count = np.bincount(step_of, minlength=n)
-    prev_end = steps[0][0]
-    if first[0] != _BIG:
-        unmatched = np.ones(device.size, dtype=bool)
-        unmatched[linked] = False
-        ends = c.end[device][unmatched]
-        ends = ends[ends < first[0]]
-        if ends.size:
-            prev_end = max(prev_end, float(ends.max()))
-    moved = []
-    for (start, end), dev_lo, dev_hi in zip(steps, first.tolist(), last.tolist()):
-        start = max(prev_end, start)
-        end = max(end, start) if dev_lo == _BIG else max(end, dev_hi, start)
-        moved.append((start, end))
-        prev_end = end
-    keep = n
-    if n > 1:
-        with_device = np.flatnonzero(matched_count > 0)
-        if with_device.size:
-            last_step = int(with_device[-1])
-            keep = last_step + 1
-            if last_step > 0 and matched_count[last_step - 1] * 0.8 > matched_count[last_step]:
-                keep = last_step
-    return moved[:keep], names[:keep]
+    return order[np.repeat(lo, counts) + within], np.repeat(k[inside], counts)
+
+
+def _kept(launched: np.ndarray) -> int:
+    """How many steps to keep, given the GPU work each launched: through the last step that launched any, less
+    that one where it launched under 80% of the step before it (cut short by the trace's end)."""
+    with_device = np.flatnonzero(launched > 0)
+    if launched.size < 2 or not with_device.size:
+        return launched.size
+    last = int(with_device[-1])
+    return last if last > 0 and launched[last - 1] * 0.8 > launched[last] else last + 1
 
 
 def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]], roles: dict[str, intervals.Union]) -> dict[str, Any]:

@@ -235,7 +235,7 @@ def test_steps_slower_after_the_window_while_the_thread_waited_for_a_cpu_are_not
 def test_epochs_of_one_batch_record_that_batch(monkeypatch, tmp_path):
     """Lightning's bug_report_model.py: epochs of 1 batch each get a window of that batch, as the plan says."""
     fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)
-    assert fit.run.plan(1).lines[0].startswith("profiling batch 0 of every epoch (no warm-up; an epoch has 1 batch,")
+    assert fit.options.plan(str(tmp_path), 1)[0].startswith("profiling batch 0 of every epoch (no warm-up; an epoch has 1 batch,")
     for epoch in range(3):
         fit.epoch(epoch, [(0.001, 0.01)])
     fit.end()
@@ -266,15 +266,3 @@ def test_the_end_of_fit_line_tells_profiled_steps_from_every_step(monkeypatch, t
     assert lines[0].startswith("last 1 window of rank 0: a profiled step took ")
     at = lines.index("every step of the last epoch: 10.0 ms on average")
     assert lines[at + 1] == f"more: profkit summary {tmp_path}"
-
-
-def test_the_plan_of_a_metrics_only_run_says_which_windows_it_may_still_record(monkeypatch, tmp_path):
-    """``profile=False`` still records a window after an alert or on request (``max_captures``): the plan says so
-    (it said "no profiler windows", then recorded one after an alert)."""
-    fit = FakeFit(monkeypatch, str(tmp_path), profile=False)
-    assert fit.run.plan(100).lines == ["metrics only (profile=False); up to 10 windows after an alert or when asked "
-                                       "(profkit capture)", f"traces -> {tmp_path}"]
-    quiet = FakeFit(monkeypatch, str(tmp_path), profile=False, max_captures=0)
-    assert quiet.run.plan(100).lines == ["metrics only (profile=False)", f"traces -> {tmp_path}"]
-    fit.end()
-    quiet.end()

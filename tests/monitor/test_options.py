@@ -6,6 +6,7 @@ import re
 import pytest
 
 from lightning_profkit import PerformanceMonitor
+from lightning_profkit.monitor.options import Options
 
 # (argument, invalid value, error message fragment); ValueError naming the argument unless stated
 TABLE = [
@@ -98,3 +99,19 @@ def test_the_signature_and_the_checked_options_name_the_same_arguments_with_the_
     assert [p.name for p in signature] == [f.name for f in fields]
     assert [p.default for p in signature] == [f.default for f in fields]
     assert [hints[p.name] for p in signature] == [option_hints[f.name] for f in fields]
+
+
+def test_the_plan_of_a_metrics_only_run_says_which_windows_it_may_still_record():
+    """``profile=False`` still records a window after an alert or on request (``max_captures``): the plan says so
+    (it said "no profiler windows", then recorded one after an alert)."""
+    assert Options(profile=False).plan("out", 100) == [
+        "metrics only (profile=False); up to 10 windows after an alert or when asked (profkit capture)", "traces -> out"]
+    assert Options(profile=False, alert_threshold=None).plan("out", 100)[0] == (
+        "metrics only (profile=False); up to 10 windows when asked (profkit capture)")
+    assert Options(profile=False, max_captures=0).plan("out", 100) == ["metrics only (profile=False)", "traces -> out"]
+
+
+def test_the_plan_names_the_steps_and_ranks_and_says_when_this_rank_cannot_profile():
+    assert Options(steps="5-7", ranks=[0, 2]).plan("out", 100) == ["profiling steps 5-7 on ranks 0,2", "traces -> out"]
+    assert Options(steps="5-7").plan("out", 100, disabled=True)[0] == (
+        "profiling steps 5-7 on all ranks: disabled, see the warning")

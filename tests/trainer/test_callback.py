@@ -4,8 +4,6 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import warnings
 

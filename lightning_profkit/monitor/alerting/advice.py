@@ -55,36 +55,48 @@ def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1, worker
 
 def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, train_s: Optional[float] = None,
                      busy: LoaderBusy = LoaderBusy()) -> list[str]:
-    """What to try, most likely first, for a loop that waits on its DataLoader. Where the batches are made rests on
-    how busy the training thread was in its wait, and how many workers on how busy they were (``busy``, measured):
-    a training thread that computes in its wait unpacks or makes the batches itself; workers that wait on I/O gain
-    from more of them than CPUs, workers that compute from cheaper samples."""
-    out: list[str] = []
+    """What to try, most likely first, for a loop that waits on its DataLoader: where the batches are made
+    (:func:`_batch_maker_advice`), what was measured, then the loader settings that cost time."""
     per_process = max(1, facts.cpus // facts.processes_per_node)
     suggested = max(1, per_process - 2 if per_process > 2 else per_process - 1)  # leave the main process a CPU
-    machine = f"{facts.cpus} CPUs" if facts.processes_per_node == 1 else f"{per_process} CPUs per rank"
+    measured = [f"measured: {part}" for part in (busy.training, busy.workers) if part is not None]
+    return _batch_maker_advice(facts, busy, suggested) + measured + _settings_advice(facts, suggested, startup_s, train_s)
+
+
+def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) -> list[str]:
+    """Where the batches are made rests on how busy the training thread was in its wait, and how many workers on
+    how busy they were (``busy``, measured): a training thread that computes in its wait unpacks or makes the
+    batches itself; workers that wait on I/O gain from more of them than CPUs, workers that compute from cheaper
+    samples."""
     workers, training, n = busy.workers, busy.training, facts.num_workers
     cheaper = "make __getitem__ cheaper (cache decoded data, augment on the GPU)"
     if n == 0:
         waits = training is not None and training.high < WAITING
         why = "loads every batch, waiting on I/O" if waits else "loads every batch itself"
-        out.append(f"num_workers=0: the training process {why}: try num_workers={max(suggested, 2) if waits else suggested}"
-                   ", persistent_workers=True")
-    elif training is not None and training.low >= UNPACKING:
-        out.append("the training process unpacks every batch the workers send; more workers do not help: return fewer, "
-                   "larger tensors")
-    elif workers is not None and workers.computing < WAITING:
-        out.append(f"the workers wait on storage, the network or a lock, not the CPU: try num_workers={2 * n}")
-    elif workers is not None and (workers.queued or 0.0) >= CROWDED:
-        out.append(f"the workers compute on CPUs that are all taken: {cheaper}")
-    elif n < suggested:
-        out.append(f"num_workers={n} with {machine}: try num_workers={suggested}")
-    elif workers is not None:
-        out.append(f"the workers compute on every CPU there is: {cheaper}")
-    else:
-        out.append(f"if the workers compute: {cheaper}")
-        out.append(f"if they wait on storage or the network: try num_workers={2 * n} (their CPU could not be read)")
-    out += [f"measured: {part}" for part in (training, workers) if part is not None]
+        return [f"num_workers=0: the training process {why}: try num_workers={max(suggested, 2) if waits else suggested}"
+                ", persistent_workers=True"]
+    if training is not None and training.low >= UNPACKING:
+        return ["the training process unpacks every batch the workers send; more workers do not help: return fewer, "
+                "larger tensors"]
+    if workers is not None and workers.computing < WAITING:
+        return [f"the workers wait on storage, the network or a lock, not the CPU: try num_workers={2 * n}"]
+    if workers is not None and (workers.queued or 0.0) >= CROWDED:
+        return [f"the workers compute on CPUs that are all taken: {cheaper}"]
+    if n < suggested:
+        machine = (f"{facts.cpus} CPUs" if facts.processes_per_node == 1
+                   else f"{max(1, facts.cpus // facts.processes_per_node)} CPUs per rank")
+        return [f"num_workers={n} with {machine}: try num_workers={suggested}"]
+    if workers is not None:
+        return [f"the workers compute on every CPU there is: {cheaper}"]
+    return [f"if the workers compute: {cheaper}",
+            f"if they wait on storage or the network: try num_workers={2 * n} (their CPU could not be read)"]
+
+
+def _settings_advice(facts: LoaderFacts, suggested: int, startup_s: Optional[float],
+                     train_s: Optional[float]) -> list[str]:
+    """The loader settings that cost a data-bound loop time: pinned memory, worker restarts, prefetching, small
+    batches, an iterable dataset's sharding."""
+    out, n = [], facts.num_workers
     if facts.on_cuda and not facts.pin_memory:
         out.append("pin_memory=True: batches copy to the GPU faster and can overlap compute; the copy is in the step")
     if n > 0 and not facts.persistent_workers:
@@ -97,10 +109,9 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
     if facts.batch_size is not None and facts.batch_size < 8:
         out.append(f"batch_size={facts.batch_size}: per-batch costs (collate, copies, hooks) dominate; a larger batch "
                    "spreads them")
-    if facts.iterable and n > 0:
-        if not facts.shards_itself:
-            out.append("IterableDataset with workers: each worker must read its own shard (get_worker_info())")
-    elif facts.iterable:
+    if facts.iterable and n > 0 and not facts.shards_itself:
+        out.append("IterableDataset with workers: each worker must read its own shard (get_worker_info())")
+    elif facts.iterable and n == 0:
         out.append("IterableDataset: its iterator runs in the training process unless num_workers > 0")
     return out
 

@@ -20,12 +20,12 @@ from lightning_profkit.monitor.writing.output import TraceOutput
 HEAVY = ("with_stack", "record_shapes", "profile_memory", "with_modules")  # options that make traces large
 
 
-def cut_message(options: Options, first: int, last: int, session: WindowSession) -> str:
-    """What to say of a window ended early by ``max_trace_mb``."""
+def cut_message(options: Options, first: int, last: int, planned_last: int, estimated_bytes: Optional[float]) -> str:
+    """What to say of a window of steps ``first``-``planned_last`` ended early by ``max_trace_mb`` after ``last``."""
     heavy = [name for name in HEAVY if getattr(options, name)]
     lines = [f"a window ended early: its trace would pass max_trace_mb={options.max_trace_mb:g}",
-             f"steps {first}-{session.planned_last} planned, {first}-{last} recorded, about "
-             f"{(session.estimate_bytes or 0) / 1e6:.0f} MB of JSON (estimated from the profiler's memory)",
+             f"steps {first}-{planned_last} planned, {first}-{last} recorded, about "
+             f"{(estimated_bytes or 0) / 1e6:.0f} MB of JSON (estimated from the profiler's memory)",
              f"to record whole windows: raise max_trace_mb or record fewer steps (active={options.active}, steps=)"]
     lines += [f"or turn off {', '.join(heavy)}"] if heavy else []
     return "\n  - ".join(lines)
@@ -66,7 +66,7 @@ class TraceIntake:
         if session.planned_last is not None:
             notes["cut"] = {"reason": "max_trace_mb", "max_trace_mb": self.options.max_trace_mb,
                             "planned_steps": [first, session.planned_last]}
-            self.report(cut_message(self.options, first, last, session), "max_trace_mb")
+            self.report(cut_message(self.options, first, last, session.planned_last, session.estimate_bytes), "max_trace_mb")
         self.output.submit(prof.profiler.kineto_results, epoch, first, last, session.offset, notes)
 
     def take(self) -> list[tuple[int, dict[str, float]]]:
