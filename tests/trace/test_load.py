@@ -12,7 +12,7 @@ import pytest
 
 from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.events import decode_json, decode_strict
-from lightning_profkit.trace.file import TraceError, json_blocks, read_json
+from lightning_profkit.trace.file import TraceError, read_json
 from lightning_profkit.trace.load import _workers, load, pieces
 from lightning_profkit.trace.rows import rows
 from lightning_profkit.trace.summary import summarize_columns
@@ -63,18 +63,6 @@ def test_pieces_are_the_text_cut_between_events():
     assert list(pieces([b'{"traceEvents": []}'], 4096)) == [(b'{"traceEvents": []}', 0, 19, True, True)]
     whole = list(pieces([text], 4096))  # one block: every piece is a place in it, nothing copied
     assert len(whole) == len(cut) and all(buf is text for buf, *_ in whole)
-
-
-def test_blocks_inflate_a_gzip_file_of_several_members(tmp_path):
-    text = json.dumps({"traceEvents": [{"ph": "X", "ts": i} for i in range(20000)]}).encode()
-    path = tmp_path / "t.json.gz"
-    path.write_bytes(gzip.compress(text[:100000]) + gzip.compress(text[100000:]))
-    got = list(json_blocks(str(path), 8192))
-    assert b"".join(b for b, _ in got) == text and max(len(b) for b, _ in got) <= 8192
-    assert got[-1][1] == path.stat().st_size  # bytes of the file read, for the progress line
-    path.write_bytes(gzip.compress(text)[:-20])
-    with pytest.raises(TraceError, match="not a complete gzip file"):
-        load(str(path), piece=8192)
 
 
 def event(i, name):

@@ -1,0 +1,77 @@
+"""The windows' traces taken back in a fit: each listed, named to the alert it was recorded for, and its figures
+logged on rank zero at its step; what to say of a window cut short; the slowest-rank line of one process."""
+
+import time
+
+import torch
+
+from conftest import recorded
+from lightning_profkit.alerts import DataWaitAlert
+from lightning_profkit.monitor.alerting.delivery import AlertDelivery
+from lightning_profkit.monitor.options import Options
+from lightning_profkit.monitor.writing.intake import TraceIntake, cut_message, slowest_rank
+from lightning_profkit.monitor.writing.output import TraceOutput
+
+
+def intake(tmp_path, to_user=True, **options):
+    told = []
+    output = TraceOutput(str(tmp_path), 0, 1, None, lambda message, key: told.append(key))
+    delivery = AlertDelivery(None, lambda message, key: told.append(key))
+    delivery.to_user = to_user
+    return TraceIntake(output, Options(**options), to_user, lambda message, key: told.append(key), delivery, []), told
+
+
+def recorded_from(first, steps):
+    """The kineto results of a real CPU session recording steps ``first`` on (as a window of a fit numbers them)."""
+    got, act = [], torch.profiler.ProfilerAction
+    last = first + steps - 1
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], on_trace_ready=lambda p: got.append(p.profiler.kineto_results),
+        schedule=lambda step: act.WARMUP if step < first else act.RECORD if step < last else act.RECORD_AND_SAVE)
+    prof.step_num = first - 1
+    with prof:
+        for _ in range(steps + 1):
+            torch.ones(64, 64).matmul(torch.ones(64, 64))
+            prof.step()
+    return got[0]
+
+
+def taken(it, windows):
+    logged, deadline = [], time.monotonic() + 120
+    while len(it.traces) < windows and time.monotonic() < deadline:  # written off this thread
+        logged += it.take()
+        time.sleep(0.01)
+    return logged
+
+
+def test_written_windows_are_listed_named_to_their_alert_and_logged_at_their_step(tmp_path):
+    it, told = intake(tmp_path)
+    alert = DataWaitAlert(0.8, 0.5, 0, 4, "steps 1-4", None, [], log_step=4)
+    alert.recording = (5, 7)
+    it.delivery.recording.append(alert)
+    it.output.submit(recorded_from(5, 3), 0, 5, 7, 0, {"log_step": 9})
+    logged = taken(it, 1)
+    assert it.output.close(60.0) == ([], []) and told == []
+    assert alert.trace_dir is not None and it.traces[0].startswith(alert.trace_dir)
+    assert [step for step, _ in logged] == [9] and logged[0][1]["profkit/window/host_step_ms"] > 0
+
+
+def test_other_ranks_list_their_windows_and_log_nothing(tmp_path):
+    it, told = intake(tmp_path, to_user=False)
+    it.output.submit(recorded(3), 0, 0, 2, 0, {"log_step": 2})
+    assert taken(it, 1) == [] and len(it.traces) == 1
+    assert it.output.close(60.0) == ([], [])
+
+
+def test_a_window_cut_short_says_what_to_change():
+    said = cut_message(Options(max_trace_mb=50, active=20, record_shapes=True), 10, 14, 29, 61e6)
+    assert said.split("\n  - ") == [
+        "a window ended early: its trace would pass max_trace_mb=50",
+        "steps 10-29 planned, 10-14 recorded, about 61 MB of JSON (estimated from the profiler's memory)",
+        "to record whole windows: raise max_trace_mb or record fewer steps (active=20, steps=)",
+        "or turn off record_shapes"]
+    assert "turn off" not in cut_message(Options(max_trace_mb=50), 10, 14, 29, None)
+
+
+def test_one_process_has_no_slowest_rank():
+    assert slowest_rank(None, []) is None

@@ -1,0 +1,49 @@
+"""An alert's advice in a running fit: the DataLoader's real worker processes read between marks, advice drawn
+from what they did, and a failure to read them or the loader reported while the advice goes on without it."""
+
+import subprocess
+import sys
+import time
+
+from lightning_profkit.monitor.alerting.advice import LoaderFacts
+from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
+
+
+def worker(code):
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_advice_tells_sleeping_workers_from_computing_ones():
+    told = []
+    sleeping, burning = worker("import time; time.sleep(60)"), worker("while True: pass")
+    try:
+        for pid, says in ((sleeping.pid, "wait on storage"), (burning.pid, "compute")):
+            advice = LoaderAdvice(lambda message, key: told.append(key))
+            advice.loader = lambda: LoaderFacts(num_workers=1, cpus=1, persistent_workers=True)
+            advice.workers = lambda: [pid]
+            start = time.perf_counter()
+            advice.mark(start, 0.0)
+            time.sleep(1.2)
+            advice.mark(time.perf_counter(), 1.0)
+            lines = advice.advice(None, None, None, time.perf_counter() - start)
+            assert says in lines[0] and any(x.startswith("measured: 1 workers: busy ") for x in lines), lines
+    finally:
+        for p in (sleeping, burning):
+            p.kill()
+            p.wait()
+    assert told == []
+
+
+def test_what_cannot_be_read_is_reported_and_the_advice_goes_on():
+    told = []
+    advice = LoaderAdvice(lambda message, key: told.append((message.splitlines()[0], key)))
+
+    def broken():
+        raise RuntimeError("the loader is gone")
+
+    advice.workers = broken
+    advice.mark(1.0, 0.0)
+    assert advice.advice(None, None, None, 1.0)  # from the loader's settings alone
+    advice.loader = broken
+    assert advice.advice(None, None, None, 1.0) == []
+    assert told == [("reading the DataLoader's CPU failed:", "advice"), ("advice failed:", "advice")]
