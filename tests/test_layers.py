@@ -179,3 +179,20 @@ def test_classes_constructors_and_functions_keep_to_the_size_guides():
     grown = {key: (size, OVER.get(key)) for key, size in over.items() if size > OVER.get(key, GUIDES[key[2]])}
     assert not grown, grown
     assert set(OVER) <= set(over), set(OVER) - set(over)  # one back within its guide: take it off the list
+
+
+def test_every_module_has_a_test_module_of_its_name():
+    """``lightning_profkit/<part>/.../<name>.py`` is tested in ``tests/<part>/test_<name>.py`` (a top-level module in
+    ``tests/``), or with real fits in ``tests/trainer/``; a command of ``profkit`` may be ``test_<name>_command.py``."""
+    tests = os.path.join(ROOT, "tests")
+    missing = []
+    for name, _ in sources():
+        base = os.path.basename(name)[:-3]
+        if base == "__init__":
+            continue
+        part = name.split(os.sep)[0] if os.sep in name else ""
+        homes = [os.path.join(tests, part, f"test_{base}.py"), os.path.join(tests, "trainer", f"test_{base}.py"),
+                 os.path.join(tests, part, f"test_{base}_command.py")]
+        if not any(map(os.path.isfile, homes)):
+            missing.append(name)
+    assert not missing, missing

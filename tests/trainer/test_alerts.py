@@ -131,14 +131,6 @@ def test_capture_requested_from_another_process(tmp_path):
     assert not marker.exists() and leftovers(tmp_path) == []
 
 
-def test_capture_command_refuses_a_folder_without_a_run(tmp_path):
-    profkit = os.path.join(os.path.dirname(sys.executable), "profkit")
-    done = subprocess.run([profkit, "capture", str(tmp_path)], capture_output=True, text=True)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "no running PerformanceMonitor" in done.stderr
-    done = subprocess.run([profkit, "capture", str(tmp_path / "nope")], capture_output=True, text=True)
-    assert done.returncode == 1 and "no such folder" in done.stderr and "Traceback" not in done.stderr
-
-
 def test_rolling_checks_log_a_curve_while_the_epoch_runs(tmp_path, monkeypatch):
     from lightning_profkit.monitor.alerting.checks import RollingChecks
 

@@ -31,13 +31,6 @@ def test_several_ranks_show_the_mean_and_the_worst_rank_the_alert_read():
     assert "<td>16.9%</td><td>41.0%</td><td>1</td>" in html
 
 
-def test_an_episode_of_flagged_epochs_is_one_alert():
-    """Without TensorBoard's alert texts (a CSVLogger run), alerts are the episodes: epochs flagged in a row."""
-    flags = [1.0, 1.0, 0.0, 1.0, None]
-    data = RunData("metrics.csv", [Epoch(i, i, 0.3, data_wait_alert=f) for i, f in enumerate(flags)])
-    assert data.alert_count == 2
-
-
 def test_an_alerts_text_is_shown_as_written():
     """The alert's Markdown (written for TensorBoard, every text escaped) reads on the page as the console's."""
     import html
@@ -50,9 +43,3 @@ def test_an_alerts_text_is_shown_as_written():
     shown = markdown(DataWaitAlert(0.4, 0.2, 0, 9, "epoch 0", advice=[advice], trace_dir="/r/a_b/step=[1]").markdown)
     text = html.unescape(re.sub(r"<[^>]+>", "", shown))
     assert advice in text and "/r/a_b/step=[1]" in text and "<b>" not in shown and "<code>" not in shown
-
-
-def test_the_fits_count_of_alerts_wins_over_the_episodes():
-    """A long episode with two alerts in it (cooldown passed): the logged count says 2 where the flags say 1."""
-    epochs = [Epoch(i, i, 0.3, data_wait_alert=1.0, data_wait_alerts=float(n)) for i, n in enumerate([1, 1, 2])]
-    assert RunData("metrics.csv", epochs).alert_count == 2

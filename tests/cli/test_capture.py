@@ -1,0 +1,52 @@
+"""``profkit capture``: a request dropped where the running fit looks (its run folder's ``profiler/``, or the newest
+``run=*`` folder whose fit runs), and one line without a traceback where no fit runs or the input is wrong."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lightning_profkit.capture_request import REQUEST, LiveRun
+from lightning_profkit.cli import main
+
+PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
+
+
+def test_a_request_goes_to_the_running_fits_trace_folder(tmp_path, capsys):
+    live = LiveRun(str(tmp_path / "version_0" / "profiler"))  # a fit of this process
+    try:
+        assert main(["capture", str(tmp_path / "version_0"), "--steps", "4"]) == 0
+        request = json.loads((tmp_path / "version_0" / "profiler" / REQUEST).read_text())
+        assert request["steps"] == 4
+        said = capsys.readouterr().out
+        assert said.startswith(f"requested a window of 4 steps from the run in {tmp_path / 'version_0' / 'profiler'} "
+                               f"(pid {os.getpid()} on ") and said.endswith("it starts within about a second\n")
+    finally:
+        live.end()
+
+
+def test_of_runs_of_their_own_the_newest_running_one_gets_the_request(tmp_path):
+    lives = [LiveRun(str(tmp_path / f"run={stamp}")) for stamp in ("20261205-1", "20261205-2")]
+    lives[1].end()  # the newest has ended: the one before it still runs
+    try:
+        assert main(["capture", str(tmp_path)]) == 0
+        assert json.loads((tmp_path / "run=20261205-1" / REQUEST).read_text())["steps"] is None
+    finally:
+        lives[0].end()
+
+
+def test_a_folder_without_a_run_is_one_line_and_exit_status_1(tmp_path):
+    done = subprocess.run([PROFKIT, "capture", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "no running PerformanceMonitor" in done.stderr
+    done = subprocess.run([PROFKIT, "capture", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert done.returncode == 1 and "no such folder" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("steps, says", [("0", "must be at least 1, got 0"), ("101", "must be at most 100"),
+                                         ("four", "must be a whole number, got 'four'")])
+def test_steps_out_of_range_name_the_argument(tmp_path, capsys, steps, says):
+    with pytest.raises(SystemExit) as done:
+        main(["capture", str(tmp_path), "--steps", steps])
+    assert done.value.code == 2 and f"argument --steps: {says}" in capsys.readouterr().err

@@ -1,0 +1,40 @@
+"""A trace's events table: one row per complete event, each labelled with its run, window and step (a kernel with
+the step of the call that launched it), written as Parquet that says which trace size it was made from."""
+
+import pytest
+
+from conftest import records
+from lightning_profkit.trace.columns import columns
+from lightning_profkit.trace.event_table import SCHEMA, event_table, fresh, run_of, steps_of, to_parquet
+
+EVENTS = [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "ts": 100, "dur": 50, "pid": 1, "tid": 1},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 120, "dur": 5, "pid": 1, "tid": 1,
+     "args": {"correlation": 42}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 400, "dur": 30, "pid": 0, "tid": 7,
+     "args": {"correlation": 42, "stream": 7}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 160, "dur": 2, "pid": 1, "tid": "main"},
+]
+
+
+def test_each_event_has_its_step_and_a_kernel_that_of_its_launch():
+    c = columns(records(EVENTS))
+    assert steps_of(c).tolist() == [7, 7, 7, -1]  # the kernel ran after the step's host span; aten::add after it too
+    table = event_table(c, "run1", "step=7", 0, "w")
+    assert table["tid"].tolist() == [1, 1, 7, -1] and table["device"].tolist() == [-1, -1, 0, -1]  # "main": not a number
+
+
+def test_the_parquet_file_has_the_schema_and_says_what_it_was_made_from(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "w.pt.trace.json.gz.parquet"
+    path.write_bytes(to_parquet(event_table(columns(records(EVENTS)), "run1", "step=7", None, "w"), 1234))
+    got = pq.read_table(path).to_pydict()
+    assert list(got) == list(SCHEMA) and got["name"] == ["ProfilerStep#7", "cudaLaunchKernel", "gemm", "aten::add"]
+    assert set(got["run"]) == {"run1"} and set(got["rank"]) == {-1}
+    assert fresh(str(path), 1234) and not fresh(str(path), 1235) and not fresh(str(tmp_path / "none.parquet"), 1234)
+
+
+def test_the_run_is_the_folder_above_the_windows():
+    assert run_of("/out/version_3/profiler/step=1-3/w.pt.trace.json.gz") == "version_3"
+    assert run_of("s3://bucket/runs/run=a/step=1-3/w.pt.trace.json.gz") == "a"
+    assert run_of("traces/step=1-3/w.pt.trace.json.gz") == "traces"
