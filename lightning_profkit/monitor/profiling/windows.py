@@ -262,25 +262,50 @@ class WindowSession:
         release(self.profiler)
 
 
-class WindowRunner:
+class _Windows:
+    """What both kinds of windows keep: the open session, the seconds each ended window spent in its session's calls,
+    and the last step of a window ended early (``max_trace_mb``), before which none opens again."""
+
+    def __init__(self, open_session: Callable[[Selection, int, int, int], Optional[WindowSession]]) -> None:
+        self._open = open_session
+        self.session: Optional[WindowSession] = None
+        self.spent: list[float] = []  # ended windows: seconds of each in its session's calls
+        self._cut_through = -1
+
+    def _stepped(self) -> bool:
+        """Step the open session; False (and the session let go) when its window is complete."""
+        assert self.session is not None
+        if self.session.step():
+            return True
+        self.spent.append(self.session.spent_s)
+        if self.session.planned_last is not None:
+            self._cut_through = self.session.planned_last
+        self.session = None
+        return False
+
+    def stop(self, ran_current: bool = True) -> None:
+        """End the open session now, keeping what it recorded (see :meth:`WindowSession.finish`)."""
+        session, self.session = self.session, None
+        if session is not None:
+            try:
+                session.finish(ran_current)
+            finally:
+                self.spent.append(session.spent_s)
+
+
+class WindowRunner(_Windows):
     """Decides at each step boundary whether to start, advance or end a window's session.
 
     ``open_session(selection, step, batch_idx, warmup)`` creates the session (or returns None to skip, e.g.
-    when another profiler is running; see :func:`session_opener`). Windows never span epochs: one still open at an epoch's last batch
-    is ended there with what it recorded.
+    when another profiler is running; see :func:`session_opener`). Windows never span epochs: one still open at an
+    epoch's last batch is ended there with what it recorded.
     """
 
-    def __init__(
-        self,
-        selection: Selection,
-        open_session: Callable[[Selection, int, int, int], Optional[WindowSession]],
-    ) -> None:
+    def __init__(self, selection: Selection, open_session: Callable[[Selection, int, int, int], Optional[WindowSession]]
+                 ) -> None:
+        super().__init__(open_session)
         self.selection = WithCaptures(selection)
-        self._open = open_session
-        self.session: Optional[WindowSession] = None
         self.profiled: list[tuple[int, int]] = []  # this epoch's windows: first and last step with a session
-        self.spent: list[float] = []  # this epoch's ended windows: seconds of each in its session's calls
-        self._cut_through = -1  # the last step of a window ended early (max_trace_mb): none opens before it
         self._paused = False  # a window ended by validation, to go on after it
 
     def epoch_start(self, next_step: int, next_batch_idx: int, num_batches: Optional[int]) -> None:
@@ -303,11 +328,7 @@ class WindowRunner:
             if last_in_epoch or stopping():
                 self.stop()
                 return
-            if not self.session.step():
-                self.spent.append(self.session.spent_s)
-                if self.session.planned_last is not None:
-                    self._cut_through = self.session.planned_last
-                self.session = None
+            self._stepped()
         if self.session is None and not last_in_epoch:
             self._maybe_open(step + 1, batch_idx + 1, stopping)
 
@@ -332,14 +353,6 @@ class WindowRunner:
         else:
             self.profiled.append((first, step))
 
-    def stop(self, ran_current: bool = True) -> None:
-        session, self.session = self.session, None
-        if session is not None:
-            try:
-                session.finish(ran_current)
-            finally:
-                self.spent.append(session.spent_s)
-
     def pause(self) -> None:
         """Validation begins inside the epoch, between two steps: the open window ends there (the step the
         profiler is in has not run), and :meth:`resume` goes on with it after validation."""
@@ -361,16 +374,15 @@ class WindowRunner:
             self.session = self._open(self.selection, step, batch_idx, warmup)
 
 
-class ValidationWindows:
+class ValidationWindows(_Windows):
     """Selected batches of each validation run (its first dataloader), recorded in windows of their own: a
     :class:`StepList` over the run's batch indices, a session opened at a batch's start and stepped at its end,
-    whatever is open ended when the run ends. Steps here are batch indices (``ProfilerStep#<batch_idx>``)."""
+    whatever is open ended when the run ends. Steps here are batch indices (``ProfilerStep#<batch_idx>``);
+    :attr:`spent` holds the windows ended since the caller last emptied it."""
 
     def __init__(self, batches: StepList, open_session: Callable[[Selection, int, int, int], Optional[WindowSession]]) -> None:
-        self.batches, self._open = batches, open_session
-        self.session: Optional[WindowSession] = None
-        self._cut_through = -1  # the last batch of a window ended early (max_trace_mb): none opens before it
-        self.spent: list[float] = []  # ended windows since the caller last emptied it: seconds of each in its calls
+        super().__init__(open_session)
+        self.batches = batches
 
     def run_start(self) -> None:
         self.stop()
@@ -383,19 +395,8 @@ class ValidationWindows:
                 self.session = self._open(self.batches, batch_idx, batch_idx, warmup)
 
     def batch_end(self) -> None:
-        if self.session is not None and not self.session.step():
-            if self.session.planned_last is not None:
-                self._cut_through = self.session.planned_last
-            self.spent.append(self.session.spent_s)
-            self.session = None
-
-    def stop(self) -> None:
-        session, self.session = self.session, None
-        if session is not None:
-            try:
-                session.finish()
-            finally:
-                self.spent.append(session.spent_s)
+        if self.session is not None:
+            self._stepped()
 
 
 def profiler_activities(names: Optional[list[str]], on_cuda: bool) -> list[ProfilerActivity]:
