@@ -142,7 +142,7 @@ class PerformanceMonitor(Callback):
             # resuming in the middle of an epoch: Lightning does not call on_train_epoch_start again
             self.on_train_epoch_start(trainer, pl_module)
         fit = self._fit
-        disabled = fit.runner is None and fit.rank.world_size == 1
+        disabled = fit.windows.runner is None and fit.rank.world_size == 1
         apply(trainer, Outcome(lines=self.options.plan(fit.trace_dir, epoch_length(trainer), disabled)))
 
     @guarded
@@ -176,14 +176,14 @@ class PerformanceMonitor(Callback):
     def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         """Called when ``validation_batches`` is set: the first dataloader, no sanity check."""
-        if dataloader_idx == 0 and not trainer.sanity_checking and self._fit.validation is not None:
-            self._fit.validation.batch_start(batch_idx)
+        if dataloader_idx == 0 and not trainer.sanity_checking and (windows := self._fit.windows.validation) is not None:
+            windows.batch_start(batch_idx)
 
     @guarded
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
-        if dataloader_idx == 0 and self._fit.validation is not None:
-            self._fit.validation.batch_end()
+        if dataloader_idx == 0 and self._fit.windows.validation is not None:
+            self._fit.windows.validation.batch_end()
 
     @guarded
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -227,9 +227,9 @@ class PerformanceMonitor(Callback):
         self._fit.arm(fetch_timer.install(trainer, self._notices), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
                       lambda: loader_facts(train_loader(trainer), on_cuda, processes, worker_pids(trainer)),
                       lambda: worker_pids(trainer))
-        if self._fit.validation is not None:  # the validation batch hooks exist only then: else they cost nothing
+        if self._fit.windows.validation is not None:  # the validation batch hooks exist only then: else they cost nothing
             rehook(self, "on_validation_batch_start", "on_validation_batch_end")
-        self._fit.last_step = last_step(trainer)
+        self._fit.windows.last_step = last_step(trainer)
         self._trainer = trainer
 
     def _wake(self) -> None:

@@ -10,8 +10,8 @@ optimizer steps); the steps the fit's logic counts are batches. Every other effe
 reads), so that tests drive a fit with a fake one.
 
 A FitRun coordinates: it owns the step scheduler (:meth:`FitRun._schedule`: the one place that knows the next step
-with work at its end), the window runners, the rolling checks' exchange and the alert's action, and hands the rest
-to its parts: the epoch's measurements (:class:`~lightning_profkit.monitor.timing.measure.EpochMeasure`), the
+with work at its end), the rolling checks' exchange and the alert's action, and hands the rest to its parts: the
+profiler windows (:class:`~lightning_profkit.monitor.profiling.fit_windows.FitWindows`), the epoch's measurements (:class:`~lightning_profkit.monitor.timing.measure.EpochMeasure`), the
 traces (:class:`~lightning_profkit.monitor.writing.intake.TraceIntake`), the loader's advice
 (:class:`~lightning_profkit.monitor.alerting.loader_advice.LoaderAdvice`) and alert delivery.
 """
@@ -34,7 +34,7 @@ from lightning_profkit.monitor.exchange import close_group, exchange, exchange_g
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
 from lightning_profkit.monitor.profiling.captures import requested_steps
-from lightning_profkit.monitor.profiling.selection import capture_steps
+from lightning_profkit.monitor.profiling.fit_windows import FitWindows
 from lightning_profkit.monitor.profiling.windows import (Recording, ValidationWindows, WindowRunner,
                                                          profiler_activities, session_opener)
 from lightning_profkit.monitor.timing.epoch_figures import reduce_ranks, rolling_metrics
@@ -45,7 +45,6 @@ from lightning_profkit.monitor.writing.output import TraceOutput
 from lightning_profkit.notices import warn
 
 OWNER_CHECK_S = 10.0  # seconds of training between checks that the callback is still among the trainer's callbacks
-INF = float("inf")
 
 
 @dataclass
@@ -101,7 +100,7 @@ class FitRun:
 
     def __init__(self, options: Options, kept: Kept, trace_dir: str, rank: Rank, effects: Effects,
                  other_profiler: bool = False, fit_loop: Any = None) -> None:
-        self.options, self.selection, self.trace_dir, self.rank = options, options.selection(), trace_dir, rank
+        self.options, self.trace_dir, self.rank = options, trace_dir, rank
         self.checks, self.traces, self.alerts = kept.checks, kept.traces, kept.alerts
         self.report, self.wake, self.clock = effects.report, effects.wake, effects.clock
         self.other_profiler = other_profiler
@@ -116,20 +115,18 @@ class FitRun:
         self.measure = EpochMeasure(self.report, fit_loop)
         self.output: Optional[TraceOutput] = None
         self.intake: Optional[TraceIntake] = None
-        self.runner: Optional[WindowRunner] = None
-        self.validation: Optional[ValidationWindows] = None
+        self.windows = FitWindows(None, None, self.report)  # none until training starts
         self.live: Optional[capture_request.LiveRun] = None
-        self.advice = LoaderAdvice(self.report)  # the DataLoader's CPU, marked at every check, for an alert's advice
+        # the DataLoader's CPU, marked at every check, for an alert's advice (where alerts are on)
+        self.advice = LoaderAdvice(self.report, watching=self.checks.rule is not None)
         self.waited_s = 0.0  # the data wait of the fit's finished epochs
         self.broken = False
         self.epoch = 0
         self.in_epoch = False
         self.epoch_first_step = 0
         self.log_step = 0  # the axis value of the latest step we were called at (see the module's docstring)
-        self.windows_at = INF  # the next step at whose end the window runner has work
         self.validation_after = 0  # the training step the running validation follows
         self.step_ms: Optional[float] = None  # the last epoch's step_time_ms_mean (over ranks), for the end-of-fit line
-        self.last_step: Optional[int] = None  # the fit's last step, where the Trainer knows it: no capture past it
 
     # ------------------------------------------------------------------ arming and closing
     def arm(self, timer: FetchTimer, on_cuda: bool, batch_size: Optional[int],
@@ -143,7 +140,8 @@ class FitRun:
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
                                   o.storage_options)
         intake = self.intake = TraceIntake(self.output, o, self.rank.is_zero, self.report, self.delivery, self.traces)
-        if o.profiles_rank(self.rank.rank) and not self.other_profiler:
+        runner, validation = None, None
+        if o.profiles_rank(self.rank.rank) and not self.other_profiler and not self.broken:
             activities = profiler_activities(o.activities, on_cuda)
             intake.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
@@ -152,12 +150,13 @@ class FitRun:
                 recording = Recording(activities, o.profiler_options(), trace_ready, o.quiet, limit)
                 return session_opener(recording, self.report, lambda: intake.json_per_byte, intake.room)
 
-            self.runner = WindowRunner(self.selection, opener(
+            runner = WindowRunner(o.selection(), opener(
                 lambda session, prof: intake.submit(session, prof, self.epoch, self.log_step)))
             batches = o.validation_selection()
             if batches is not None:
-                self.validation = ValidationWindows(batches, opener(lambda session, prof: intake.submit(
+                validation = ValidationWindows(batches, opener(lambda session, prof: intake.submit(
                     session, prof, self.epoch, self.log_step, validation_after=self.validation_after)))
+        self.windows = FitWindows(runner, validation, self.report)
         if self.rank.is_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
             self.live = capture_request.LiveRun(self.output.local_dir)
             if self.output.remote:  # the finalizing process announces the run there and brings requests in
@@ -168,7 +167,7 @@ class FitRun:
         ``flush_timeout``, with ``wait``) and the live-run marker. Safe to call again. The windows written
         meanwhile come back to be logged."""
         out = Outcome()
-        self.end_windows()
+        self.windows.stop()
         if self.timer is not None:
             self.timer.uninstall()
             self.timer = None
@@ -193,23 +192,12 @@ class FitRun:
             self.output.remove_staging()
         return out
 
-    def end_windows(self) -> None:
-        """End the training and validation windows' profiler sessions, keeping what they recorded."""
-        for name in ("runner", "validation"):
-            runner = getattr(self, name)
-            setattr(self, name, None)
-            if runner is not None:
-                try:
-                    runner.stop()
-                except Exception as err:  # the runner has let go of the session already
-                    self.report(f"stopping the profiler failed:\n  {err!r}")
-
     def fail(self, where: str, err: BaseException) -> None:
         """An error inside the callback: profiling is off for the rest of the fit; the hooks still run, so that
         every rank keeps taking part in the same exchanges."""
         self.broken = True
         self.report(f"profiling is off for the rest of this run after an error in `{where}`:\n  {err!r}")
-        self.end_windows()
+        self.windows.stop()
 
     def close(self, wait: bool = True) -> None:
         """The fit is over (teardown, or an exception): nothing of it is left running."""
@@ -229,15 +217,11 @@ class FitRun:
         self.in_epoch = True
         self.measure.epoch_start(now)
         self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch)
-        self._mark_workers(now)  # the first check of the epoch measures from here
+        self.advice.mark(now, self.waited_s + self.timer.stats.train_s)  # the epoch's first check measures from here
         self.epoch_first_step = step
-        if self.validation is not None:
-            self.validation.spent = []  # this epoch's validation windows
-        if self.runner is not None:
-            self.runner.epoch_start(step, batch_idx, epoch_length)
-            if self.runner.session is not None:
-                self.measure.cpu_waits.mark(now)
-        self.windows_at = self.runner.next_step_end(step, batch_idx) if self.runner is not None else INF
+        self.windows.epoch_start(step, batch_idx, epoch_length)
+        if self.windows.recording:
+            self.measure.cpu_waits.mark(now)
         self._schedule()
 
     def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool,
@@ -255,19 +239,17 @@ class FitRun:
             if steps and self.rank.world_size > 1:
                 self.checks.requested = steps  # all ranks start it together at the next rolling check
             elif steps:
-                self._capture(step, steps, out)
+                self._requested(step, steps, out)
         if self.output is not None and self.output.has_written:
             out.metrics += self.intake.take()
-        if step >= self.windows_at:
+        if step >= self.windows.due:
+            was = self.windows.recording
             try:
-                if self.runner is not None:
-                    was_open = self.runner.session is not None
-                    self.runner.step_end(step, batch_idx, last_in_epoch, stopping)
-                    if was_open != (self.runner.session is not None):
-                        self.measure.cpu_waits.mark(now)
+                self.windows.step_end(step, batch_idx, last_in_epoch, stopping)
             except Exception as err:
                 self.fail("on_train_batch_end", err)
-            self.windows_at = self.runner.next_step_end(step + 1, batch_idx + 1) if self.runner is not None else INF
+            if was != self.windows.recording:
+                self.measure.cpu_waits.mark(now)
         self._schedule()
         return out
 
@@ -278,47 +260,37 @@ class FitRun:
         self.log_step = self.validation_after if log_step is None else log_step
         if self.in_epoch:
             self.measure.validation_start(self.clock())
-            if self.runner is not None:
-                self.runner.pause()
-        if self.validation is not None:
-            self.validation.run_start()
+        self.windows.validation_start(self.in_epoch)
 
     def validation_end(self, step: int, batch_idx: int) -> None:
         """The validation run ended; training goes on at ``step`` (batch ``batch_idx``)."""
-        if self.validation is not None:
-            self.validation.stop()
         seconds = self.measure.validation_end(self.clock())
         if seconds and self.timer is not None:
             self.timer.stats.exclude(seconds)
-        if self.runner is not None and self.runner.resume(step, batch_idx):
-            self.windows_at = self.runner.next_step_end(step, batch_idx)
-            self._schedule()
+        self.windows.validation_end(step, batch_idx)
+        self._schedule()
 
     def epoch_end(self, step: int, completed: int, log_step: int) -> Outcome:
         """The epoch ended after ``step`` (``completed`` steps in all); its figures are logged at ``log_step``."""
         out = Outcome()
         end = self.clock()
         self.in_epoch, self.log_step = False, log_step
-        if self.runner is not None:
-            self.runner.stop()
+        profiled, spent = self.windows.epoch_end()
         if self.timer is None:
             return out
         self.timer.stats.end_step(end, completed)
         self.checks.epoch_end(end, self.timer.stats.train_s, self.measure.spans.validation)
         if self.options.log_metrics or self.checks.rule is not None:
             # every rank takes part in the same collective here, whatever happened to its profiling
-            runner, validation = self.runner, self.validation
-            spent = (runner.spent if runner else []) + (validation.spent if validation else [])
             total = self.output.helper_cpu_s if self.output is not None else None  # read now, not at the last window
-            mine = self.measure.vector(self.timer.stats, end, self.epoch_first_step, runner.profiled if runner else [],
-                                       spent, total)
+            mine = self.measure.vector(self.timer.stats, end, self.epoch_first_step, profiled, spent, total)
             metrics = reduce_ranks(exchange(self.group, mine))  # over gloo: the device is untouched
             notice = self.measure.after_window(metrics.get(PREFIX + "overhead/after_window_ratio"))
             if notice and self.rank.is_zero:
                 self.report(notice, "after_window")
             self.step_ms = metrics.get(PREFIX + "step_time_ms_mean", self.step_ms)
             if self.checks.rule is not None:
-                self._mark_workers(end)
+                self.advice.mark(end, self.waited_s + self.timer.stats.train_s)
                 ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
                 if ratio is not None:
                     worst = metrics.get(PREFIX + "data_wait_worst_rank")
@@ -359,7 +331,7 @@ class FitRun:
         the next capture-request poll (or ownership check)."""
         if self.timer is not None:
             check_at = self.checks.check_at
-            due = min(self.windows_at, INF if check_at is None else check_at)
+            due = min(self.windows.due, float("inf") if check_at is None else check_at)
             at = self.clock() + OWNER_CHECK_S
             if self.live is not None:
                 at = min(at, self.live.next_poll)
@@ -370,12 +342,12 @@ class FitRun:
         """This block's data wait on every rank (exchanged off the device), then the rule."""
         assert self.timer is not None
         checked = self.checks.span(step)
-        self._mark_workers(now)
+        self.advice.mark(now, self.waited_s + self.timer.stats.train_s)
         mine = self.checks.take_block(now, self.timer.stats.train_s, self.measure.spans.validation, step)
         rows = [BlockFigures(*row) for row in exchange(self.group, list(mine))]
         asked = int(max(row.requested for row in rows))
         if asked:
-            self._capture(step, asked, out)
+            self._requested(step, asked, out)
         if self.options.log_metrics and self.rank.is_zero:  # the curve grows while a long epoch runs
             metrics = rolling_metrics(rows, self.options.alert_window)
             if metrics:
@@ -401,28 +373,14 @@ class FitRun:
         if o.alert_action == "raise":
             out.raise_ = DataWaitAlertError(alert)
         if o.alert_action == "warn" and o.capture_on_alert:
-            alert.recording = self._capture(step, o.active)
-            if alert.recording is None and self.last_step is not None and step >= self.last_step:
+            alert.recording = self.windows.capture(step, o.active, self.checks)
+            last = self.windows.last_step
+            if alert.recording is None and last is not None and step >= last:
                 out.lines.append(f"data-wait alert at step {step}, the fit's last: no steps are left to record for it")
         self.delivery.send(alert)
 
-    def _mark_workers(self, now: float) -> None:
-        """How busy the DataLoader was since the last check (for an alert's advice)."""
-        if self.checks.rule is not None and self.timer is not None:
-            self.advice.mark(now, self.waited_s + self.timer.stats.train_s)
-
-    def _capture(self, step: int, steps: int, out: Optional[Outcome] = None) -> Optional[tuple[int, int]]:
-        """Record ``steps`` steps from the step after ``step`` on (at once near the fit's end); the steps, or None
-        when this rank cannot (or the budget is spent, or the fit ends at ``step``). With ``out``: asked from outside,
-        which a line says."""
-        window = capture_steps(step, steps, self.selection.warmup, self.last_step)
-        if self.runner is None or self.broken or window is None:
-            return None
-        if not self.checks.spend_capture():
-            self.report(f"no more captures: `max_captures={self.options.max_captures}` windows were recorded", "budget")
-            return None
-        self.runner.capture(*window, step + 1)
-        self.windows_at = min(self.windows_at, step)  # the runner opens it at this step's end
-        if out is not None:
+    def _requested(self, step: int, steps: int, out: Outcome) -> None:
+        """Record ``steps`` steps after ``step``, as asked from outside (``profkit capture``), which a line says."""
+        window = self.windows.capture(step, steps, self.checks)
+        if window is not None:
             out.lines.append(f"recording steps {window[0]}-{window[1]} (requested from outside)")
-        return window

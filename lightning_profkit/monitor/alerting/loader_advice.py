@@ -12,10 +12,11 @@ from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch
 
 class LoaderAdvice:
     """``loader()`` reads the training DataLoader's settings; ``workers()`` the pids of its worker processes now;
-    ``report(message, key)`` is told when either fails (training goes on, with less advice)."""
+    ``report(message, key)`` is told when either fails (training goes on, with less advice). Not ``watching`` (no
+    alerts in this fit), marks read nothing."""
 
-    def __init__(self, report: Callable[..., None]) -> None:
-        self.report = report
+    def __init__(self, report: Callable[..., None], watching: bool = True) -> None:
+        self.report, self.watching = report, watching
         self.loader: Callable[[], LoaderFacts] = LoaderFacts
         self.workers: Callable[[], Sequence[int]] = tuple
         self.watch = LoaderWatch()
@@ -23,6 +24,8 @@ class LoaderAdvice:
 
     def mark(self, now: float, waited_s: float) -> None:
         """A rolling check (or an epoch's start or end) at ``now``, after ``waited_s`` of data wait in the fit."""
+        if not self.watching:
+            return
         try:
             self.busy = self.watch.busy(self.workers(), now, waited_s)
         except Exception as err:
