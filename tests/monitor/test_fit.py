@@ -8,6 +8,7 @@ from fake_fit import FakeFit
 
 from lightning_profkit.capture_request import request_capture
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
+from lightning_profkit.monitor.timing import fetch_timer
 
 NO_WINDOWS = dict(profile=False, max_captures=0)
 
@@ -266,3 +267,16 @@ def test_the_end_of_fit_line_tells_profiled_steps_from_every_step(monkeypatch, t
     assert lines[0].startswith("last 1 window of rank 0: a profiled step took ")
     at = lines.index("every step of the last epoch: 10.0 ms on average")
     assert lines[at + 1] == f"more: profkit summary {tmp_path}"
+
+
+def test_after_an_error_no_window_starts_again_in_the_fit(monkeypatch, tmp_path):
+    """Profiling turned off by an error stays off when training is armed again (after a tuner's loops ran without
+    the callback): no window of the next epoch is recorded, and the metrics go on."""
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)
+    fit.run.fail("on_train_batch_end", RuntimeError("a failure inside the callback"))
+    fit.run.disarm(wait=False)
+    fit.run.arm(fetch_timer.FetchTimer(fit.trainer).install(), False, 2)
+    fit.epoch(0, [(0.001, 0.01)] * 20)
+    fit.end()
+    assert fit.run.windows.runner is None and fit.traces == [] and epoch_row(fit)
+    assert [w for w in fit.warnings if "profiling is off for the rest of this run" in w]
