@@ -4,7 +4,10 @@ trace (:mod:`~lightning_profkit.monitor.writing.child`) at nice 10 below trainin
 (:func:`~lightning_profkit.monitor.writing.child.lower_priority`), so that it yields a shared core to training.
 
 Jobs and replies are JSON lines on the child's stdin and stdout, one reply per job. A child that dies is
-started again with the next window; the window in hand is reported as not written, never the training.
+started again with the next window; the window in hand is reported as not written, never the training. Not
+``concurrent.futures.ProcessPoolExecutor``: its spawn and forkserver workers import the user's script again (one
+without a ``__main__`` guard would train again), fork is unsafe in a process with CUDA and threads, and it gives
+neither its worker's pid (for the process's CPU, and the kill at ``flush_timeout``) nor its priority.
 """
 
 from __future__ import annotations
