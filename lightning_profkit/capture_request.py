@@ -89,7 +89,7 @@ def other_fit(trace_dir: str, fit: Optional[str] = None) -> Optional[str]:
     """Who else writes to ``trace_dir`` now: a live run's marker there, of a process that may still run and of a
     fit other than ``fit``, as words; None when no other fit does."""
     marker = running(trace_dir)
-    if marker is None or marker.get("fit") == fit or gone(marker) is not None:
+    if marker is None or marker.get("fit") == fit or not_running(marker) is not None:
         return None
     return f"pid {marker.get('pid')} on {marker.get('host')}"
 
@@ -103,7 +103,7 @@ def marker_of(text: bytes) -> Optional[dict[str, Any]]:
     return marker if isinstance(marker, dict) else None
 
 
-def gone(marker: dict[str, Any]) -> Optional[str]:
+def not_running(marker: dict[str, Any]) -> Optional[str]:
     """Why the process that wrote ``marker`` is known to be gone, or None when it may still run (it is on
     this host and alive, or on another host, which cannot be checked from here)."""
     pid = marker.get("pid")

@@ -48,7 +48,7 @@ def capture(args: argparse.Namespace) -> int:
                     break
     if run is None:
         raise CommandError(f"{folder}: no running PerformanceMonitor writes traces here (no {capture_request.MARKER})")
-    why = capture_request.gone(run)
+    why = capture_request.not_running(run)
     if why is not None:
         raise CommandError(f"{folder}: the run that wrote {capture_request.MARKER} is not running ({why})")
     if is_url(folder):
@@ -72,6 +72,6 @@ def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
         for own in reversed(subfolders(folder, "run=")):
             text = read(join(own, capture_request.MARKER))
             marker = capture_request.marker_of(text) if text is not None else None
-            if marker is not None and capture_request.gone(marker) is None:
+            if marker is not None and capture_request.not_running(marker) is None:
                 return own, marker
     return url.rstrip("/"), None

@@ -27,7 +27,7 @@ def summary_of(url: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="profkit-") as folder:
         local = os.path.join(folder, url.rsplit("/", 1)[-1])
         store.fetch_file(url, local)
-        summary = sidecar.placed(url, summarize_trace(local, load(local, jobs=1)))
+        summary = sidecar.with_place(url, summarize_trace(local, load(local, jobs=1)))
         store.write(sidecar.sidecar_of(url), sidecar.dumps(summary, os.path.getsize(local)))
     return summary
 
@@ -43,7 +43,7 @@ def cluster_summaries(url: str, scheduler: str, suffixes: tuple[str, ...], left_
     found = survey(url, suffixes)
     if found.unread:
         print(f"profkit: {found.unread}", file=sys.stderr)
-    out = [sidecar.placed(found.fs.unstrip_protocol(p), s) for p, s in found.known.items()]
+    out = [sidecar.with_place(found.fs.unstrip_protocol(p), s) for p, s in found.known.items()]
     todo = [found.fs.unstrip_protocol(p) for p in found.found if p not in found.known]
     if todo:
         with Client(scheduler, timeout=CONNECT_TIMEOUT_S) as client:

@@ -85,11 +85,11 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
     read. None readable: a :class:`CommandError`."""
     if scheduler is not None:
         found = on_cluster(path, scheduler, left_out)
-        return readable(path, found, left_out)
+        return unless_none_read(path, found, left_out)
     if not is_url(path):
         found, skipped = read_here(path, jobs)
         left_out += skipped
-        return readable(path, found, skipped)
+        return unless_none_read(path, found, skipped)
     with tempfile.TemporaryDirectory(prefix="profkit-") as local:
         got = fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local)
         refused = [f"{name}: not read: a key with an empty, '.' or '..' part, which would be copied outside the "
@@ -114,7 +114,7 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
     left_out += named
     for s in read.summaries:
         s["path"] = remote(s["path"])
-    return readable(path, read.summaries, named)
+    return unless_none_read(path, read.summaries, named)
 
 
 def on_cluster(path: str, scheduler: str, left_out: list[str]) -> list[dict[str, Any]]:
@@ -144,7 +144,7 @@ def read_here(path: str, jobs: int) -> tuple[list[dict[str, Any]], list[str]]:
     return read.summaries, read.left_out
 
 
-def readable(path: str, found: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, Any]]:
+def unless_none_read(path: str, found: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, Any]]:
     """``found``, unless none of ``path``'s traces could be read (``skipped``: why each could not)."""
     if not found and skipped:
         raise CommandError(f"{path}: none of its {len(skipped)} trace(s) could be read: {'; '.join(skipped)}")

@@ -11,7 +11,7 @@ from lightning_profkit.printable import printable
 from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.headline import short_name
-from lightning_profkit.trace.ranks import BALANCED_SHARE, named, shown
+from lightning_profkit.trace.ranks import BALANCED_SHARE, named, ranks_to_show
 from lightning_profkit.trace.step_breakdown import ROLES
 from lightning_profkit.trace.summary import key_figures, unit
 
@@ -60,7 +60,7 @@ RANK_COLUMNS = ("traces", "step_time_ms", "own_ms_per_step", "data_ms_per_step",
 
 def ranks_text(ranks: dict[str, Any], color: bool = False) -> list[str]:
     """The per-rank table and the verdict line."""
-    picked, left = shown(ranks)
+    picked, left = ranks_to_show(ranks)
     rows = [[str(r["rank"])] + [str(r["traces"])] + [fmt(k)(r[k]) for k in RANK_COLUMNS[1:]] for r in picked]
     out = ["", _title("Ranks, ms per step (own: the step less communication, where a rank waits for the others)", color),
            table(["rank", *RANK_COLUMNS], rows, color)]

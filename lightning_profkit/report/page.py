@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 from lightning_profkit.alerts import MARKDOWN_ESCAPABLE
 from lightning_profkit.report.run_data import Epoch, RunData
-from lightning_profkit.trace.ranks import NAMED_WAITING, shown
+from lightning_profkit.trace.ranks import NAMED_WAITING, ranks_to_show
 from lightning_profkit.trace.step_breakdown import ROLES
 from lightning_profkit.trace.summary import key_figures
 
@@ -193,7 +193,7 @@ def _window(summary: dict[str, Any], here: str, run_dir: str) -> str:
 def _ranks(ranks: Optional[dict[str, Any]]) -> str:
     if not ranks:
         return ""
-    picked, left = shown(ranks)
+    picked, left = ranks_to_show(ranks)
     rows = "".join(f"<tr><td>{r['rank']}</td><td>{r['step_time_ms']:.2f}</td><td>{r['own_ms_per_step']:.2f}</td>"
                    f"<td>{r['data_ms_per_step']:.2f}</td><td>{r['communication_ms_per_step']:.2f}</td></tr>"
                    for r in picked)

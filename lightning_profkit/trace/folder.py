@@ -43,7 +43,7 @@ def read_folder(path: str, jobs: int, known: Optional[dict[str, dict[str, Any]]]
     for p in paths:
         summary = known.get(p) or sidecar.read(p)
         if summary is not None and (not tables or has_table(p)):
-            done.summaries.append(sidecar.placed(p, summary))
+            done.summaries.append(sidecar.with_place(p, summary))
             continue
         try:
             _read(p, jobs, summary, tables, progress, done)
@@ -79,7 +79,7 @@ def _read(path: str, jobs: int, summary: Optional[dict[str, Any]], tables: bool,
     trace = load(path, jobs, progress=progress.reading(path) if progress else None)
     from lightning_profkit.trace.summary import summarize_trace  # numpy: after the first read's workers
 
-    done.summaries.append(sidecar.placed(path, summary) if summary is not None else summarize_trace(path, trace))
+    done.summaries.append(sidecar.with_place(path, summary) if summary is not None else summarize_trace(path, trace))
     if tables:
         try:
             write_table(path, done.summaries[-1], trace)

@@ -166,7 +166,7 @@ def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:
 SHOWN_RANKS = 16  # up to this many ranks each has a row in the terminal and the report; beyond, a few (see shown)
 
 
-def shown(section: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+def ranks_to_show(section: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """The per-rank rows of ``section`` (:func:`ranks_section`) to show and how many are left out: every rank up to
     ``SHOWN_RANKS``; beyond, the slowest, the outliers the verdict names, the median rank and the fastest (the JSON
     keeps every rank)."""

@@ -25,7 +25,7 @@ MAX_BYTES = 64 * 2**20  # a sidecar larger than this is not ours: it is not read
 _PLACE = ("path", "window")  # where the trace is: told by where it is found, never by the sidecar
 
 
-def placed(path: str, summary: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+def with_place(path: str, summary: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``summary`` (or a new one) labelled with where its trace is: its path and its window (the folder's name)."""
     out = {"path": path, "window": os.path.basename(os.path.dirname(os.path.abspath(path)))}
     if summary is not None:

@@ -23,7 +23,7 @@ from lightning_profkit.trace.file import TraceError
 from lightning_profkit.trace.host_steps import window_figures
 from lightning_profkit.trace.load import LoadedTrace
 from lightning_profkit.trace.operator_times import operator_times, top
-from lightning_profkit.trace.sidecar import placed
+from lightning_profkit.trace.sidecar import with_place
 from lightning_profkit.trace.step_breakdown import ROLES, step_breakdown
 from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
 
@@ -94,7 +94,7 @@ def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
     """The summary of a loaded trace, labelled with its window, worker and rank."""
     meta = trace.meta or {}
     worker = meta.get("worker") or os.path.basename(path).split(".")[0]
-    out = {**placed(path), "worker": worker, "rank": rank_of(trace.distributed_info, worker)}
+    out = {**with_place(path), "worker": worker, "rank": rank_of(trace.distributed_info, worker)}
     columns = from_rows(trace.rows)
     damaged = np.flatnonzero((columns.dur < 0) | np.isinf(columns.dur) | ~np.isfinite(columns.ts))
     if damaged.size:  # figures from them would be negative or infinite

@@ -13,7 +13,7 @@ from dataclasses import asdict
 import pytest
 
 from lightning_profkit.report.page import _ranks
-from lightning_profkit.trace.ranks import RankFigures, shown, verdict
+from lightning_profkit.trace.ranks import RankFigures, ranks_to_show, verdict
 
 
 def summary_json(path):
@@ -116,7 +116,7 @@ def test_rank_figures_travel_as_numbers():
 def test_a_thousand_ranks_show_a_few_rows_and_the_report_draws_them_all():
     ranks = [rank(n, host=2.0 + (n >= 1000) * (n - 999) * 0.5) for n in range(1024)]
     section = {"per_rank": [asdict(r) for r in ranks], "verdict": verdict(ranks).to_json()}
-    picked, left = shown(section)
+    picked, left = ranks_to_show(section)
     # the slowest, the 5 outliers named (1023 is both), the median rank and the fastest
     assert [r["rank"] for r in picked] == [1023, 1022, 1021, 1020, 1019, 0, 512] and left == 1017
     html = _ranks(section)
@@ -124,5 +124,5 @@ def test_a_thousand_ranks_show_a_few_rows_and_the_report_draws_them_all():
     assert "rank 1023</text>" in html and "(1024 ranks)</text>" in html
     assert re.search(r"<title>1000 rank\(s\), 8\.00-8\.\d\d ms</title>", html)  # every rank is in a bar
     few = [rank(n) for n in range(4)]
-    assert shown({"per_rank": [asdict(r) for r in few], "verdict": verdict(few).to_json()}) == (
+    assert ranks_to_show({"per_rank": [asdict(r) for r in few], "verdict": verdict(few).to_json()}) == (
         [asdict(r) for r in few], 0)

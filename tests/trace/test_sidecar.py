@@ -22,7 +22,7 @@ def test_a_sidecar_is_read_back_for_its_trace_and_placed_where_the_trace_is(tmp_
         f.write(sidecar.dumps(SUMMARY, os.stat(trace)))
     assert json.loads(open(sidecar.sidecar_of(trace), "rb").read())["summary"] == {
         "worker": "w_rank3", "rank": 3, "host": {"steps": 2}}  # not where the trace was
-    assert sidecar.placed(trace, sidecar.read(trace)) == {
+    assert sidecar.with_place(trace, sidecar.read(trace)) == {
         "path": trace, "window": "step=000001-000002-epoch=0", "worker": "w_rank3", "rank": 3, "host": {"steps": 2}}
 
 
