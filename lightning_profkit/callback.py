@@ -182,8 +182,8 @@ class PerformanceMonitor(Callback):
     @guarded
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
-        if dataloader_idx == 0 and self._fit.windows.validation is not None:
-            self._fit.windows.validation.batch_end()
+        if dataloader_idx == 0 and (windows := self._fit.windows.validation) is not None:
+            windows.batch_end()
 
     @guarded
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -86,7 +86,8 @@ def _answer(db: Any, query: Optional[str], as_json: bool) -> str:
     if not query:
         columns = db.execute("DESCRIBE events").fetchall()
         views = [f"{name}: {what}" for name, (what, _) in VIEWS.items()]
-        return "\n".join(["Views:", *views, "", "Columns of events:", table(["column", "type"], [c[:2] for c in columns])])
+        described = table(["column", "type"], [c[:2] for c in columns])
+        return "\n".join(["Views:", *views, "", "Columns of events:", described])
     result = db.execute(query)
     names, rows = [d[0] for d in result.description], result.fetchall()
     if as_json:

@@ -108,12 +108,15 @@ def _step_tables(labels: list[str], summaries: Sequence[dict[str, Any]], agg: di
     if len(summaries) > 1:
         lines.append(("mean", "", agg["figures"]))
     roles = list(ROLES + ("Other",))
-    shares = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in roles] for label, n, fig in lines]
+    shares = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in roles]
+              for label, n, fig in lines]
     host = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
-    return [_title("Step time breakdown of the profiled steps, % of the step time (legend: profkit summary --help)", color),
-            table(["trace", "steps", "step_time_ms", *roles], shares, color),
-            "", _title("Host steps and GPU, % or ms per step (hta/: HolisticTraceAnalysis's temporal breakdown)", color),
-            table(["trace", *HOST], host, color)]
+    return [
+        _title("Step time breakdown of the profiled steps, % of the step time (legend: profkit summary --help)", color),
+        table(["trace", "steps", "step_time_ms", *roles], shares, color),
+        "", _title("Host steps and GPU, % or ms per step (hta/: HolisticTraceAnalysis's temporal breakdown)", color),
+        table(["trace", *HOST], host, color),
+    ]
 
 
 def _device_tables(figures: dict[str, Any], color: bool) -> list[str]:

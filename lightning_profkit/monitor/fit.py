@@ -11,8 +11,9 @@ reads), so that tests drive a fit with a fake one.
 
 A FitRun coordinates: it owns the step scheduler (:meth:`FitRun._schedule`: the one place that knows the next step
 with work at its end), the rolling checks' exchange and the alert's action, and hands the rest to its parts: the
-profiler windows (:class:`~lightning_profkit.monitor.profiling.fit_windows.FitWindows`), the epoch's measurements (:class:`~lightning_profkit.monitor.timing.measure.EpochMeasure`), the
-traces (:class:`~lightning_profkit.monitor.writing.intake.TraceIntake`), the loader's advice
+profiler windows (:class:`~lightning_profkit.monitor.profiling.fit_windows.FitWindows`), the epoch's measurements
+(:class:`~lightning_profkit.monitor.timing.measure.EpochMeasure`), the traces
+(:class:`~lightning_profkit.monitor.writing.intake.TraceIntake`), the loader's advice
 (:class:`~lightning_profkit.monitor.alerting.loader_advice.LoaderAdvice`) and alert delivery.
 """
 
@@ -246,10 +247,10 @@ class FitRun:
             was = self.windows.recording
             try:
                 self.windows.step_end(step, batch_idx, last_in_epoch, stopping)
+                if was != self.windows.recording:  # a window opened or closed
+                    self.measure.cpu_waits.mark(now)
             except Exception as err:
                 self.fail("on_train_batch_end", err)
-            if was != self.windows.recording:
-                self.measure.cpu_waits.mark(now)
         self._schedule()
         return out
 

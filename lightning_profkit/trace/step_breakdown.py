@@ -71,7 +71,7 @@ def on_device(
         unmatched = np.ones(device.size, dtype=bool)
         unmatched[linked] = False
         ends = c.end[device][unmatched]
-        prev_end = max([prev_end, *ends[ends < first[0]].tolist()])
+        prev_end = float(ends[ends < first[0]].max(initial=prev_end))
     moved = []
     for (start, end), dev_lo, dev_hi in zip(steps, first.tolist(), last.tolist()):
         start = max(prev_end, start)

@@ -33,6 +33,10 @@ class LoaderFacts:
     on_cuda: bool = False
     worker_pids: tuple[int, ...] = ()  # the worker processes running now
 
+    @property
+    def cpus_per_process(self) -> int:
+        return max(1, self.cpus // self.processes_per_node)
+
 
 def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1, worker_pids: Sequence[int] = ()) -> LoaderFacts:
     """Read a torch DataLoader's settings (anything missing keeps its default), with its workers' pids."""
@@ -57,10 +61,11 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
                      busy: LoaderBusy = LoaderBusy()) -> list[str]:
     """What to try, most likely first, for a loop that waits on its DataLoader: where the batches are made
     (:func:`_batch_maker_advice`), what was measured, then the loader settings that cost time."""
-    per_process = max(1, facts.cpus // facts.processes_per_node)
+    per_process = facts.cpus_per_process
     suggested = max(1, per_process - 2 if per_process > 2 else per_process - 1)  # leave the main process a CPU
     measured = [f"measured: {part}" for part in (busy.training, busy.workers) if part is not None]
-    return _batch_maker_advice(facts, busy, suggested) + measured + _settings_advice(facts, suggested, startup_s, train_s)
+    settings = _settings_advice(facts, suggested, startup_s, train_s)
+    return _batch_maker_advice(facts, busy, suggested) + measured + settings
 
 
 def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) -> list[str]:
@@ -83,8 +88,7 @@ def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) ->
     if workers is not None and (workers.queued or 0.0) >= CROWDED:
         return [f"the workers compute on CPUs that are all taken: {cheaper}"]
     if n < suggested:
-        machine = (f"{facts.cpus} CPUs" if facts.processes_per_node == 1
-                   else f"{max(1, facts.cpus // facts.processes_per_node)} CPUs per rank")
+        machine = f"{facts.cpus} CPUs" if facts.processes_per_node == 1 else f"{facts.cpus_per_process} CPUs per rank"
         return [f"num_workers={n} with {machine}: try num_workers={suggested}"]
     if workers is not None:
         return [f"the workers compute on every CPU there is: {cheaper}"]

@@ -38,12 +38,9 @@ class FitWindows:
 
     def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool) -> None:
         """The end of a step at or past :attr:`due` (``stopping()``: training ends after it)."""
-        runner = self.runner
-        if runner is not None:
-            try:
-                runner.step_end(step, batch_idx, last_in_epoch, stopping)
-            finally:
-                self.due = runner.next_step_end(step + 1, batch_idx + 1) if self.runner is not None else INF
+        if self.runner is not None:  # where it raises, the caller stops the windows
+            self.runner.step_end(step, batch_idx, last_in_epoch, stopping)
+            self.due = self.runner.next_step_end(step + 1, batch_idx + 1)
 
     def validation_start(self, in_epoch: bool) -> None:
         """A validation run begins (``in_epoch``: between two training steps, whose window it ends)."""
@@ -72,8 +69,10 @@ class FitWindows:
         """Record ``steps`` steps from the step after ``step`` on (at once near the fit's end), spending one of the
         fit's captures (``budget``); the steps, or None where this rank records none, the budget is spent (said
         once) or the fit ends at ``step``."""
-        window = capture_steps(step, steps, self.runner.selection.warmup if self.runner else 0, self.last_step)
-        if self.runner is None or window is None:
+        if self.runner is None:
+            return None
+        window = capture_steps(step, steps, self.runner.selection.warmup, self.last_step)
+        if window is None:
             return None
         if not budget.spend_capture():
             self.report(f"no more captures: `max_captures={budget.max_captures}` windows were recorded", "budget")

@@ -66,7 +66,8 @@ class TraceIntake:
         if session.planned_last is not None:
             notes["cut"] = {"reason": "max_trace_mb", "max_trace_mb": self.options.max_trace_mb,
                             "planned_steps": [first, session.planned_last]}
-            self.report(cut_message(self.options, first, last, session.planned_last, session.estimate_bytes), "max_trace_mb")
+            said = cut_message(self.options, first, last, session.planned_last, session.estimate_bytes)
+            self.report(said, "max_trace_mb")
         self.output.submit(prof.profiler.kineto_results, epoch, first, last, session.offset, notes)
 
     def take(self) -> list[tuple[int, dict[str, float]]]:
