@@ -17,9 +17,11 @@ def test_a_busy_process_is_read_and_a_gone_one_is_none():
     sleeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         time.sleep(1.0)
-        ran, waited = scheduled_seconds_of(burning.pid)  # on a CPU or ready for one all the time, however busy the node
-        assert ran + waited >= 0.9 and abs(cpu_seconds_of(burning.pid) - ran) < 0.1  # /proc/PID/stat: ticks of 10 ms
-        assert cpu_seconds_of(sleeping.pid) < 0.3 and scheduled_seconds_of(sleeping.pid)[0] < 0.3
+        ran, waited = scheduled_seconds_of(burning.pid)
+        assert waited >= 0.0 and abs(cpu_seconds_of(burning.pid) - ran) < 0.1  # /proc/PID/stat: ticks of 10 ms
+        # against each other, not the wall clock (a busy node, a virtual machine's stolen time): the sleeping one ran
+        # only its start-up
+        assert cpu_seconds_of(sleeping.pid) < 0.3 and scheduled_seconds_of(sleeping.pid)[0] < ran / 2
         assert process_start(burning.pid) <= process_start(sleeping.pid)
     finally:
         for p in (burning, sleeping):
@@ -30,11 +32,14 @@ def test_a_busy_process_is_read_and_a_gone_one_is_none():
 
 
 def test_this_threads_busy_time_grows_while_it_computes_and_not_while_it_sleeps():
-    before = thread_busy_seconds()
+    """Against the thread's own CPU clock: not the wall clock, which a virtual machine's stolen time stretches (a 0.2 s
+    loop was on a CPU or waiting for one 0.11 s of it, the rest taken by the host)."""
+    before, cpu = thread_busy_seconds(), time.thread_time()
     time.sleep(0.2)
     slept = thread_busy_seconds() - before
     end = time.perf_counter() + 0.2
     while time.perf_counter() < end:
         pass
-    assert slept < 0.1 and thread_busy_seconds() - before >= 0.15  # on a CPU or waiting for one: the 0.2 s of the loop
+    computed = time.thread_time() - cpu
+    assert slept < 0.1 and computed > 0.02 and thread_busy_seconds() - before >= 0.9 * computed
     assert 1 <= usable_cpus()
