@@ -10,7 +10,11 @@ from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
 
 
 def worker(code):
-    return subprocess.Popen([sys.executable, "-c", code])
+    """A worker process running ``code`` once it has started (its start-up, on a busy node mostly a wait for a CPU,
+    is no part of what it does)."""
+    proc = subprocess.Popen([sys.executable, "-c", f"print(flush=True)\n{code}"], stdout=subprocess.PIPE)
+    proc.stdout.readline()
+    return proc
 
 
 def test_advice_tells_sleeping_workers_from_computing_ones():
@@ -31,6 +35,7 @@ def test_advice_tells_sleeping_workers_from_computing_ones():
         for p in (sleeping, burning):
             p.kill()
             p.wait()
+            p.stdout.close()
     assert told == []
 
 
