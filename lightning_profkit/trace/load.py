@@ -68,7 +68,7 @@ class PieceError(Exception):
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: a trace is hundreds of thousands of records without cycles, and
     each collection the allocations trigger would walk all of them (about a tenth of the time)."""
     was_enabled = gc.isenabled()
@@ -88,7 +88,7 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
     if text is None and 0 < size <= WHOLE_FILE:  # small: read at once, and the workers inherit the text
         text = read_json(path)
     blocks = json_blocks(path, piece) if text is None else iter([(text, size)])
-    with _gc_paused():
+    with gc_paused():
         stream = _Stream(path, piece, _workers(jobs), text)
         try:
             return stream.read(blocks, (lambda done: progress(min(done, size), size)) if progress else None)
@@ -147,17 +147,18 @@ def framed_piece(text: bytes, start: int, end: int, first: bool, last: bool) -> 
 _Result = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
 
 
-def decode_piece(text: Any) -> _Result:
+def decode_piece(text: Any, tables: Optional[dict[str, dict[Any, int]]] = None) -> _Result:
+    """A piece's rows (with codes into ``tables``, see :func:`~lightning_profkit.trace.rows.rows`) and labels."""
     try:  # a cut outside the list of events, or an event that needs the tolerant path: one pass instead
         doc = decode_strict(text)
     except ValueError as err:
         raise PieceError(str(err)) from None
-    return rows(doc.traceEvents), doc.distributedInfo, doc.profkit
+    return rows(doc.traceEvents, tables), doc.distributedInfo, doc.profkit
 
 
 class Appender:
     """Rows of consecutive pieces appended into one :class:`Rows`, their codes turned into codes of tables
-    that hold every piece's values (first seen first)."""
+    that hold every piece's values (first seen first); rows decoded with its ``tables`` need no new codes."""
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[Any, int]] = {column: {} for column in CODED}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from lightning_profkit.trace.load import EVENTS_KEY, PieceError
 from lightning_profkit.trace.vocabulary import (
@@ -40,13 +40,22 @@ _AFTER = re.compile(rb"\s*,\s*")  # or the one after it, where it is the first l
 _EVENT_START = re.compile(rb"\s*\{")
 _EVENT_BYTES = 1 << 12  # the text first decoded for an event; doubled until the event fits
 _DECODER = json.JSONDecoder()
+Text = Union[bytes, memoryview]  # a view where a piece is passed on as written
 
 
-def edit(text: bytes, last_step: Optional[int]) -> bytes:
-    """``text`` (whole events of a ``traceEvents`` list, with the document's head or end where it holds them) with
-    its DataLoader spans re-labelled and, where ``last_step`` is given, the step markers past it cut out."""
+def edit(text: bytes, last_step: Optional[int], start: int = 0, end: Optional[int] = None) -> Text:
+    """``text[start:end]`` (whole events of a ``traceEvents`` list, with the document's head or end where it holds
+    them) with its DataLoader spans re-labelled and, where ``last_step`` is given, the step markers past it cut out:
+    a view into ``text`` where nothing changes (no copy)."""
+    end = len(text) if end is None else end
+    if next(_candidates(text, start, end), None) is None:
+        return memoryview(text)[start:end]
+    return _edited(text[start:end], last_step)
+
+
+def _edited(text: bytes, last_step: Optional[int]) -> bytes:
     out, at = [], 0
-    for name_at in _candidates(text):
+    for name_at in _candidates(text, 0, len(text)):
         if name_at < at:
             continue  # inside an event already cut out
         start, end, event = _event_at(text, name_at)
@@ -72,17 +81,17 @@ def edit(text: bytes, last_step: Optional[int]) -> bytes:
     return b"".join(out)
 
 
-def _candidates(text: bytes) -> Iterator[int]:
-    """Where the ``"name"`` key of each event that may change starts, in order."""
-    at = text.find(b"#")
+def _candidates(text: bytes, begin: int, end: int) -> Iterator[int]:
+    """Where the ``"name"`` key of each event that may change starts in ``text[begin:end]``, in order."""
+    at = text.find(b"#", begin, end)
     while at >= 0:
         for start in _STARTS:
-            if text.endswith(start, 0, at):
+            if text.endswith(start, begin, at):
                 name_at = at - len(start)
-                key = _NAME_KEY.search(text, max(0, name_at - 16), name_at)
+                key = _NAME_KEY.search(text, max(begin, name_at - 16), name_at)
                 if key is not None:
                     yield key.start()
-        at = text.find(b"#", at + 1)
+        at = text.find(b"#", at + 1, end)
 
 
 def _event_at(text: bytes, inside: int) -> tuple[int, int, dict[str, Any]]:
@@ -113,7 +122,7 @@ def _relabelled(event_text: bytes, event: dict[str, Any]) -> bytes:
     return changed
 
 
-def joined(pieces: Iterable[tuple[bytes, bool, bool]], keys: Callable[[], dict[str, Any]]) -> Iterator[bytes]:
+def joined(pieces: Iterable[tuple[Text, bool, bool]], keys: Callable[[], dict[str, Any]]) -> Iterator[Text]:
     """The edited ``pieces`` (``(text, first, last)``, in order) as one document's text: a comma between two that
     hold events, and the keys that ``keys()`` gives (asked after the last piece) before its closing brace."""
     previous_held = False
@@ -125,7 +134,7 @@ def joined(pieces: Iterable[tuple[bytes, bool, bool]], keys: Callable[[], dict[s
         if not last:
             yield text
             continue
-        body = text.rstrip()
+        body = bytes(text).rstrip()
         if not body.endswith(b"}"):
             raise PieceError("the document does not end with '}'")
         added = keys()
@@ -134,7 +143,7 @@ def joined(pieces: Iterable[tuple[bytes, bool, bool]], keys: Callable[[], dict[s
         yield body[:-1] + spliced.encode() + b"}\n"
 
 
-def _holds_events(text: bytes, first: bool) -> bool:
+def _holds_events(text: Text, first: bool) -> bool:
     """Whether an edited piece still holds an event: its list (past the document's head) starts with one."""
     if first:
         head = EVENTS_KEY.search(text)

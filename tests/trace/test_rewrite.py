@@ -47,7 +47,7 @@ def expected(text, last):
 
 
 def rewritten(text, piece, last, keys=None):
-    parts = ((edit(buf[a:b], last), first, end) for buf, a, b, first, end in pieces([text], piece))
+    parts = ((edit(buf, last, a, b), first, end) for buf, a, b, first, end in pieces([text], piece))
     return b"".join(joined(parts, lambda: keys or {}))
 
 
@@ -68,6 +68,15 @@ def test_cutting_out_every_step_marker_leaves_a_valid_list():
     for piece in (16, 200, 1 << 20):
         assert json.loads(rewritten(only_steps, piece, -1))["traceEvents"] == []
         assert json.loads(rewritten(only_steps, piece, 2))["traceEvents"] == [step(n, 100 * n) for n in range(3)]
+
+
+def test_a_piece_with_nothing_to_change_is_passed_on_uncopied():
+    text = kineto_text(events())
+    plain = text.index(b'"aten::mm')  # from an operator to the next step marker: nothing to edit
+    end = text.index(b"{", text.index(b"}", plain))
+    out = edit(text, 4, plain, end)
+    assert isinstance(out, memoryview) and out.obj is text and out == text[plain:end]
+    assert isinstance(edit(text, 4, 0, len(text)), bytes)  # the DataLoader spans and ProfilerStep#5 and #6 change
 
 
 def test_an_event_that_does_not_decode_alone_is_refused_not_guessed():

@@ -33,8 +33,9 @@ from lightning_profkit.store import StoreError, join, read, remove, upload_with_
 from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.file import json_blocks, read_json
 from lightning_profkit.trace.integrity import problems
-from lightning_profkit.trace.load import Appender, LoadedTrace, PieceError, decode_piece, framed_piece, load, pieces
-from lightning_profkit.trace.rewrite import edit, joined
+from lightning_profkit.trace.load import (Appender, LoadedTrace, PieceError, decode_piece, framed_piece, gc_paused, load,
+                                          pieces)
+from lightning_profkit.trace.rewrite import Text, edit, joined
 from lightning_profkit.trace.sidecar import keep
 from lightning_profkit.trace.summary import summarize_trace
 from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
@@ -75,12 +76,13 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any],
     and compressed as it is read: memory holds the rows and a few pieces, never the whole text."""
     appender, found, size = Appender(), {}, 0
 
-    def edited() -> Iterator[tuple[bytes, bool, bool]]:
+    def edited() -> Iterator[tuple[Text, bool, bool]]:
         nonlocal size
-        blocks = (block for block, _ in json_blocks(raw_path, FINALIZE_PIECE))
+        # read a few pieces at a time: a piece's rest is copied before the next block at each read
+        blocks = (block for block, _ in json_blocks(raw_path, 4 * FINALIZE_PIECE))
         for buf, start, end, first, last_piece in pieces(blocks, FINALIZE_PIECE):
-            text = edit(buf[start:end], last)
-            rows, info, _ = decode_piece(framed_piece(text, 0, len(text), first, last_piece))
+            text = edit(buf, last, start, end)
+            rows, info, _ = decode_piece(framed_piece(text, 0, len(text), first, last_piece), appender.tables)
             appender.add(rows)
             found["info"] = found.get("info") or info
             size += len(text)
@@ -94,7 +96,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any],
             added["distributedInfo"] = {"rank": meta.get("rank"), "world_size": meta.get("world_size")}
         return added
 
-    with atomic_writer(final_path) as out:
+    with atomic_writer(final_path) as out, gc_paused():
         deflate = compressor()
         for text in joined(edited(), keys):
             out.write(deflate.compress(text))
