@@ -15,7 +15,7 @@ from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorb
                                               guarded, last_step, log_step, own_trace_dir, rank_of, rehook,
                                               runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
-from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome
+from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome, Place
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.profiling.selection import StepRanges
 from lightning_profkit.monitor.timing import fetch_timer
@@ -128,8 +128,8 @@ class PerformanceMonitor(Callback):
             self._notices(f"{why}; this fit writes to its own folder, so that they never mix:\n  {folder}", "shared_dir")
         check_trace_dir(folder, self.options.storage_options)
         effects = Effects(self._notices, lambda alert: alert_to_tensorboard(trainer, alert), self._wake)
-        self._fit = FitRun(self.options, Kept(self._checks, self.traces, self.alerts), folder, rank_of(trainer), effects,
-                           other_profiler=runs_pytorch_profiler(trainer), fit_loop=trainer.fit_loop)
+        place = Place(folder, rank_of(trainer), runs_pytorch_profiler(trainer), trainer.fit_loop)
+        self._fit = FitRun(self.options, Kept(self._checks, self.traces, self.alerts), place, effects)
 
     @guarded
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

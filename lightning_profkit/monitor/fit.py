@@ -95,25 +95,34 @@ class Effects:
     clock: Callable[[], float] = perf_counter
 
 
-class FitRun:
-    """One fit on one rank, writing to ``trace_dir``. ``other_profiler``: Lightning's PyTorchProfiler runs (torch
-    allows one session at a time); ``fit_loop``: Lightning's, whose loader start-up before training is timed."""
+@dataclass(frozen=True)
+class Place:
+    """Where a fit runs: the folder it writes to, this process's rank, whether Lightning's PyTorchProfiler runs too
+    (torch allows one profiler session at a time) and Lightning's fit loop, whose loader start-up is timed."""
 
-    def __init__(self, options: Options, kept: Kept, trace_dir: str, rank: Rank, effects: Effects,
-                 other_profiler: bool = False, fit_loop: Any = None) -> None:
-        self.options, self.trace_dir, self.rank = options, trace_dir, rank
+    trace_dir: str
+    rank: Rank = Rank()
+    other_profiler: bool = False
+    fit_loop: Any = None
+
+
+class FitRun:
+    """One fit on one rank, at ``place``."""
+
+    def __init__(self, options: Options, kept: Kept, place: Place, effects: Effects) -> None:
+        self.options, self.trace_dir, self.rank = options, place.trace_dir, place.rank
         self.checks, self.traces, self.alerts = kept.checks, kept.traces, kept.alerts
         self.report, self.wake, self.clock = effects.report, effects.wake, effects.clock
-        self.other_profiler = other_profiler
+        self.other_profiler = place.other_profiler
         self.delivery = AlertDelivery(options.on_alert, self.report, effects.to_loggers)
-        self.delivery.to_user = rank.is_zero
-        self.group = exchange_group(rank.world_size)
+        self.delivery.to_user = place.rank.is_zero
+        self.group = exchange_group(place.rank.world_size)
         self.checks.start_fit()
-        if other_profiler and options.profiles_rank(rank.rank) and rank.is_zero:
+        if place.other_profiler and options.profiles_rank(place.rank.rank) and place.rank.is_zero:
             warn("PerformanceMonitor: no windows in this run: the Trainer's PyTorchProfiler holds torch's one profiler "
                  "session", UserWarning)
         self.timer: Optional[FetchTimer] = None
-        self.measure = EpochMeasure(self.report, fit_loop)
+        self.measure = EpochMeasure(self.report, place.fit_loop)
         self.output: Optional[TraceOutput] = None
         self.intake: Optional[TraceIntake] = None
         self.windows = FitWindows(None, None, self.report)  # none until training starts
