@@ -13,6 +13,7 @@ removed at exit, whatever became of the fit.
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import os
 import secrets
@@ -136,15 +137,17 @@ def request_capture(trace_dir: str, steps: Optional[int] = None) -> str:
 def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
     """Read and remove a pending request; None when there is none. A request this process's user did not make
     (another user's file, a link, not a plain file) is refused: ``{"refused": why}``. ``steps`` is at most
-    :data:`MAX_STEPS` (``capped``: what was asked, where more)."""
+    :data:`MAX_STEPS` (``capped``: what was asked, where more). A folder that cannot be read raises OSError."""
     path = os.path.join(trace_dir, REQUEST)
     refused, data = None, {}
     try:
         fd = os.open(path, _READ)
     except FileNotFoundError:
         return None
-    except OSError as err:  # ELOOP: a symbolic link
-        refused = f"{path}: {err.strerror or err}"
+    except OSError as err:
+        if err.errno != errno.ELOOP:  # the folder, not the request (gone, no longer a folder, unreadable)
+            raise
+        refused = f"{path}: a symbolic link"
     else:
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(fd)

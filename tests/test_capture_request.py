@@ -38,9 +38,16 @@ def test_a_request_that_is_a_link_or_not_a_file_is_refused_and_its_target_left_a
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     (tmp_path / REQUEST).symlink_to(victim)
-    assert "refused" in take_request(str(tmp_path)) and victim.read_text() == "keep me"
+    assert take_request(str(tmp_path)) == {"refused": f"{tmp_path / REQUEST}: a symbolic link"}
+    assert victim.read_text() == "keep me"
     os.mkfifo(tmp_path / REQUEST)
     assert take_request(str(tmp_path)) == {"refused": f"{tmp_path / REQUEST}: not a plain file"}  # and no hang
+
+
+def test_a_trace_folder_that_became_a_file_is_unreadable_not_a_refused_request(tmp_path):
+    (tmp_path / "runs").write_text("not a folder")
+    with pytest.raises(NotADirectoryError):
+        take_request(str(tmp_path / "runs"))
 
 
 def test_a_request_asks_for_a_bounded_number_of_steps(tmp_path):

@@ -48,3 +48,17 @@ def test_a_request_half_written_by_hand_is_still_a_request_for_one_window(tmp_pa
         assert not (tmp_path / REQUEST).exists()
     finally:
         live.end()
+
+
+def test_a_trace_folder_that_became_a_file_is_reported_unreadable_once_not_as_a_refusal(tmp_path):
+    folder = tmp_path / "runs"
+    live = LiveRun(str(folder))
+    try:
+        for name in os.listdir(folder):
+            os.remove(folder / name)
+        folder.rmdir()
+        folder.write_text("a file now")
+        assert take(live) == (None, [], ["request"])
+        assert take(live, 20.0) == (None, [], [])  # polling stopped: told once
+    finally:
+        live.end()
