@@ -7,6 +7,9 @@ not found in which installed version. Where a public hook gives the same fact, i
 - Lightning's loops call ``_on_before_fetch``/``_on_after_fetch`` around every fetch; the fetch timer puts its
   own pair there. Fallback: the public ``trainer.profiler``, whose ``start``/``stop`` the pair calls with the
   fetch's action name (one Python call more a fetch).
+- The fit loop's ``setup_data`` (a public method of the private ``_FitLoop``), where Lightning makes the training
+  DataLoader and its first iterator, whose workers start before ``on_train_start``: the loader's start-up timer
+  wraps it on the loop. Fallback: epoch 0's start-up before training is not counted (later epochs' is).
 - The fit loop's ``_combined_loader`` iterators' ``_workers``: the DataLoader workers' pids. Fallback: the live
   daemon processes this process started.
 - The epoch loop's ``_batches_that_stepped``: the step Lightning logs at. Fallback: ``trainer.global_step``.
@@ -25,6 +28,7 @@ from importlib import metadata
 from typing import Any, Callable, Optional
 
 FETCH_PAIR = ("_on_before_fetch", "_on_after_fetch")
+LOADER_SETUP = "setup_data"
 
 
 def moved(package: str, name: str, instead: str) -> str:
@@ -47,6 +51,11 @@ def lightnings_fetch_pair(loop: Any) -> bool:
     override it)."""
     return all(getattr(getattr(type(loop), name, None), "__qualname__", "") == f"_TrainingEpochLoop.{name}"
                for name in FETCH_PAIR)
+
+
+def has_loader_setup(fit_loop: Any) -> bool:
+    """Whether the fit loop's class has :data:`LOADER_SETUP`, the method that makes the training DataLoader."""
+    return callable(getattr(type(fit_loop), LOADER_SETUP, None))
 
 
 def loader_workers(fit_loop: Any) -> list[int]:

@@ -62,14 +62,15 @@ class Reads(Callback):
             loop = trainer.fit_loop.epoch_loop
             self.seen = dict(pair=internals.fetch_pair(loop), val_pair=internals.fetch_pair(loop.val_loop),
                              lightnings=internals.lightnings_fetch_pair(loop),
-                             stepped=internals.batches_that_stepped(loop), workers=internals.loader_workers(trainer.fit_loop))
+                             stepped=internals.batches_that_stepped(loop), workers=internals.loader_workers(trainer.fit_loop),
+                             setup=internals.has_loader_setup(trainer.fit_loop))
 
 
 def test_the_installed_lightning_and_torch_have_every_private_name_the_package_uses(tmp_path):
     reads = Reads()
     make_trainer(tmp_path, [reads]).fit(TinyModel(SleepDataset(16), num_workers=2))
     seen = reads.seen
-    assert seen["pair"] is not None and seen["val_pair"] is not None and seen["lightnings"]
+    assert seen["pair"] is not None and seen["val_pair"] is not None and seen["lightnings"] and seen["setup"]
     assert seen["stepped"] == 2  # batches 0 and 1; batch 2's optimizer step is counted after this hook
     assert len(seen["workers"]) == 2 and all(isinstance(pid, int) for pid in seen["workers"])
     import torch
@@ -105,6 +106,23 @@ def test_without_lightnings_fetch_pair_fetches_are_timed_through_the_trainers_pr
     assert trainer.profiler is user_profiler and fetch_timing_removed(trainer)
     fetches = [name for name in user_profiler.recorded_durations if name.endswith(fetch_timer.TRAIN_FETCH)]
     assert fetches and len(user_profiler.recorded_durations[fetches[0]]) >= 2 * samples // 2
+
+
+def test_without_the_fit_loops_setup_data_epoch_0s_startup_before_training_is_left_out(tmp_path, monkeypatch):
+    """A Lightning whose fit loop has no ``setup_data`` (a made name in its place): one line says so, the loop is
+    left as it was, and every epoch still logs its DataLoader start-up."""
+    monkeypatch.setattr(internals, "LOADER_SETUP", "setup_data_gone")
+    recorder = Recorder()
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False, alert_threshold=None)], logger=recorder,
+                           max_epochs=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(TinyModel(SleepDataset(8), num_workers=1))
+    said = [str(w.message) for w in caught if "has no `setup_data`" in str(w.message)]
+    assert len(said) == 1 and "epoch 0's DataLoader start-up before training is not counted" in said[0]
+    assert "setup_data" not in vars(trainer.fit_loop) and "setup_data_gone" not in vars(trainer.fit_loop)
+    epochs = [m["profkit/dataloader_startup_s"] for _, m in recorder.rows if "profkit/dataloader_startup_s" in m]
+    assert len(epochs) == 2 and all(s >= 0 for s in epochs)
 
 
 def test_a_fetch_profiler_left_by_a_fit_that_ended_without_us_is_taken_off_at_setup(tmp_path, monkeypatch):

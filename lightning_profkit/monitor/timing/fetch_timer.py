@@ -25,7 +25,8 @@ from array import array
 from time import perf_counter
 from typing import Any, Callable, Optional
 
-from lightning_profkit.internals import FETCH_PAIR, fetch_pair, lightnings_fetch_pair, moved
+from lightning_profkit.internals import (FETCH_PAIR, LOADER_SETUP, fetch_pair, has_loader_setup, lightnings_fetch_pair,
+                                        moved)
 
 STEP_CHUNK = 1024
 TRAIN_FETCH, VAL_FETCH = "].train_dataloader_next", "].val_next"  # the end of the action names Lightning times
@@ -275,30 +276,35 @@ class FetchProfiler:
 
 
 class LoaderSetupTimer:
-    """Times the fit loop's ``setup_data`` from :meth:`install` to :meth:`uninstall` into ``seconds``: where
-    Lightning makes the training DataLoader (``train_dataloader()``) and its first iterator, which starts the
-    workers of epoch 0 before ``on_train_start`` (later epochs start theirs after ``on_train_epoch_start``)."""
+    """Times the fit loop's ``setup_data`` (:data:`~lightning_profkit.internals.LOADER_SETUP`) from :meth:`install`
+    to :meth:`uninstall` into ``seconds``: where Lightning makes the training DataLoader (``train_dataloader()``) and
+    its first iterator, which starts the workers of epoch 0 before ``on_train_start`` (later epochs start theirs
+    after ``on_train_epoch_start``)."""
 
     def __init__(self, fit_loop: Any) -> None:
         self.seconds = 0.0
         self._loop = fit_loop
         self._before: Any = None
 
-    def install(self) -> "LoaderSetupTimer":
-        self._before = _own(self._loop, "setup_data")
-        self._loop.setup_data = self._timed
+    def install(self, say: Callable[[str], None] = print) -> "LoaderSetupTimer":
+        """On the loop; where the installed Lightning's fit loop has no such method, nothing is timed (said)."""
+        if not has_loader_setup(self._loop):
+            say(moved("lightning", LOADER_SETUP, "epoch 0's DataLoader start-up before training is not counted"))
+            return self
+        self._before = _own(self._loop, LOADER_SETUP)
+        setattr(self._loop, LOADER_SETUP, self._timed)
         return self
 
     def uninstall(self) -> None:
         """Give the loop back what it had (where what it has now is still ours)."""
-        if _own(self._loop, "setup_data") == self._timed:
+        if _own(self._loop, LOADER_SETUP) == self._timed:
             if self._before is None:
-                del self._loop.setup_data
+                delattr(self._loop, LOADER_SETUP)
             else:
-                self._loop.setup_data = self._before
+                setattr(self._loop, LOADER_SETUP, self._before)
 
     def _timed(self) -> None:
-        setup = self._before or type(self._loop).setup_data.__get__(self._loop)
+        setup = self._before or getattr(type(self._loop), LOADER_SETUP).__get__(self._loop)
         start = perf_counter()
         try:
             setup()

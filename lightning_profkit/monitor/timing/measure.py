@@ -21,7 +21,7 @@ class EpochMeasure:
 
     def __init__(self, report: Callable[..., None], fit_loop: Any = None) -> None:
         self.report = report
-        self.setup_timer = LoaderSetupTimer(fit_loop).install() if fit_loop is not None else None
+        self.setup_timer = LoaderSetupTimer(fit_loop).install(report) if fit_loop is not None else None
         self.startup_before_s = 0.0  # its seconds, added to the first epoch's start-up
         self.sampler: Optional[UtilizationSampler] = None
         self.on_cuda = False
