@@ -78,8 +78,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any],
 
     def edited() -> Iterator[tuple[Text, bool, bool]]:
         nonlocal size
-        # read a few pieces at a time: a piece's rest is copied before the next block at each read
-        blocks = (block for block, _ in json_blocks(raw_path, 4 * FINALIZE_PIECE))
+        blocks = (block for block, _ in json_blocks(raw_path, FINALIZE_PIECE))
         for buf, start, end, first, last_piece in pieces(blocks, FINALIZE_PIECE):
             text = edit(buf, last, start, end)
             rows, info, _ = decode_piece(framed_piece(text, 0, len(text), first, last_piece), appender.tables)
