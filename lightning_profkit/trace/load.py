@@ -68,7 +68,7 @@ class PieceError(Exception):
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: a trace is hundreds of thousands of records without cycles, and
     each collection the allocations trigger would walk all of them (about a tenth of the time)."""
     was_enabled = gc.isenabled()
@@ -88,7 +88,7 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
     if text is None and 0 < size <= WHOLE_FILE:  # small: read at once, and the workers inherit the text
         text = read_json(path)
     blocks = json_blocks(path, piece) if text is None else iter([(text, size)])
-    with gc_paused():
+    with _gc_paused():
         stream = _Stream(path, piece, _workers(jobs), text)
         try:
             return stream.read(blocks, (lambda done: progress(min(done, size), size)) if progress else None)

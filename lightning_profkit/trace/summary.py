@@ -63,12 +63,15 @@ def unit(key: str) -> str:
     return "fraction"  # *_share, share/*, hta/*
 
 
-def summarize_columns(c: Columns) -> dict[str, Any]:
+def summarize_columns(c: Columns, beside: bool = True) -> dict[str, Any]:
+    """The figures of a trace's columns; ``beside``: the operator tables on a second thread where the trace's size
+    suits it (False: one thread, the least memory)."""
     # The operator tables on a second thread: numpy lets go of the GIL in its sorts and searches, so on two
     # cores they cost about half their time (a third of the figures' time on 75,000 events). Not on a small trace
     # (BESIDE_MIN_ROWS), nor on a large one, whose memory is mostly these columns and the figures' temporaries.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="profkit-operators") as beside:
-        operators = beside.submit(operator_times, c) if BESIDE_MIN_ROWS <= c.ts.size < BESIDE_ROWS else None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="profkit-operators") as threads:
+        on_thread = beside and BESIDE_MIN_ROWS <= c.ts.size < BESIDE_ROWS
+        operators = threads.submit(operator_times, c) if on_thread else None
         steps = step_breakdown(c)
         host = window_figures(c)
         temporal = temporal_breakdown(c)
@@ -90,8 +93,9 @@ def summarize_columns(c: Columns) -> dict[str, Any]:
     }
 
 
-def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
-    """The summary of a loaded trace, labelled with its window, worker and rank."""
+def summarize_trace(path: str, trace: LoadedTrace, beside: bool = True) -> dict[str, Any]:
+    """The summary of a loaded trace, labelled with its window, worker and rank (``beside``: see
+    :func:`summarize_columns`)."""
     meta = trace.meta or {}
     worker = meta.get("worker") or os.path.basename(path).split(".")[0]
     out = {**with_place(path), "worker": worker, "rank": rank_of(trace.distributed_info, worker)}
@@ -102,7 +106,7 @@ def summarize_trace(path: str, trace: LoadedTrace) -> dict[str, Any]:
         raise TraceError(f"{path}: a damaged trace: {damaged.size} event(s) with a negative or infinite duration or "
                          f"time (the first: {columns.names[columns.name[first]][:80]!r} at {columns.ts[first]} µs, "
                          f"duration {columns.dur[first]} µs)")
-    out.update(summarize_columns(columns))
+    out.update(summarize_columns(columns, beside))
     problems = meta.get("problems") if isinstance(meta.get("problems"), list) else []  # any trace may claim some
     shown = [f"incomplete trace: {p}" for p in problems[:10] if isinstance(p, str) and p.isprintable()]
     out["notes"] = shown + out["notes"]

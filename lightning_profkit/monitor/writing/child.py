@@ -33,8 +33,7 @@ from lightning_profkit.store import StoreError, join, read, remove, upload_with_
 from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.file import json_blocks, read_json
 from lightning_profkit.trace.integrity import problems
-from lightning_profkit.trace.load import (Appender, LoadedTrace, PieceError, decode_piece, framed_piece, gc_paused, load,
-                                          pieces)
+from lightning_profkit.trace.load import Appender, LoadedTrace, PieceError, decode_piece, framed_piece, load, pieces
 from lightning_profkit.trace.rewrite import Text, edit, joined
 from lightning_profkit.trace.sidecar import keep
 from lightning_profkit.trace.summary import summarize_trace
@@ -48,9 +47,9 @@ except ImportError:  # installed without its dependencies
     from zlib import DEFLATED
     from zlib import compressobj as _compressobj
 
-# bytes of JSON edited, decoded and compressed at a time: what the rewrite holds beyond the rows (1 MB pieces cost
-# no more CPU than 4 MB ones and hold a quarter: benchmarks/finalizer.py)
-FINALIZE_PIECE = 2**20
+# bytes of JSON edited, decoded and compressed at a time: what the rewrite holds beyond the rows (256 kB pieces cost
+# 1% more instructions than 1 MB ones and hold a quarter: benchmarks/finalizer.py)
+FINALIZE_PIECE = 2**18
 
 
 def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Optional[str] = None) -> dict[str, Any]:
@@ -63,7 +62,7 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
     except PieceError:  # text not laid out as a profiler writes it: the whole document, as Python objects
         trace, size, meta = _rewrite_whole(raw_path, final_path, meta, last)
     os.remove(raw_path)
-    summary = summarize_trace(final_path, trace)
+    summary = summarize_trace(final_path, trace, beside=False)  # one thread, the least memory: the trace is out
     unkept = companions(final_path, summary)
     shown = summary["path"] = url or final_path
     return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": size,
@@ -95,7 +94,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any],
             added["distributedInfo"] = {"rank": meta.get("rank"), "world_size": meta.get("world_size")}
         return added
 
-    with atomic_writer(final_path) as out, gc_paused():
+    with atomic_writer(final_path) as out:
         deflate = compressor()
         for text in joined(edited(), keys):
             out.write(deflate.compress(text))
