@@ -70,7 +70,12 @@ class PieceError(Exception):
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: a trace is hundreds of thousands of records without cycles, and
-    each collection the allocations trigger would walk all of them (about a tenth of the time)."""
+    each collection the allocations trigger would walk all of them (about a tenth of the time). Only in a
+    process's main thread: the collector is the process's, and a helper thread (the training process's writer)
+    must not pause the user's."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -1,6 +1,7 @@
 """A trace read as a stream, in pieces decoded by forked workers, gives exactly the figures of one pass over
 its whole text, or falls back to one pass; and it holds a fraction of the text in memory."""
 
+import gc
 import gzip
 import json
 import os
@@ -196,3 +197,21 @@ def test_a_large_trace_is_read_in_a_fraction_of_its_size(tmp_path):
     trace = json.loads(out)["traces"][0]
     assert trace["step_breakdown"]["avg"]["Total"] > 0 and trace["temporal"]["idle_us"] >= 0
     assert err == []  # no progress line when stderr is not a terminal
+
+
+def test_the_collector_is_paused_only_in_a_processs_main_thread():
+    """A helper thread (the training process's writer) leaves the process's collector as it is: it is the user's."""
+    from lightning_profkit.trace.load import _gc_paused
+
+    seen = []
+
+    def helper():
+        with _gc_paused():
+            seen.append(gc.isenabled())
+
+    with _gc_paused():
+        seen.append(gc.isenabled())
+    thread = threading.Thread(target=helper)
+    thread.start()
+    thread.join()
+    assert seen == [False, True] and gc.isenabled()
