@@ -37,6 +37,15 @@ from lightning_profkit.monitor.writing import writer
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 
 
+def cpu_wait_s():
+    """Seconds this thread has waited for a CPU while ready to run (Linux's schedstat; 0 elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class TruthLoader(DataLoader):
     """A DataLoader whose iterators record when each ``next()`` starts and the time spent inside it: the
     ground truth."""
@@ -87,6 +96,7 @@ class EpochTruth:
     batch_ends: list = field(default_factory=list)
     fetch_s: list = field(default_factory=list)
     loader_s: list = field(default_factory=list)
+    waited_s: list = field(default_factory=list)  # the thread's wait for a CPU so far, at the start and each batch end
     start: float = 0.0
     end: float = 0.0
     validation_s: float = 0.0
@@ -180,9 +190,11 @@ class Truth(Callback):
         self.combined.spent.clear()
         self.batch_ends = []
         self.epochs.append(EpochTruth(start=time.perf_counter()))
+        self.waited = [cpu_wait_s()]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.batch_ends.append(time.perf_counter())  # before the monitor's: the callbacks run in their order
+        self.waited.append(cpu_wait_s())
 
     def on_validation_start(self, trainer, pl_module):
         self.v0 = time.perf_counter()
@@ -196,6 +208,7 @@ class Truth(Callback):
         epoch.end = time.perf_counter()
         epoch.steps = trainer.fit_loop.epoch_loop.batch_progress.current.completed
         epoch.starts, epoch.fetch_s, epoch.loader_s = list(self.loader.starts), list(self.combined.spent), list(self.loader.spent)
+        epoch.waited_s = self.waited
         epoch.batch_ends = self.batch_ends
 
 
@@ -374,10 +387,13 @@ def test_summary_and_compare_are_counts_over_the_raw_trace(run):
             # times are held as 32-bit floats from the trace's start: to within 0.01 µs a call
             assert table[name]["calls"] == calls and table[name]["total_us"] == pytest.approx(total, abs=0.01 * calls), name
             assert 0 <= table[name]["self_us"] <= table[name]["total_us"] + 1e-6, name
-        # the trace's DataLoader spans are the fetches the test timed, the profiler's own work in both
+        # the trace's DataLoader spans lie inside the DataLoader's next() the test timed: at most its time, at least
+        # that less the profiler's own work and the time the thread waited for a CPU in those steps (a busy machine's)
         epoch, first = divmod(raw["steps"][0], STEPS)
-        timed = run["truth"][epoch].fetch_s[first:first + len(raw["steps"])]
-        assert raw["data_wait_us"] / 1e6 == pytest.approx(sum(timed), rel=0.1)
+        last = first + len(raw["steps"])
+        truth = run["truth"][epoch]
+        timed, waited = sum(truth.loader_s[first:last]), truth.waited_s[last] - truth.waited_s[first]
+        assert 0.9 * (timed - waited) <= raw["data_wait_us"] / 1e6 <= timed + 1e-4 * len(raw["steps"]), (timed, waited)
 
     a, b = sorted({os.path.dirname(p) for p in run["traces"]})[:2]
     compared = summary_json("compare", a, b)["figures"]
