@@ -152,18 +152,17 @@ def framed_piece(text: bytes, start: int, end: int, first: bool, last: bool) -> 
 _Result = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
 
 
-def decode_piece(text: Any, tables: Optional[dict[str, dict[Any, int]]] = None) -> _Result:
-    """A piece's rows (with codes into ``tables``, see :func:`~lightning_profkit.trace.rows.rows`) and labels."""
+def decode_piece(text: Any) -> _Result:
     try:  # a cut outside the list of events, or an event that needs the tolerant path: one pass instead
         doc = decode_strict(text)
     except ValueError as err:
         raise PieceError(str(err)) from None
-    return rows(doc.traceEvents, tables), doc.distributedInfo, doc.profkit
+    return rows(doc.traceEvents), doc.distributedInfo, doc.profkit
 
 
 class Appender:
     """Rows of consecutive pieces appended into one :class:`Rows`, their codes turned into codes of tables
-    that hold every piece's values (first seen first); rows decoded with its ``tables`` need no new codes."""
+    that hold every piece's values (first seen first)."""
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[Any, int]] = {column: {} for column in CODED}

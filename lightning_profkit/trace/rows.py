@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Sequence
 
 from lightning_profkit.trace.events import AnyEvent, Event, Instant
 
@@ -75,32 +75,33 @@ def _floats(values: Sequence[Any]) -> array:
         return array(_FLOATS, (float("nan") if v is None else v for v in values))
 
 
-def rows(events: Sequence[AnyEvent], tables: Optional[dict[str, dict[Any, int]]] = None) -> Rows:
-    """The rows of ``events``; with ``tables`` (a dict of codes per coded column, see :data:`CODED`), codes into
-    those, which grow with the new values (so that the rows of consecutive pieces need no new codes)."""
+def _codes(values: Iterable[Any]) -> tuple[array, list[Any]]:
+    table: dict = {}
+    return array(_CODES, [table.setdefault(v, len(table)) for v in values]), list(table)
+
+
+def rows(events: Sequence[AnyEvent]) -> Rows:
     # One pass that appends to lists, strings and threads as codes: several times faster than a pass per
     # field over these records.
-    tables = tables if tables is not None else {column: {} for column in CODED}
-    cats, names, threads = tables["cat"], tables["name"], tables["thread"]
+    cats: dict[Any, int] = {}
+    names: dict[Any, int] = {}
+    threads: dict[Any, int] = {}
     cat, name, thread, ts, dur, stream, corr, ext, memory = ([] for _ in range(9))
-    to_cat, to_name, to_thread = cats.setdefault, names.setdefault, threads.setdefault
     for e in events:
         kind = type(e)
         if kind is Event and e.ts is not None:
             a = e.args
-            cat.append(to_cat(e.cat, len(cats)))
-            name.append(to_name(e.name, len(names)))
-            thread.append(to_thread((e.pid, e.tid), len(threads)))
+            cat.append(cats.setdefault(e.cat, len(cats)))
+            name.append(names.setdefault(e.name, len(names)))
+            thread.append(threads.setdefault((e.pid, e.tid), len(threads)))
             ts.append(e.ts)
             dur.append(e.dur)
             stream.append(a.stream)
             corr.append(a.correlation)
-            lower = a.external_id_lower
-            ext.append(lower if lower != -1 else a.external_id)
+            ext.append(a.external_id_lower if a.external_id_lower != -1 else a.external_id)
         elif kind is Instant and e.name == "[memory]":
             memory.append(e.args)
-    devices = tables["memory_device"]
-    device = array(_CODES, [devices.setdefault((a.device_type, a.device_id), len(devices)) for a in memory])
+    device, devices = _codes((a.device_type, a.device_id) for a in memory)
     return Rows(
         raw_cats=list(cats),
         names=list(names),
@@ -114,7 +115,7 @@ def rows(events: Sequence[AnyEvent], tables: Optional[dict[str, dict[Any, int]]]
         corr=_ints(corr),
         ext=_ints(ext),
         fractional=float in set(map(type, ts)),
-        memory_devices=list(devices),
+        memory_devices=devices,
         memory_device=device,
         memory_allocated=_ints([a.total_allocated for a in memory]),
         memory_reserved=_ints([a.total_reserved for a in memory]),

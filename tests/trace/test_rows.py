@@ -34,15 +34,3 @@ def test_codes_are_first_seen_first_and_memory_events_are_kept_apart():
     assert r.threads == [(0, 1), (0, 2)] and list(r.thread) == [0, 1, 0]
     assert list(r.ext) == [4, 9, -1] and not r.fractional
     assert r.memory_devices == [(1, 0)] and list(r.memory_allocated) == [4096] and list(r.memory_reserved) == [8192]
-
-
-def test_rows_of_pieces_with_shared_tables_are_codes_into_those_tables():
-    def kernel(name, tid):
-        return {"ph": "X", "cat": "kernel", "name": name, "ts": 1, "dur": 1, "pid": 0, "tid": tid}
-
-    tables = {"cat": {}, "name": {}, "thread": {}, "memory_device": {}}
-    first = rows(records([kernel("a", 1), kernel("b", 2)]), tables)
-    second = rows(records([kernel("c", 3), kernel("a", 1)]), tables)
-    assert list(first.name) == [0, 1] and list(second.name) == [2, 0] and list(second.thread) == [2, 0]
-    assert second.names == ["a", "b", "c"] and tables["name"] == {"a": 0, "b": 1, "c": 2}
-    assert list(rows(records([kernel("c", 3)])).name) == [0]  # without them, a piece's own codes

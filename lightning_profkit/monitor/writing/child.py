@@ -80,7 +80,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any],
         blocks = (block for block, _ in json_blocks(raw_path, FINALIZE_PIECE))
         for buf, start, end, first, last_piece in pieces(blocks, FINALIZE_PIECE):
             text = edit(buf, last, start, end)
-            rows, info, _ = decode_piece(framed_piece(text, 0, len(text), first, last_piece), appender.tables)
+            rows, info, _ = decode_piece(framed_piece(text, 0, len(text), first, last_piece))
             appender.add(rows)
             found["info"] = found.get("info") or info
             size += len(text)
