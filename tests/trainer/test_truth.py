@@ -31,19 +31,11 @@ from lightning.pytorch.utilities.combined_loader import CombinedLoader
 from torch.utils.data import ConcatDataset, DataLoader
 
 from lightning_profkit import PerformanceMonitor
+from lightning_profkit.machine import waited_seconds
 from lightning_profkit.monitor.timing.fetch_timer import STEP_CHUNK
 from lightning_profkit.monitor.writing import writer
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
-
-
-def cpu_wait_s():
-    """Seconds this thread has waited for a CPU while ready to run (Linux's schedstat; 0 elsewhere)."""
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 class TruthLoader(DataLoader):
@@ -190,11 +182,11 @@ class Truth(Callback):
         self.combined.spent.clear()
         self.batch_ends = []
         self.epochs.append(EpochTruth(start=time.perf_counter()))
-        self.waited = [cpu_wait_s()]
+        self.waited = [waited_seconds() or 0.0]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.batch_ends.append(time.perf_counter())  # before the monitor's: the callbacks run in their order
-        self.waited.append(cpu_wait_s())
+        self.waited.append(waited_seconds() or 0.0)
 
     def on_validation_start(self, trainer, pl_module):
         self.v0 = time.perf_counter()
