@@ -7,7 +7,8 @@ from __future__ import annotations
 import errno
 import os
 import re
-from typing import Iterator
+import stat
+from typing import Any, BinaryIO, Iterator, Optional
 
 try:  # ISA-L inflates about twice as fast as zlib
     from isal.isal_zlib import decompressobj as _inflater
@@ -64,75 +65,75 @@ def _bomb(path: str, compressed: int) -> TraceError:
                       "PROFKIT_MAX_INFLATION=<ratio> raises it")
 
 
-def read_json(path: str) -> bytes:
-    """The trace's JSON text, gunzipped where needed (within :func:`inflation_limit`)."""
-    if not os.path.isfile(path):
-        raise TraceError(missing(path))
+def read_json(path: str, limit: Optional[int] = None) -> bytes:
+    """The trace's JSON text, gunzipped where needed (within :func:`inflation_limit`); a text over ``limit`` bytes
+    is a :class:`TraceError` before more than that is held."""
+    parts, held = [], 0
+    for block, _ in json_blocks(path, 2**20):
+        held += len(block)
+        if limit is not None and held > limit:
+            raise TraceError(f"{path}: over {limit / 2**20:.0f} MB of JSON that cannot be read in pieces (no "
+                             "boundary between its events where one was expected): not read")
+        parts.append(block)
+    return b"".join(parts)
+
+
+_FEED = 2**16  # compressed bytes given to the inflater at a time: what each gzip member's end copies, at most
+
+
+def open_plain(path: str) -> BinaryIO:
+    """``path`` opened for reading if it is a plain file: never through a symbolic link we did not make, never
+    waiting on a pipe."""
     try:
-        if os.path.getsize(path) == 0:
-            raise TraceError(f"{path}: empty file")
-        with open(path, "rb") as f:
-            raw = f.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = _inflate(path, raw)
-    except _GunzipError as err:
-        raise TraceError(f"{path}: not a complete gzip file ({err})") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError as err:
-        raise TraceError(f"{path}: {err.strerror or err}") from None
-    return raw
-
-
-def _inflate(path: str, raw: bytes) -> bytes:
-    """The gzip ``raw`` (one or more members) inflated, never past :func:`inflation_limit`."""
-    limit, out, data = inflation_limit(len(raw)), [], raw
-    while data:
-        inflater = _inflater(_GZIP)
-        out.append(inflater.decompress(data, limit + 1 - sum(map(len, out))))
-        if sum(map(len, out)) > limit or inflater.unconsumed_tail:
-            raise _bomb(path, len(raw))
-        if not inflater.eof:
-            raise TraceError(f"{path}: not a complete gzip file (it ends inside its compressed stream)")
-        data = inflater.unused_data
-    return b"".join(out)
+        if err.errno in (errno.ELOOP, errno.ENOENT) and not os.path.exists(path):
+            raise TraceError(missing(path)) from None
+        if err.errno == errno.ELOOP:
+            raise TraceError(f"{path}: a symbolic link, not read (link its folder, or copy the file)") from None
+        raise
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise TraceError(missing(path))
+    return f
 
 
 def json_blocks(path: str, size: int) -> Iterator[tuple[bytes, int]]:
     """The trace's JSON text in blocks of at most ``size`` bytes, gunzipped where needed (within
     :func:`inflation_limit`), each with how many bytes of the file have been read so far: the whole text is
-    never held."""
-    if not os.path.isfile(path):
-        raise TraceError(missing(path))
+    never held, and the work is linear in the file whatever its gzip members."""
     try:
-        if os.path.getsize(path) == 0:
-            raise TraceError(f"{path}: empty file")
-        limit, inflated = inflation_limit(os.path.getsize(path)), 0
-        with open(path, "rb") as f:
+        with open_plain(path) as f:
+            compressed = os.fstat(f.fileno()).st_size
+            if compressed == 0:
+                raise TraceError(f"{path}: empty file")
             data = f.read(size)
             if data[:2] != b"\x1f\x8b":
                 while data:
                     yield data, f.tell()
                     data = f.read(size)
                 return
-            inflater = _inflater(_GZIP)
-            read = size // 8  # compressed bytes a read: a trace's JSON inflates about tenfold
+            limit, inflated, inflater, started = inflation_limit(compressed), 0, _inflater(_GZIP), False
             while data:
-                block = inflater.decompress(data, size)
-                while inflater.unconsumed_tail:  # the rest of this read, a block at a time
-                    inflated += len(block)
-                    if inflated > limit:
-                        raise _bomb(path, os.path.getsize(path))
-                    yield block, f.tell()
-                    block = inflater.decompress(inflater.unconsumed_tail, size)
-                if inflater.eof:  # the end of a gzip member: another may follow
-                    data = inflater.unused_data + f.read(read)
-                    inflater = _inflater(_GZIP) if data else inflater
-                else:
-                    data = f.read(read)
-                inflated += len(block)
-                if inflated > limit:
-                    raise _bomb(path, os.path.getsize(path))
-                yield block, f.tell()
-            if not inflater.eof:
+                view = memoryview(data)
+                for at in range(0, len(data), _FEED):
+                    feed: Any = view[at:at + _FEED]
+                    while feed:
+                        block = inflater.decompress(feed, size)
+                        started = True
+                        inflated += len(block)
+                        if inflated > limit:
+                            raise _bomb(path, compressed)
+                        if block:
+                            yield block, f.tell()
+                        if inflater.eof:  # the end of a gzip member: another may follow
+                            feed, inflater, started = inflater.unused_data, _inflater(_GZIP), False
+                        else:
+                            feed = inflater.unconsumed_tail
+                view.release()
+                data = f.read(max(size // 8, _FEED))  # a trace's JSON inflates about tenfold
+            if started and not inflater.eof:
                 raise TraceError(f"{path}: not a complete gzip file (it ends inside its compressed stream)")
     except _GunzipError as err:
         raise TraceError(f"{path}: not a complete gzip file ({err})") from None

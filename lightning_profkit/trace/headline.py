@@ -40,10 +40,15 @@ def fit_line(agg: dict[str, Any]) -> list[str]:
 _BREAK = re.compile(r"(?:(?<=[#./ (_])|(?<=::))(?![…:])")
 
 
+LONGEST = 2048  # a C++ operator's name with its template arguments may run to a few thousand characters
+
+
 def short_name(name: str, width: int = 70) -> str:
     """``name`` in at most ``width`` characters, cut between words: C++ template arguments and a trailing
     parameter list become ``<…>`` and ``(…)``, then the start gives way to the distinctive end; made
-    :func:`printable` first."""
+    :func:`printable` first. Only a name's first and last :data:`LONGEST` characters are looked at."""
+    if len(name) > 2 * LONGEST:
+        name = name[:LONGEST] + "…" + name[-LONGEST:]
     name = printable(name)
     if len(name) <= width:
         return name

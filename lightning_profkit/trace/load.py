@@ -32,7 +32,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from lightning_profkit.trace.events import decode_json, decode_strict
+from lightning_profkit.trace.events import decode, decode_json
 from lightning_profkit.trace.file import json_blocks, read_json
 from lightning_profkit.trace.rows import CODED, COLUMNS, Rows, rows
 
@@ -42,10 +42,15 @@ _SLOTS = 2  # pieces in shared memory per worker: one it decodes, one waiting
 # workers as places in the text they inherit: they are all handed out at once, and this process imports
 # numpy while the workers decode.
 WHOLE_FILE = 4 * 2**20
-_NO_BOUNDARY = 64 * PIECE  # text without a boundary between events: read the file in one pass
-# Between two objects. A match inside a string or a nested list makes a piece that does not decode, and
-# the file is then read in one pass.
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+# Text without a boundary between events (or without the list) this long: the file is read in one pass, if its
+# whole text is at most ONE_PASS bytes, else left out. Both bound what a file that cannot be cut costs.
+_NO_BOUNDARY = 64 * 2**20
+ONE_PASS = 64 * 2**20
+_OVERLAP = 256  # bytes searched again when a block arrives: the most a match may reach back
+# Between two objects, the second starting with a key: never inside a string (where every quote follows a
+# backslash). A match inside a nested list of objects makes a piece that does not decode, and the file is then
+# read in one pass.
+_BOUNDARY = re.compile(rb'\}\s*,\s*\{(?=\s*")')
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _OPEN, _CLOSE = b'{"traceEvents":[', b"]}"
 _TASK = struct.Struct("=iiqq")  # piece number, slot (-1: the inherited text), start, end: written at once
@@ -101,7 +106,7 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
             pass
         finally:
             stream.close()
-        doc = decode_json(path, read_json(path) if text is None else text)
+        doc = decode_json(path, read_json(path, ONE_PASS) if text is None else text)
         return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
 
 
@@ -112,29 +117,51 @@ def _workers(jobs: int) -> int:
     return jobs
 
 
-def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[bytes, int, int, bool, bool]]:
+def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[Any, int, int, bool, bool]]:
     """The text of ``blocks`` cut between events of the ``traceEvents`` list into pieces of about ``piece``
-    bytes: each ``(text, start, end, first, last)``, the piece being ``text[start:end]``. A text with no cut
-    is one piece, first and last; a text given as one block is ``text`` in every piece."""
-    buf, start = b"", 0
+    bytes: each ``(text, start, end, first, last)``, the piece being ``text[start:end]``. A text with no cut is one piece, first and last; a text given as one block is ``text`` in every
+    piece. Each byte is searched once: linear in the text, whatever it holds."""
+    buf: Any = b""
+    start = 0  # where the next piece starts in buf
     events: Optional[int] = None  # where the list's first event starts in buf, once found
+    searched = 0  # buf[:searched] was searched (for the list, then for a cut) and held none past where it looked
     first = True
     for block in blocks:
-        buf, start = (buf[start:] + block if start < len(buf) else block), 0
+        if start == len(buf):
+            buf, searched = block, 0
+        else:  # the rest joins the block: appended in place, the pieces before dropped (both linear)
+            buf = buf if isinstance(buf, bytearray) else bytearray(buf)
+            del buf[:start]
+            buf += block
+            searched, events = max(searched - start, 0), None if events is None else max(events - start, 0)
+        start = 0
         if events is None:
-            found = EVENTS_KEY.search(buf)
+            found = EVENTS_KEY.search(buf, max(searched - _OVERLAP, 0))
+            searched = len(buf)
             if found is None:
+                if len(buf) > _NO_BOUNDARY:
+                    raise PieceError(f"no traceEvents list in its first {_NO_BOUNDARY // 2**20} MB")
                 continue
-            events = found.end()
+            events = searched = found.end()
         while len(buf) - start > piece:
-            cut = _BOUNDARY.search(buf, max(start + piece, events))
+            cut = _BOUNDARY.search(buf, max(start + piece, events, searched - _OVERLAP))
             if cut is None:
+                searched = len(buf)
                 if len(buf) - start > _NO_BOUNDARY:
                     raise PieceError("no boundary between events")
                 break
-            yield buf, start, cut.start() + 1, first, False
+            yield (*_held(buf, start, cut.start() + 1), first, False)
             first, start, events = False, cut.end() - 1, 0
-    yield buf, start, len(buf), first, True
+    yield (*_held(buf, start, len(buf)), first, True)
+
+
+def _held(buf: Any, start: int, end: int) -> tuple[bytes, int, int]:
+    """The piece ``buf[start:end]`` as ``(text, start, end)``: a given block as it is, a piece of the buffer
+    :func:`pieces` goes on changing as a copy of its own."""
+    if isinstance(buf, bytes):
+        return buf, start, end
+    text = bytes(memoryview(buf)[start:end])
+    return text, 0, len(text)
 
 
 def _framed(first: bool, last: bool) -> tuple[bytes, bytes]:
@@ -153,8 +180,8 @@ _Result = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
 
 
 def decode_piece(text: Any) -> _Result:
-    try:  # a cut outside the list of events, or an event that needs the tolerant path: one pass instead
-        doc = decode_strict(text)
+    try:  # a cut outside the list of events: one pass instead
+        doc = decode(text)
     except ValueError as err:
         raise PieceError(str(err)) from None
     return rows(doc.traceEvents), doc.distributedInfo, doc.profkit

@@ -1,7 +1,8 @@
 """A trace's events as plain columns, built in one pass and without numpy: what a decoding worker sends back.
 
 Complete events (``ph == "X"``) with a timestamp become rows; ``[memory]`` instant events are kept apart.
-Categories, names, threads and memory devices are codes into tables, first seen first. The numbers are
+Categories, names, threads and memory devices are codes into tables, first seen first; a name is kept to its
+first and last :data:`LONGEST_NAME` / 2 characters. The numbers are
 ``array.array``s: they pickle as their bytes and numpy wraps them without a copy. Numeric arguments
 (stream, correlation id, external id, bytes) that are absent or not whole numbers are -1; an absent
 duration is NaN.
@@ -15,6 +16,7 @@ from typing import Any, Iterable, Sequence
 
 from lightning_profkit.trace.events import AnyEvent, Event, Instant
 
+LONGEST_NAME = 2**16  # characters of a name kept: its first and last halves (a real one has a few thousand at most)
 _CODES = "i"  # C int; numpy reads these type codes as the same types
 _INTS = "q"  # 64 bits
 _FLOATS = "d"
@@ -80,6 +82,11 @@ def _codes(values: Iterable[Any]) -> tuple[array, list[Any]]:
     return array(_CODES, [table.setdefault(v, len(table)) for v in values]), list(table)
 
 
+def _clipped(name: str) -> str:
+    half = LONGEST_NAME // 2
+    return f"{name[:half]}…({len(name) - 2 * half} characters)…{name[-half:]}"
+
+
 def rows(events: Sequence[AnyEvent]) -> Rows:
     # One pass that appends to lists, strings and threads as codes: several times faster than a pass per
     # field over these records.
@@ -104,7 +111,7 @@ def rows(events: Sequence[AnyEvent]) -> Rows:
     device, devices = _codes((a.device_type, a.device_id) for a in memory)
     return Rows(
         raw_cats=list(cats),
-        names=list(names),
+        names=[n if not isinstance(n, str) or len(n) <= LONGEST_NAME else _clipped(n) for n in names],
         threads=list(threads),
         cat=array(_CODES, cat),
         name=array(_CODES, name),

@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.companions import SIDECAR
+from lightning_profkit.trace.file import TraceError, open_plain
 
 MAX_BYTES = 64 * 2**20  # a sidecar larger than this is not ours: it is not read
 _PLACE = ("path", "window")  # where the trace is: told by where it is found, never by the sidecar
@@ -78,13 +79,12 @@ def loads(text: bytes, trace_bytes: int, trace_mtime_ns: Optional[int] = None) -
 
 def read(trace: str) -> Optional[dict[str, Any]]:
     """The fresh summary beside the local trace ``trace`` (its place not yet set), or None (also where the sidecar
-    is a symbolic link: we never make one)."""
+    is a symbolic link, which we never make, or not a plain file)."""
     try:
         status = os.stat(trace)
-        fd = os.open(sidecar_of(trace), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # a link is not one we made
-        with os.fdopen(fd, "rb") as f:
+        with open_plain(sidecar_of(trace)) as f:
             text = f.read(MAX_BYTES + 1)
-    except OSError:
+    except (OSError, TraceError):
         return None
     return loads(text, status.st_size, status.st_mtime_ns)
 

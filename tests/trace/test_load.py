@@ -215,3 +215,76 @@ def test_the_collector_is_paused_only_in_a_processs_main_thread():
     thread.start()
     thread.join()
     assert seen == [False, True] and gc.isenabled()
+
+
+def _events(n, **fields):
+    return [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": i * 10, "dur": 5, "pid": 1, "tid": 1, **fields}
+            for i in range(n)]
+
+
+def _hostile():
+    """Traces made to cost a reader hours or gigabytes, by name."""
+    real = json.dumps({"traceEvents": _events(2000) + [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "ts": k * 5000, "dur": 5000, "pid": 1,
+         "tid": 1} for k in range(4)]}).encode()
+    huge_event = b',{"ph":"X","cat":"cpu_op","name":"' + b"y" * (50 * 2**20) + b'","ts":1,"dur":1,"pid":1,"tid":1}]}'
+    nested = {"l": [{"a": 1}, {"b": 2}]}  # `},{"` inside an event: a cut there does not decode
+    return {
+        "many gzip members": gzip.compress(b"", 1) * 100_000 + gzip.compress(real),
+        "late traceEvents": gzip.compress(b'{"pad":"' + b"x" * (60 * 2**20) + b'",' + real[1:], 9),
+        "no traceEvents": gzip.compress(b'{"pad":"' + b"x" * (63 * 2**20) + b'"}', 9),
+        "one huge event": gzip.compress(real[:-2] + huge_event, 9),
+        "deep nesting": real[:-2] + b',{"ph":"X","args":{"x":' + b"[" * 200_000 + b"]" * 200_000 + b"}}]}",
+        "mixed types": gzip.compress(json.dumps({"traceEvents": [
+            {"ph": "X", "name": f"op{i % 50}", "ts": str(i) if i % 3 else i, "dur": [5] if i % 7 == 0 else 5,
+             "pid": "a" if i % 2 else 1} for i in range(400_000)]}).encode(), 6),
+        "braces in names": gzip.compress(json.dumps({"traceEvents": _events(300_000, name='a},{"b' * 10)}).encode()),
+        "nested objects": gzip.compress(json.dumps({"traceEvents": _events(300_000, args=nested)}).encode()),
+    }
+
+
+@pytest.mark.parametrize("name", [
+    "many gzip members", "late traceEvents", "no traceEvents", "one huge event", "deep nesting", "mixed types",
+    "braces in names", "nested objects", "a pipe beside it", "a link"])
+def test_a_hostile_trace_is_summarised_or_left_out_in_seconds_and_bounded_memory(tmp_path, name):
+    """Each is read or left out with one line, by ``profkit summary`` in a process of its own whose CPU time and
+    peak memory the test reads from the OS (os.wait4): under 5 s of CPU and 300 MB."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    trace = folder / "t.pt.trace.json.gz"
+    if name == "a pipe beside it":  # a sidecar that is a FIFO: opening it to read would wait for a writer
+        trace.write_bytes(gzip.compress(json.dumps({"traceEvents": _events(100)}).encode()))
+        os.mkfifo(str(trace) + ".profkit")
+    elif name == "a link":  # a trace that is a link to a file we did not make: never followed
+        os.symlink("/etc/hostname" if os.path.exists("/etc/hostname") else sys.executable, trace)
+    else:
+        trace.write_bytes(_hostile()[name])
+    before = _children_cpu()  # CPU of the children this test process has reaped: the command's is added
+    # the command's own peak (VmHWM: this process's memory after exec, which ru_maxrss is not) and its workers'
+    measured = ("import resource, sys\nfrom lightning_profkit.cli import main\ncode = main(sys.argv[1:])\n"
+                "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+                "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+                "print(max(hwm, kids) / 1024, file=sys.stderr)\nsys.exit(code)")
+    proc = subprocess.Popen([sys.executable, "-c", measured, "summary", str(folder), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    killer = threading.Timer(120, proc.kill)  # a hang ends here, and fails below
+    killer.start()
+    try:
+        out, err = proc.communicate()
+    finally:
+        killer.cancel()
+    *lines, peak = err.decode().strip().splitlines()
+    cpu_s, peak_mb = _children_cpu() - before, float(peak)
+    assert proc.returncode in (0, 1), (proc.returncode, err[-2000:])
+    if proc.returncode == 0:  # summarised
+        assert json.loads(out)["traces"][0]["path"].endswith("t.pt.trace.json.gz")
+    else:  # left out: one line naming the file
+        assert len(lines) == 1 and "t.pt.trace.json.gz" in lines[0] and "Traceback" not in lines[0], lines
+    assert cpu_s < 5 and peak_mb < 300, (cpu_s, peak_mb)
+
+
+def _children_cpu():
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
