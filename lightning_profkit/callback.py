@@ -208,7 +208,9 @@ class PerformanceMonitor(Callback):
 
     @property
     def state_key(self) -> str:  # two instances in one Trainer each keep their own state in a checkpoint
-        return state_key(self, **{k: getattr(self.options, k) for k in ("dirpath", "steps", "every_n_steps", "ranks")})
+        key = {k: getattr(self.options, k) for k in ("dirpath", "steps", "every_n_steps", "ranks")}
+        key["dirpath"] = key["dirpath"] and redact(key["dirpath"])  # checkpoints hold the key: never a password
+        return state_key(self, **key)
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in checkpoints: the alert episode and cooldown, and the capture budget left."""

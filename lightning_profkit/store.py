@@ -90,11 +90,25 @@ def _without_secrets(text: str, url: str) -> str:
     it holds, shown as ``***``."""
     userinfo = url.partition("://")[2].partition("/")[0].rpartition("@")[0]
     secrets = [part for part in userinfo.split(":") if len(part) >= 4]
-    secrets += [v for k, v in _OPTIONS.items() if isinstance(v, str) and len(v) >= 4 and k != "endpoint_url"]
+    secrets += [v for v in _strings(_OPTIONS) if len(v) >= 4]
     text = redact(text)
     for secret in sorted(set(secrets), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
+
+
+def _strings(options: Any) -> Iterator[str]:
+    """Every string value in ``options``, nested dicts and lists too (``client_kwargs``, a token), but the
+    endpoint's URL, which errors name to say where."""
+    if isinstance(options, str):
+        yield options
+    elif isinstance(options, dict):
+        for key, value in options.items():
+            if key != "endpoint_url":
+                yield from _strings(value)
+    elif isinstance(options, (list, tuple)):
+        for value in options:
+            yield from _strings(value)
 
 
 def upload(local: str, url: str) -> None:
@@ -192,13 +206,14 @@ def write_probe(url: str) -> None:
 
 def _in_child(args: list[str], url: str, env: Optional[dict[str, str]] = None,
               options: Optional[dict[str, Any]] = None, data: Any = None) -> str:
-    """Run this module's command ``args`` in a child process, the storage ``options`` and the command's ``data`` on
-    its standard input (not its command line or environment, which other processes can read, and which hold little);
-    its output, or :class:`StoreError` saying why not."""
+    """Run this module's command ``args`` in a child process, the command, the storage ``options`` and the
+    command's ``data`` on its standard input (never its command line or environment, which other users' processes
+    can read); its output, or :class:`StoreError` saying why not."""
+    from lightning_profkit.machine import python_running
+
     try:
-        done = subprocess.run([sys.executable, "-m", __name__, *args], capture_output=True, text=True,
-                              timeout=CHILD_TIMEOUT_S, env=env,
-                              input=json.dumps({"options": options or {}, "data": data}))
+        done = subprocess.run(python_running(__name__), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
+                              env=env, input=json.dumps({"args": args, "options": options or {}, "data": data}))
     except subprocess.TimeoutExpired:
         raise StoreError(f"{redact(url)}: no answer from the store within {CHILD_TIMEOUT_S:.0f}s") from None
     except OSError as err:  # the process could not start
@@ -299,11 +314,13 @@ def send(pairs: list[list[str]]) -> None:
         _in_child(["put"], pairs[0][1], data=pairs)  # on its input: a command line holds 128 kB at most
 
 
-def main(argv: list[str]) -> int:
-    """``probe URL``, ``download URL DIR SUFFIX...`` (prints what it returns as JSON) or ``put`` (its pairs on the
-    input, beside the storage options); a :class:`StoreError` is printed as its line, exit status 1."""
+def main() -> int:
+    """Run the command on the standard input: ``args`` (``["probe", URL]``, ``["download", URL, DIR, SUFFIX...]``,
+    printing what it returns as JSON, or ``["put"]`` with its pairs in ``data``) beside the storage ``options``; a
+    :class:`StoreError` is printed as its line, exit status 1."""
     try:
         given = json.loads(sys.stdin.read() or "{}")
+        argv = given.get("args") or []
         use_options(given.get("options") or {})
         if len(argv) == 2 and argv[0] == "probe":
             write_probe(argv[1])
@@ -312,8 +329,8 @@ def main(argv: list[str]) -> int:
         elif argv == ["put"]:
             put(given["data"])
         else:
-            print("usage: python -m lightning_profkit.store probe URL | download URL DIR SUFFIX... | put",
-                  file=sys.stderr)
+            print("usage: a JSON object on the standard input: args (probe URL | download URL DIR SUFFIX... | put), "
+                  "options, data", file=sys.stderr)
             return 2
     except StoreError as err:
         print(err)
@@ -322,4 +339,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from typing import Any, Callable, Optional, Sequence, TextIO
 
-from lightning_profkit.printable import printable
+from lightning_profkit.printable import printable, redact
 from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.headline import short_name
@@ -192,5 +192,6 @@ def _div(us: Optional[float]) -> Optional[float]:
 
 
 def write(text: str, stream: Optional[TextIO] = None) -> None:
+    """``text`` on ``stream`` (standard output), the user information of every URL in it shown as ``***``."""
     stream = stream or sys.stdout
-    stream.write(text + "\n")
+    stream.write(redact(text) + "\n")

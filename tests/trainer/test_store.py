@@ -341,3 +341,29 @@ def test_a_store_that_cannot_take_traces_fails_at_setup_naming_the_url(tmp_path,
     with pytest.raises(OSError, match=says):
         trainer.fit(TinyModel())
     assert trainer.global_step == 0 and not os.path.exists(root.split("/")[0])  # relative to where the fit ran
+
+
+def test_a_url_with_credentials_stays_in_the_process(tmp_path, s3_server):
+    """A URL that carries a password: not in the callback's checkpoint key, not on the command line of any process
+    profkit starts (which every local user can read in /proc), not in `profkit summary --json`'s output."""
+    secret = f"pa55-{os.getpid()}-word"
+    url = f"s3://testing:{secret}@runs/creds/profiler"
+    monitor = PerformanceMonitor(dirpath=url)
+    assert secret not in monitor.state_key and "s3://***@runs/creds/profiler" in monitor.state_key
+    exe = os.path.join(os.path.dirname(sys.executable), "profkit")
+    proc = subprocess.Popen([exe, "summary", "--json", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen, store_children = set(), 0
+    while proc.poll() is None:  # every command line on the machine, until the command ends
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    line = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if pid not in seen and "lightning_profkit.store" in line:
+                seen.add(pid)
+                store_children += 1
+            assert secret not in line or int(pid) == proc.pid, line
+    out, err = proc.communicate()
+    assert store_children >= 1  # the store's child was seen, so its command line was read
+    assert secret not in out.decode() + err.decode()

@@ -16,11 +16,10 @@ import json
 import os
 import select
 import subprocess
-import sys
 from typing import Any, Optional
 
 import lightning_profkit
-from lightning_profkit.machine import cpu_seconds_of
+from lightning_profkit.machine import cpu_seconds_of, python_running
 
 CHILD = "lightning_profkit.monitor.writing.child"  # by name: its analysis imports stay out of the training process
 
@@ -72,7 +71,7 @@ class FinalizingProcess:
     def _start(self) -> subprocess.Popen:
         self.close(timeout=0)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", CHILD],
+            python_running(CHILD),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1, env=child_env(), close_fds=True,
         )
