@@ -24,9 +24,11 @@ from typing import Any, Optional
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.machine import process_start
+from lightning_profkit.printable import printable
 
 REQUEST = "capture.request"
 MARKER = ".profkit-run"
+MAX_BYTES = 4096  # the most of a marker or a request that is read
 MAX_STEPS = 100  # the most steps one request may ask for: a window that long is already a large trace
 _READ = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)  # never a link, never blocking on a pipe
 
@@ -74,16 +76,22 @@ def _unmark_all() -> None:
 
 
 def running(trace_dir: str) -> Optional[dict[str, Any]]:
-    """The marker of the run writing to ``trace_dir``, or None."""
+    """The marker of the run writing to ``trace_dir``, or None (also where it is not a plain file this process's user
+    made: another user's marker neither stops nor steers a fit)."""
     try:
         fd = os.open(os.path.join(trace_dir, MARKER), _READ)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
         try:
-            return marker_of(f.read(4096)) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+            return marker_of(f.read(MAX_BYTES)) if _ours(os.fstat(fd)) else None
         except OSError:
             return None
+
+
+def _ours(st: os.stat_result) -> bool:
+    """Whether a file of status ``st`` is a plain file this process's user made."""
+    return stat.S_ISREG(st.st_mode) and (not hasattr(os, "getuid") or st.st_uid == os.getuid())
 
 
 def other_fit(trace_dir: str, fit: Optional[str] = None) -> Optional[str]:
@@ -92,14 +100,16 @@ def other_fit(trace_dir: str, fit: Optional[str] = None) -> Optional[str]:
     marker = running(trace_dir)
     if marker is None or marker.get("fit") == fit or not_running(marker) is not None:
         return None
-    return f"pid {marker.get('pid')} on {marker.get('host')}"
+    return printable(f"pid {str(marker.get('pid'))[:20]} on {str(marker.get('host'))[:255]}")
 
 
 def marker_of(text: bytes) -> Optional[dict[str, Any]]:
-    """A marker's content, or None where it is not one."""
+    """A marker's content, or None where it is not one (or is longer than :data:`MAX_BYTES`)."""
+    if len(text) > MAX_BYTES:
+        return None
     try:
         marker = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return marker if isinstance(marker, dict) else None
 
@@ -108,8 +118,10 @@ def not_running(marker: dict[str, Any]) -> Optional[str]:
     """Why the process that wrote ``marker`` is known to be gone, or None when it may still run (it is on
     this host and alive, or on another host, which cannot be checked from here)."""
     pid = marker.get("pid")
-    if marker.get("host") != socket.gethostname() or not isinstance(pid, int):
+    if marker.get("host") != socket.gethostname():
         return None
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**31:
+        return f"it names no process (pid {str(pid)[:20]!r})"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -157,8 +169,8 @@ def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
                 refused = f"{path}: made by user id {st.st_uid}, not by this run's user ({os.getuid()})"
             else:
                 try:
-                    data = json.loads(f.read(4096))
-                except (OSError, ValueError):
+                    data = json.loads(f.read(MAX_BYTES))
+                except (OSError, ValueError, RecursionError):
                     data = {}  # unreadable or half-written by hand: still a request, with defaults
     try:
         os.remove(path)

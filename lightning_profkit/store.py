@@ -25,6 +25,7 @@ from lightning_profkit.printable import redact
 _OPTIONS: dict[str, Any] = {}  # fsspec's storage options (credentials, endpoint) for this process: use_options()
 
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
+STAGING_PREFIX = "profkit-staging-"  # a fit's local folder for the traces of a run on object storage
 CHILD_TIMEOUT_S = 600.0  # a probe, or a download of a run's traces
 
 
@@ -141,12 +142,12 @@ def remove(url: str) -> None:
             fs.rm_file(path)
 
 
-def read(url: str) -> Optional[bytes]:
-    """The object at ``url``, or None where there is none."""
+def read(url: str, limit: Optional[int] = None) -> Optional[bytes]:
+    """The object at ``url`` (its first ``limit`` bytes and one more, where given), or None where there is none."""
     with _store_errors(url):
         fs, path = filesystem(url)
         try:
-            return fs.cat_file(path)
+            return fs.cat_file(path, end=None if limit is None else limit + 1)
         except FileNotFoundError:
             return None
 

@@ -87,3 +87,34 @@ def test_the_marker_and_requests_never_write_through_a_link(tmp_path):
     assert json.loads((folder / ".profkit-run").read_text())["fit"] == run.fit  # the link replaced, not followed
     assert take_request(str(folder)) == {"steps": 3}
     run.end()
+
+
+@pytest.mark.parametrize("pid", [2**70, -1, 0, True, "12", None, [1]])
+def test_a_marker_with_an_impossible_pid_is_read_without_raising(tmp_path, pid):
+    """A marker naming this host and a pid no process can have (os.kill raised OverflowError for 2**70 and the fit
+    failed at setup): not a run that is writing here."""
+    import socket
+
+    from lightning_profkit.capture_request import MARKER, not_running
+
+    marker = {"pid": pid, "host": socket.gethostname(), "fit": "planted"}
+    (tmp_path / MARKER).write_text(json.dumps(marker))
+    assert not_running(marker) is not None and other_fit(str(tmp_path)) is None
+
+
+def test_a_marker_another_user_made_neither_stops_nor_steers_a_fit(tmp_path):
+    """In a world-writable folder another user plants a live marker naming a live process (this one): it is not
+    taken for a run writing there."""
+    import socket
+
+    from lightning_profkit.capture_request import MARKER
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    marker = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "fit": "planted"})
+    as_another_user(f"echo '{marker}' > {MARKER}", shared)
+    assert running(str(shared)) is None and other_fit(str(shared)) is None
+    (shared / "mine").mkdir()
+    (shared / "mine" / MARKER).write_text(marker)  # the same marker made by this user is a run writing there
+    assert running(str(shared / "mine"))["fit"] == "planted" and other_fit(str(shared / "mine")) is not None

@@ -9,7 +9,7 @@ import os
 from typing import Any, Optional
 
 from lightning_profkit.cli.shared import CommandError, at_least_1, trace_dir_of
-from lightning_profkit.printable import redact
+from lightning_profkit.printable import printable, redact
 from lightning_profkit.store import is_url, join, read, subfolders, write
 
 
@@ -55,8 +55,8 @@ def capture(args: argparse.Namespace) -> int:
         write(join(folder, capture_request.REQUEST), json.dumps(capture_request.request(args.steps)).encode())
     else:
         capture_request.request_capture(folder, args.steps)
-    print(f"requested a window of {args.steps or 'the configured'} steps from the run in {redact(folder)} "
-          f"(pid {run.get('pid')} on {run.get('host')}); it starts {soon}")
+    print(printable(f"requested a window of {args.steps or 'the configured'} steps from the run in {redact(folder)} "
+                    f"(pid {run.get('pid')} on {str(run.get('host'))[:255]}); it starts {soon}"))
     return 0
 
 
@@ -66,11 +66,11 @@ def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
     from lightning_profkit import capture_request
 
     for folder in (join(url, "profiler"), url.rstrip("/")):
-        text = read(join(folder, capture_request.MARKER))
+        text = read(join(folder, capture_request.MARKER), capture_request.MAX_BYTES)
         if text is not None:
             return folder, capture_request.marker_of(text)
         for own in reversed(subfolders(folder, "run=")):
-            text = read(join(own, capture_request.MARKER))
+            text = read(join(own, capture_request.MARKER), capture_request.MAX_BYTES)
             marker = capture_request.marker_of(text) if text is not None else None
             if marker is not None and capture_request.not_running(marker) is None:
                 return own, marker

@@ -6,6 +6,8 @@ import os
 import time
 from typing import Callable, Optional, TextIO
 
+from lightning_profkit.printable import printable
+
 WIDTH = 30  # characters of the bar
 
 
@@ -35,7 +37,7 @@ class Progress:
     def reading(self, path: str) -> Callable[[int, int], None]:
         """The callback for one file's read: ``(bytes read, file size)``."""
         start, last = time.monotonic(), [0.0]
-        name = os.path.basename(path)
+        name = printable(os.path.basename(path))
 
         def update(done: int, total: int) -> None:
             now = time.monotonic()

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 from typing import Any
 
 from lightning_profkit.cli.shared import CommandError
-from lightning_profkit.printable import redact
-from lightning_profkit.store import StoreError, is_url, join
+from lightning_profkit.printable import printable, redact
+from lightning_profkit.store import STAGING_PREFIX, StoreError, is_url, join
 from lightning_profkit.trace.file import TRACE_SUFFIXES, find_traces, missing
 
 
@@ -23,7 +24,8 @@ def add(sub: Any) -> None:
 
 def upload_kept(args: argparse.Namespace) -> int:
     """``profkit upload LOCAL URL``: the traces a fit kept on this machine when its store failed (the folder its end
-    warning names), put at ``URL`` under the same paths; each local copy goes once it is up."""
+    warning names), put at ``URL`` under the same paths. Each local copy goes once it is up where ``LOCAL`` is such a
+    staging folder (``profkit-staging-*``, this user's own, not a link); the files of any other folder stay."""
     from lightning_profkit.companions import remove_local
     from lightning_profkit.store import upload_with_companions
 
@@ -34,13 +36,27 @@ def upload_kept(args: argparse.Namespace) -> int:
     found = [p for p in find_traces(args.local) if p.endswith(TRACE_SUFFIXES)]
     if not found:
         raise CommandError(f"{args.local}: no trace files (*.pt.trace.json[.gz]) there")
+    staged = is_staging(args.local)
     for done, path in enumerate(found):
         try:
             upload_with_companions(path, join(args.url, os.path.relpath(path, args.local).replace(os.sep, "/")))
         except StoreError as err:
             raise CommandError(f"{err}; {done} of {len(found)} trace(s) uploaded, the others are still in {args.local}")
-        remove_local(path)
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(path))  # a window's folder, once empty
-    print(f"profkit: uploaded {len(found)} trace(s) to {redact(args.url)}", file=sys.stderr)
+        if staged:
+            remove_local(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(path))  # a window's folder, once empty
+    kept = "" if staged else f"; their files stay in {args.local}, which is not a staging folder a fit kept"
+    print(printable(f"profkit: uploaded {len(found)} trace(s) to {redact(args.url)}{kept}"), file=sys.stderr)
     return 0
+
+
+def is_staging(folder: str) -> bool:
+    """Whether ``folder`` is a staging folder a fit made (see
+    :func:`~lightning_profkit.monitor.writing.output.staging_folder`): named so, this user's own, not a link."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return (os.path.basename(os.path.abspath(folder)).startswith(STAGING_PREFIX) and stat.S_ISDIR(st.st_mode)
+            and (not hasattr(os, "getuid") or st.st_uid == os.getuid()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import math
 import os
 import re
 import urllib.parse
@@ -37,12 +38,19 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _n(value: Any, spec: str = ".2f", scale: float = 1.0) -> str:
+    """A number as ``spec`` formats it; "-" for anything else (absent, NaN, or not a number in a file made by hand)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return "-"
+    return format(value * scale, spec)
+
+
 def _pct(value: Optional[float]) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
+    return "-" if _n(value) == "-" else _n(value, ".1f", 100) + "%"
 
 
 def _ms(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.2f} ms"
+    return "-" if _n(value) == "-" else _n(value) + " ms"
 
 
 def line_chart(title: str, xs: Sequence[int], series: dict[str, Sequence[Optional[float]]], unit: str,
@@ -136,7 +144,7 @@ def _epochs(epochs: list[Epoch]) -> str:
     ]
     for e in epochs:
         alert = "-" if e.data_wait_alert is None else ("yes" if e.data_wait_alert else "no")
-        rank = "-" if e.data_wait_worst_rank is None else str(int(e.data_wait_worst_rank))
+        rank = _n(e.data_wait_worst_rank, ".0f")
         cells = f"<td>{_pct(e.data_wait_ratio_max)}</td><td>{rank}</td>" if ranks else ""
         parts.append(f"<tr><td>{e.epoch}</td><td>{_pct(e.data_wait_ratio)}</td>{cells}<td>{_pct(e.gpu_idle_ratio)}</td>"
                      f"<td>{_ms(e.step_time_ms_mean)}</td><td>{_ms(e.step_time_ms_p90)}</td><td>{alert}</td></tr>")
@@ -185,7 +193,8 @@ def _window(summary: dict[str, Any], here: str, run_dir: str) -> str:
     ops = summary.get("operators", {}).get("cpu", [])[:TOP_OPERATORS]  # most self time first
     if ops:
         out.append("<table><tr><th>top CPU operators by self time</th><th>calls</th><th>self ms, whole window</th></tr>")
-        out += [f"<tr><td>{_e(o['name'][:90])}</td><td>{o['calls']}</td><td>{o['self_us'] / 1000:.2f}</td></tr>" for o in ops]
+        out += [f"<tr><td>{_e(str(o.get('name'))[:90])}</td><td>{_e(o.get('calls'))}</td>"
+                f"<td>{_n(o.get('self_us'), scale=1e-3)}</td></tr>" for o in ops]
         out.append("</table>")
     return "".join(out) + "</div>"
 
@@ -194,8 +203,8 @@ def _ranks(ranks: Optional[dict[str, Any]]) -> str:
     if not ranks:
         return ""
     picked, left = ranks_to_show(ranks)
-    rows = "".join(f"<tr><td>{r['rank']}</td><td>{r['step_time_ms']:.2f}</td><td>{r['own_ms_per_step']:.2f}</td>"
-                   f"<td>{r['data_ms_per_step']:.2f}</td><td>{r['communication_ms_per_step']:.2f}</td></tr>"
+    rows = "".join(f"<tr><td>{_e(r['rank'])}</td><td>{_n(r['step_time_ms'])}</td><td>{_n(r['own_ms_per_step'])}</td>"
+                   f"<td>{_n(r['data_ms_per_step'])}</td><td>{_n(r['communication_ms_per_step'])}</td></tr>"
                    for r in picked)
     note = (f"<p class='muted'>{len(picked)} of {len(picked) + left} ranks: the slowest, those outside the "
             "distribution, the median and the fastest; <code>profkit summary --json</code> has every rank.</p>"

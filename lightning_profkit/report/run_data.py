@@ -8,7 +8,7 @@ import glob
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from lightning_profkit.metric_names import PREFIX
 
@@ -56,7 +56,8 @@ class RunData:
         return sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
 
 
-def _number(text: str) -> Optional[float]:
+def _number(text: Any) -> Optional[float]:
+    """A finite number from a logger's file, or None (absent, empty, NaN or infinite)."""
     try:
         value = float(text)
     except (TypeError, ValueError):
@@ -96,10 +97,12 @@ def from_events(folder: str) -> RunData:
     ratio = PREFIX + "data_wait_ratio"
     ours = {e.step: e for e in events.Scalars(ratio)} if ratio in scalars else {}  # the last one of a step
     for k, step in enumerate(sorted(ours)):
-        values = {m: scalars.get(PREFIX + m, {}).get(step) for m in EPOCH_METRICS}
+        values = {m: _number(scalars.get(PREFIX + m, {}).get(step)) for m in EPOCH_METRICS}
+        if values["data_wait_ratio"] is None:  # not a number: no epoch of ours, as in a CSV file
+            continue
         same = epochs.get(step)
-        epoch = min(same, key=lambda e: abs(e.wall_time - ours[step].wall_time)).value if same else k
-        data.epochs.append(Epoch(int(epoch), step, **values))
+        epoch = _number(min(same, key=lambda e: abs(e.wall_time - ours[step].wall_time)).value) if same else None
+        data.epochs.append(Epoch(k if epoch is None else int(epoch), step, **values))
     if ALERT_TAG in tags.get("tensors", []):
         for e in events.Tensors(ALERT_TAG):
             text = e.tensor_proto.string_val[0].decode("utf-8", "replace") if e.tensor_proto.string_val else ""
@@ -110,7 +113,7 @@ def from_events(folder: str) -> RunData:
 def read_run(run_dir: str) -> RunData:
     """The run's metrics: TensorBoard event files where there are any (they also hold the alerts), else
     ``metrics.csv``; an empty RunData for a run that logged neither."""
-    if glob.glob(os.path.join(run_dir, "events.out.tfevents.*")):
+    if glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*")):
         return from_events(run_dir)
     path = os.path.join(run_dir, "metrics.csv")
     return from_csv(path) if os.path.isfile(path) else RunData(None)

@@ -4,6 +4,7 @@ of trace words, so that a view selects what the figures of ``profkit summary`` r
 
 from __future__ import annotations
 
+import glob
 from typing import Any, Sequence
 
 from lightning_profkit.trace import vocabulary as v
@@ -41,7 +42,8 @@ def connect(files: Sequence[str]) -> Any:
     import duckdb
 
     db = duckdb.connect()
-    listed = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+    # each file by its name alone: DuckDB reads `*`, `?` and `[` as a pattern unless escaped as glob.escape does
+    listed = "[" + ", ".join("'" + glob.escape(f).replace("'", "''") + "'" for f in files) + "]"
     db.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet({listed}, union_by_name = true, "
                "hive_partitioning = false)")
     for name, (_, sql) in VIEWS.items():

@@ -43,3 +43,39 @@ def test_an_alerts_text_is_shown_as_written():
     shown = markdown(DataWaitAlert(0.4, 0.2, 0, 9, "epoch 0", advice=[advice], trace_dir="/r/a_b/step=[1]").markdown)
     text = html.unescape(re.sub(r"<[^>]+>", "", shown))
     assert advice in text and "/r/a_b/step=[1]" in text and "<b>" not in shown and "<code>" not in shown
+
+
+def test_a_forged_sidecar_cannot_put_markup_on_the_page(tmp_path, gpu_traces):
+    """A sidecar is believed once its trace's size, time and the code's hash match: one written by hand with markup
+    where numbers and names go (an operator's calls, a rank) is shown as text by `profkit report`."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from lightning_profkit.trace import sidecar
+    from lightning_profkit.trace.folder import read_folder
+
+    window = tmp_path / "run" / "profiler" / "step=000001-000002-epoch=0"
+    window.mkdir(parents=True)
+    for rank in (0, 1):
+        shutil.copy(gpu_traces / "hta" / "trace_filter" / f"sampled_rank-{rank}.json.gz",
+                    window / f"host_rank{rank}.1.pt.trace.json.gz")
+    read_folder(str(window), 1)  # the sidecars, as profkit keeps them
+    bad = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    for trace in sorted(window.glob("*.pt.trace.json.gz")):
+        doc = json.loads(open(sidecar.sidecar_of(str(trace)), "rb").read())
+        ops = doc["summary"]["operators"]["cpu"]
+        assert ops, "the real trace has CPU operators to forge"
+        ops[0]["calls"], ops[0]["name"] = bad, bad
+        doc["summary"]["rank"] = f"{doc['summary']['rank']}{bad}"
+        with open(sidecar.sidecar_of(str(trace)), "w") as f:
+            json.dump(doc, f)
+    out = tmp_path / "report.html"
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "profkit"), "report", str(tmp_path / "run"),
+                           "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    html = out.read_text()
+    assert "&lt;script&gt;" in html  # the forged values were shown, as text
+    assert "<script" not in html and "<img" not in html

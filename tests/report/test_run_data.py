@@ -55,3 +55,18 @@ def test_the_fits_count_of_alerts_wins_over_the_episodes():
     """A long episode with two alerts in it (cooldown passed): the logged count says 2 where the flags say 1."""
     epochs = [Epoch(i, i, 0.3, data_wait_alert=1.0, data_wait_alerts=float(n)) for i, n in enumerate([1, 1, 2])]
     assert RunData("metrics.csv", epochs).alert_count == 2
+
+
+def test_numbers_that_are_not_finite_in_event_files_are_absent(tmp_path):
+    """NaN logged to TensorBoard (a worst rank, an epoch) is absent from the report, which no longer fails on it."""
+    from lightning_profkit.report.page import page
+
+    logger = TensorBoardLogger(tmp_path, name="run[1]", version=0)  # a glob character in the folder's name too
+    logger.log_metrics({"epoch": math.nan, PREFIX + "data_wait_ratio": 0.5, PREFIX + "data_wait_worst_rank": math.nan,
+                        PREFIX + "step_time_ms_mean": math.inf}, step=9)
+    logger.log_metrics({"epoch": 1.0, PREFIX + "data_wait_ratio": math.nan}, step=19)
+    logger.save()
+    data = read_run(logger.log_dir)
+    assert [(e.epoch, e.step, e.data_wait_ratio, e.data_wait_worst_rank, e.step_time_ms_mean) for e in data.epochs] == [
+        (0, 9, 0.5, None, None)]  # a ratio that is not a number is no epoch of ours, as in a CSV file
+    assert "50.0%" in page(logger.log_dir, data, [], None, str(tmp_path), None)

@@ -28,3 +28,17 @@ def test_the_views_select_steps_operators_kernels_and_ranks(tmp_path):
     assert db.execute("SELECT rank, traces, steps, step_ms, kernel_ms_per_step FROM ranks").fetchall() == [
         (0, 1, 1, 0.05, 0.03), (1, 1, 1, 0.05, 0.03)]
     assert set(VIEWS) == {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+
+
+def test_a_file_name_is_never_a_pattern(tmp_path):
+    """A window folder named `a[1]` beside one named `a1`: DuckDB would read `a[1]/w.parquet` as a pattern that
+    matches `a1/w.parquet`; each table is read by its own name."""
+    from lightning_profkit.trace.sql_views import connect
+
+    for folder, rank in (("a1", 1), ("a[1]", 2), ("b*", 3)):
+        (tmp_path / folder).mkdir()
+        table = event_table(columns(records(EVENTS)), "run1", "step=7", rank, "w")
+        (tmp_path / folder / "w.parquet").write_bytes(to_parquet(table, 1))
+    for folder, rank in (("a[1]", 2), ("b*", 3)):
+        db = connect([str(tmp_path / folder / "w.parquet")])
+        assert db.execute("SELECT DISTINCT rank FROM events").fetchall() == [(rank,)]

@@ -27,7 +27,7 @@ import time
 from typing import Any, Iterator, Optional, TextIO
 
 from lightning_profkit.atomic_files import atomic_writer, write_atomic
-from lightning_profkit.capture_request import MARKER, REQUEST, marker_of
+from lightning_profkit.capture_request import MARKER, MAX_BYTES, REQUEST, marker_of
 from lightning_profkit.companions import remove_local, with_companions
 from lightning_profkit.store import StoreError, join, read, remove, upload_with_companions, use_options, write
 from lightning_profkit.trace.columns import from_rows
@@ -201,8 +201,8 @@ class RequestMirror:
                 if not marked:
                     write(join(self.url, MARKER), json.dumps(self.marker).encode())
                     marked = True
-                asked = read(join(self.url, REQUEST))
-                if asked is not None:  # as it is: the callback reads it as it reads a local one
+                asked = read(join(self.url, REQUEST), MAX_BYTES)
+                if asked is not None:  # as it is: the callback reads it as it reads a local one, up to a bound
                     remove(join(self.url, REQUEST))
                     write_atomic(os.path.join(self.local, REQUEST), asked)
             except (StoreError, OSError):
@@ -214,7 +214,7 @@ class RequestMirror:
         self._stop.set()
         self._thread.join(30)
         try:  # ours only: another fit into the same folder may have put its own since
-            there = marker_of(read(join(self.url, MARKER)) or b"")
+            there = marker_of(read(join(self.url, MARKER), MAX_BYTES) or b"")
             if there is not None and there.get("fit") == self.marker.get("fit"):
                 remove(join(self.url, MARKER))
         except StoreError:

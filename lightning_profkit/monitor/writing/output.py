@@ -22,7 +22,7 @@ from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.monitor.writing.retention import Retention
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, free_mb, megabytes
 from lightning_profkit.printable import redact
-from lightning_profkit.store import is_url, join, probe
+from lightning_profkit.store import STAGING_PREFIX, is_url, join, probe
 
 
 def worker_name(rank: int, host: Optional[str] = None) -> str:
@@ -99,7 +99,7 @@ def staging_folder() -> str:
     """A new local folder for the traces of a run on object storage, written there in full before their upload
     (and kept where an upload fails): made by ``mkdtemp``, so only this user can enter it (mode 0700) and no one
     can foresee or make its name first."""
-    return tempfile.mkdtemp(prefix="profkit-staging-")
+    return tempfile.mkdtemp(prefix=STAGING_PREFIX)
 
 
 class TraceOutput:
