@@ -227,6 +227,20 @@ def profiler_steps(trace: dict) -> list[int]:
 
 
 @pytest.fixture
+def two_cpus():
+    """This process (and what it starts: loader workers, busy processes) pinned to two of its CPUs for the test, so
+    that figures made for 2 CPUs hold on any machine with at least 2."""
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs os.sched_setaffinity (Linux)")
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        pytest.skip("needs at least 2 CPUs")
+    os.sched_setaffinity(0, sorted(allowed)[:2])
+    yield
+    os.sched_setaffinity(0, allowed)
+
+
+@pytest.fixture
 def busy_cores():
     """``busy_cores(n)`` starts ``n`` processes that burn CPU until the test ends (stopped by their pid): another job
     on the node."""

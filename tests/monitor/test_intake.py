@@ -3,9 +3,10 @@ logged on rank zero at its step; what to say of a window cut short; the slowest-
 
 import time
 
+import pytest
 import torch
 
-from conftest import recorded
+from conftest import read_trace, recorded
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
 from lightning_profkit.monitor.options import Options
@@ -53,7 +54,9 @@ def test_written_windows_are_listed_named_to_their_alert_and_logged_at_their_ste
     logged = taken(it, 1)
     assert it.output.close(60.0) == ([], []) and told == []
     assert alert.trace_dir is not None and it.traces[0].startswith(alert.trace_dir)
-    assert [step for step, _ in logged] == [9] and logged[0][1]["profkit/window/host_step_ms"] > 0
+    steps = [e["dur"] for e in read_trace(it.traces[0])["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    assert [step for step, _ in logged] == [9] and len(steps) == 3  # the mean of the trace's own steps, in ms
+    assert logged[0][1]["profkit/window/host_step_ms"] == pytest.approx(sum(steps) / 3 / 1000, rel=1e-6)
 
 
 def test_other_ranks_list_their_windows_and_log_nothing(tmp_path):

@@ -11,8 +11,15 @@ from conftest import leftovers, recorded
 from lightning_profkit.monitor.writing.output import TraceOutput, check_trace_dir, window_name, worker_name
 
 
+def cpu_of_this_process_and_its_children():
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+
+
 def test_windows_are_written_whole_with_their_figures_and_retention_keeps_the_newest(tmp_path):
     errors = []
+    before = cpu_of_this_process_and_its_children()
     output = TraceOutput(str(tmp_path), 0, 1, keep_last=1, on_error=lambda message, key: errors.append(message))
     first = output.submit(recorded(3), 0, 0, 2, 0)
     second = output.submit(recorded(3), 1, 0, 2, 0, notes={"estimated_mb": 0.1})
@@ -24,6 +31,8 @@ def test_windows_are_written_whole_with_their_figures_and_retention_keeps_the_ne
         time.sleep(0.01)
     assert output.helper_cpu_s > 0  # the finalizing process's CPU and the writer thread's, while the fit runs
     assert output.close(timeout=120) == ([], []) and errors == []
+    # at most what the OS counted for this process's threads and its reaped children (the finalizing process)
+    assert output.helper_cpu_s <= cpu_of_this_process_and_its_children() - before
     assert [w.path for w in written] == [first, second] and traces == [second]  # the older window was let go
     assert all(w.figures.steps == 3 and w.json_bytes for w in written)
     assert not os.path.exists(os.path.dirname(first)) and os.path.isfile(second)

@@ -5,6 +5,7 @@ import json
 import logging
 import os
 
+import pytest
 from conftest import SleepDataset, TinyModel, make_trainer, read_trace, trace_files
 from torch_tb_profiler import io as tb_io
 from torch_tb_profiler.profiler.data import RunProfileData
@@ -22,6 +23,22 @@ def data_bound_run(root, epochs=1, **kwargs):
     monitor = PerformanceMonitor(**kwargs)
     make_trainer(root, [monitor], max_epochs=epochs).fit(TinyModel(SleepDataset(48, delay=0.002), batch_size=2))
     return monitor
+
+
+def loader_in_steps(path):
+    """Per ProfilerStep of the trace at ``path``, in order: the time (µs) inside it covered by DataLoader spans,
+    counted here over the raw events (a CPU trace: nothing ranks above DataLoader in the plugin's breakdown)."""
+    events = [e for e in read_trace(path)["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    loader = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                    if e.get("name", "").startswith("enumerate(DataLoader)#") and e["name"].endswith(".__next__"))
+    merged = []
+    for a, b in loader:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [sum(max(0, min(b, e) - max(a, s)) for a, b in merged) for s, e in steps]
 
 
 def tb_dataloader_per_step(path, cache_dir):
@@ -44,8 +61,9 @@ def test_plugin_loader_finds_each_window_as_a_run(tmp_path):
 def test_plugin_overview_counts_dataloader_time(tmp_path):
     data_bound_run(tmp_path, steps="5-7")
     (path,) = trace_files(tmp_path)
-    per_step = tb_dataloader_per_step(path, tmp_path)
-    assert len(per_step) == 3 and min(per_step) > 0
+    per_step, counted = tb_dataloader_per_step(path, tmp_path), loader_in_steps(path)
+    assert len(per_step) == len(counted) == 3 and min(counted) > 1000  # a 2 ms sleep a sample, 2 a batch
+    assert per_step == pytest.approx(counted, abs=1)
     raw = tmp_path / "raw.json"
     # the same trace without our re-labelling shows the plugin's bug: DataLoader = 0
     trace = read_trace(path)
@@ -114,5 +132,6 @@ def test_tensorboard_server_lists_runs_and_serves_overview(tmp_path, tensorboard
     assert [r[0] for r in rows] == ["3", "4", "5"]
     columns = [c.get("name") for c in overview["steps"]["columns"]]
     dataloader = [r[columns.index("DataLoader")] for r in rows]
-    assert min(dataloader) > 0
+    (path,) = [p for p in trace_files(tmp_path) if "step=000003-000005" in p]
+    assert dataloader == pytest.approx(loader_in_steps(path), abs=1)  # what the Overview shows: the trace's
     assert server.proc.poll() is None
