@@ -11,9 +11,9 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.internals import state_key
-from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, epoch_length,
-                                              guarded, last_step, log_step, own_trace_dir, rank_of, rehook,
-                                              runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
+from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, check_monitors_come_after,
+                                              cuda_uuid, epoch_length, guarded, last_step, log_step, own_trace_dir, rank_of,
+                                              rehook, runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome, Place
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
@@ -88,8 +88,7 @@ class PerformanceMonitor(Callback):
     # (`_wake`), the validation batch hooks with `validation_batches`.
     on_train_batch_start = on_before_backward = on_after_backward = None  # type: ignore[assignment]
     on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
-    on_test_batch_start = on_test_batch_end = None  # type: ignore[assignment]
-    on_predict_batch_start = on_predict_batch_end = None  # type: ignore[assignment]
+    on_test_batch_start = on_test_batch_end = on_predict_batch_start = on_predict_batch_end = None  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -119,6 +118,7 @@ class PerformanceMonitor(Callback):
         # not guarded: a trace folder that cannot be written is the user's to fix, before the first step
         if stage != "fit":
             return
+        check_monitors_come_after(trainer, self)
         self._end(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
         chosen = self.options.dirpath or trace_dir(trainer)
@@ -208,9 +208,8 @@ class PerformanceMonitor(Callback):
 
     @property
     def state_key(self) -> str:  # two instances in one Trainer each keep their own state in a checkpoint
-        key = {k: getattr(self.options, k) for k in ("dirpath", "steps", "every_n_steps", "ranks")}
-        key["dirpath"] = key["dirpath"] and redact(key["dirpath"])  # checkpoints hold the key: never a password
-        return state_key(self, **key)
+        key = {k: getattr(self.options, k) for k in ("steps", "every_n_steps", "ranks")}  # in checkpoints: no password
+        return state_key(self, dirpath=self.options.dirpath and redact(self.options.dirpath), **key)
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in checkpoints: the alert episode and cooldown, and the capture budget left."""
@@ -231,8 +230,7 @@ class PerformanceMonitor(Callback):
                       lambda: worker_pids(trainer))
         if self._fit.windows.validation is not None:  # the validation batch hooks exist only then: else they cost nothing
             rehook(self, "on_validation_batch_start", "on_validation_batch_end")
-        self._fit.windows.last_step = last_step(trainer)
-        self._trainer = trainer
+        self._fit.windows.last_step, self._trainer = last_step(trainer), trainer
 
     def _wake(self) -> None:
         """From the fetch timer, at the first fetch of a step with work at its end (and every ``OWNER_CHECK_S`` s):

@@ -17,6 +17,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.capture_request import other_fit
 from lightning_profkit.internals import batches_that_stepped, loader_workers
+from lightning_profkit.metric_names import PREFIX
 from lightning_profkit.monitor.fit import Outcome, Rank
 from lightning_profkit.printable import redact
 from lightning_profkit.store import is_url, join
@@ -120,10 +121,28 @@ def apply(trainer: Trainer, outcome: Outcome) -> None:
         for step, metrics in outcome.metrics:
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
+    if outcome.callback_metrics:  # where EarlyStopping and ModelCheckpoint look, as LearningRateMonitor puts its own
+        import torch
+
+        trainer.callback_metrics.update({k: torch.tensor(v) for k, v in outcome.callback_metrics.items()})
     if outcome.stop:
         trainer.should_stop = True
     if outcome.raise_ is not None:
         raise outcome.raise_
+
+
+def check_monitors_come_after(trainer: Trainer, callback: Any) -> None:
+    """A callback that monitors a ``profkit/`` metric at the end of a training epoch must run after ``callback``,
+    which puts the epoch's figures there; ModelCheckpoint always does (Lightning runs it last). Raises
+    ``ValueError`` naming the fix."""
+    from lightning.pytorch.callbacks import Checkpoint
+
+    for other in trainer.callbacks[:trainer.callbacks.index(callback)]:
+        monitor = getattr(other, "monitor", None)
+        if isinstance(monitor, str) and monitor.startswith(PREFIX) and not isinstance(other, Checkpoint):
+            raise ValueError(f"{type(other).__name__}(monitor={monitor!r}) comes before PerformanceMonitor in "
+                             "`callbacks=`: put PerformanceMonitor first, so that its epoch figures are there when "
+                             f"{type(other).__name__} reads them")
 
 
 def tensorboard_loggers(trainer: Trainer) -> list[Any]:

@@ -10,7 +10,6 @@ import sys
 import tempfile
 from typing import Any, Optional
 
-# Neither msgspec nor numpy here: `profkit summary` starts its decoding workers before it imports numpy.
 from lightning_profkit.cli.progress import Progress
 from lightning_profkit.cli.shared import CommandError, add_jobs, exit_status, say
 from lightning_profkit.companions import SIDECAR

@@ -50,10 +50,12 @@ OWNER_CHECK_S = 10.0  # seconds of training between checks that the callback is 
 
 @dataclass
 class Outcome:
-    """What the trainer does after a call: ``metrics`` to log (``(step, {name: value})``, rank zero), ``lines``
-    to print on rank zero, whether to ``stop`` training, and an alert to ``raise_`` (``alert_action="raise"``)."""
+    """What the trainer does after a call: ``metrics`` to log (``(step, {name: value})``, rank zero), the epoch's
+    figures for Lightning's callbacks to read (``callback_metrics``, every rank), ``lines`` to print on rank zero,
+    whether to ``stop`` training, and an alert to ``raise_`` (``alert_action="raise"``)."""
 
     metrics: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    callback_metrics: dict[str, float] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
     stop: bool = False
     raise_: Optional[DataWaitAlertError] = None
@@ -307,6 +309,8 @@ class FitRun:
                     self._judge(out, ratio, None if worst is None else int(worst), f"epoch {self.epoch}", step)
                 metrics[PREFIX + "data_wait_alert"] = float(self.checks.episode_in_epoch)
                 metrics[PREFIX + "data_wait_alerts"] = float(self.checks.rule.alerts)
+            if self.options.log_metrics:
+                out.callback_metrics = metrics  # the same on every rank: reduced over them
             if self.options.log_metrics and metrics and self.rank.is_zero:
                 out.metrics.append((log_step, {**metrics, "epoch": float(self.epoch)}))
             if self.output is not None:

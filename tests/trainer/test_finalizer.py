@@ -25,7 +25,7 @@ def finalizers():
                 cmdline = f.read().split(b"\0")
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() and CHILD.encode() in cmdline:
+        if ppid == os.getpid() and any(CHILD.encode() in arg for arg in cmdline):
             found[int(pid)] = os.sched_getscheduler(int(pid)), os.getpriority(os.PRIO_PROCESS, int(pid))
     return found
 

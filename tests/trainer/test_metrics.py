@@ -282,3 +282,35 @@ def test_steps_slowed_by_other_jobs_after_the_window_are_not_blamed_on_it(tmp_pa
     # wait: 0.6-1.2 here, up to 1.9 in an epoch where other tests' load came and went), and no notice
     assert len(ratios) == 3 and max(ratios) < 0.75 * after / before, (ratios, after / before)
     assert not [w for w in caught if "after_window_ratio" in str(w.message)]
+
+
+def test_early_stopping_and_model_checkpoint_read_the_epoch_metrics(tmp_path):
+    """Lightning's own callbacks monitor our metrics: EarlyStopping stops a data-bound fit whose data wait does not
+    get better, ModelCheckpoint keeps the epoch with the least, and `trainer.callback_metrics` holds each epoch's
+    figures as the loggers got them."""
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    recorder = Recorder()
+    stop = EarlyStopping(monitor="profkit/data_wait_ratio", mode="min", patience=0)
+    best = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="profkit/data_wait_ratio", mode="min")
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False), stop, best], max_epochs=10, logger=recorder,
+                           enable_checkpointing=True)
+    trainer.fit(TinyModel(SleepDataset(16, delay=0.002)))
+    logged = [metrics for _, metrics in recorder.rows if "profkit/data_wait_ratio" in metrics]
+    assert trainer.should_stop and stop.stopped_epoch == trainer.current_epoch - 1 < 9  # stopped, not at max_epochs
+    assert len(logged) == trainer.current_epoch
+    last = {k: v for k, v in logged[-1].items() if k.startswith("profkit/")}
+    assert {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("profkit/")} == pytest.approx(last)
+    ratios = [m["profkit/data_wait_ratio"] for m in logged]
+    assert float(best.best_model_score) == pytest.approx(min(ratios))
+    assert float(stop.best_score) == pytest.approx(min(ratios))
+
+
+def test_a_monitor_of_our_metrics_listed_first_is_an_error_at_setup(tmp_path):
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    stop = EarlyStopping(monitor="profkit/data_wait_ratio", mode="min")
+    trainer = make_trainer(tmp_path, [stop, PerformanceMonitor(profile=False)])
+    with pytest.raises(ValueError, match=r"EarlyStopping\(monitor='profkit/data_wait_ratio'\) comes before "
+                                         "PerformanceMonitor in `callbacks=`: put PerformanceMonitor first"):
+        trainer.fit(TinyModel(SleepDataset(8)))
