@@ -1,4 +1,4 @@
-"""Every private name of Lightning and torch that the package uses, read or set here and nowhere else.
+"""Every private name of Lightning, torch and Python that the package uses, read or set here and nowhere else.
 
 Each is looked up on the installed objects when it is used, never assumed: where a release has moved one,
 the caller gets None (or False) and takes its fallback, and :func:`moved` is the one line that says what was
@@ -20,6 +20,8 @@ not found in which installed version. Where a public hook gives the same fact, i
   text made here.
 - ``torch.autograd.profiler._is_profiler_enabled``: whether another session runs. Fallback: starting ours fails,
   which ends profiling with one warning.
+- Python's ``sys._current_frames``: the main thread's frame, where a helper thread's warning is shown. Fallback:
+  shown where it was raised.
 """
 
 from __future__ import annotations
@@ -100,3 +102,11 @@ def profiler_running() -> bool:
     import torch.autograd.profiler as autograd_profiler
 
     return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
+
+
+def thread_frame(ident: Optional[int]) -> Any:
+    """The running frame of the thread ``ident`` (Python's ``sys._current_frames``), or None."""
+    import sys
+
+    frames = getattr(sys, "_current_frames", None)
+    return frames().get(ident) if callable(frames) and ident is not None else None

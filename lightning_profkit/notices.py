@@ -1,33 +1,49 @@
-"""How our warnings reach the user: ``DataWaitWarning: PerformanceMonitor: ...``, the category and the text.
+"""How our warnings reach the user: as Python's own, shown at the line of the user's code that is running (their
+``trainer.fit(...)``), with the category and the text: ``train.py:42: DataWaitWarning: PerformanceMonitor: ...``.
 
-Lightning formats every warning raised from a path containing "lightning" as ``<file>:<line>: <text>``,
-which would print our library's path and drop the category. :func:`warn` formats this one warning itself,
-for the call only; filters (``warnings.filterwarnings(..., category=DataWaitWarning)``) work as for any
-warning, and other warnings keep whatever format is in place.
+A warning raised from our code would be shown at a line of our package, which Lightning's format of warnings from a
+path with "lightning" in it prints without the category. :func:`warn` names the user's frame instead, through
+:func:`warnings.warn_explicit`: nothing of the warnings module is changed, filters
+(``warnings.filterwarnings(..., category=DataWaitWarning)``) work as for any warning, and other warnings and
+threads are untouched.
 """
 
 from __future__ import annotations
 
+import inspect
+import threading
 import warnings
+from types import FrameType
+from typing import Optional
 
+from lightning_profkit.internals import thread_frame
 from lightning_profkit.printable import redact
 
+# the modules whose frames are not the user's: ours, Lightning's, torch's, and the standard library's wrappers
+FRAMEWORKS = ("lightning_profkit", "lightning", "lightning_fabric", "pytorch_lightning", "torch", "contextlib",
+              "functools", "threading", "concurrent")
 
-def warn(message: str, category: type[Warning] = RuntimeWarning, stacklevel: int = 1) -> None:
-    """Warn with ``message``, printed as ``<category name>: <message>``; ``stacklevel`` as in :func:`warnings.warn`
-    for our caller."""
-    previous = warnings.formatwarning
 
-    def formatwarning(msg, cat, filename, lineno, line=None):  # type: ignore[no-untyped-def]
-        if cat is category and str(msg) == message:
-            return f"{cat.__name__}: {msg}\n"
-        return previous(msg, cat, filename, lineno, line)
+def users_frame() -> Optional[FrameType]:
+    """The innermost frame of the user's code on the training thread (this one, or the main thread when this is
+    a helper thread of ours); None where there is none (a fit started by a framework)."""
+    frame = inspect.currentframe()
+    if threading.current_thread() is not threading.main_thread():
+        frame = thread_frame(threading.main_thread().ident) or frame
+    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] in FRAMEWORKS:
+        frame = frame.f_back
+    return frame
 
-    warnings.formatwarning = formatwarning
-    try:
-        warnings.warn(message, category, stacklevel=stacklevel + 1)
-    finally:
-        warnings.formatwarning = previous
+
+def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
+    """Warn with ``message`` of ``category``, shown at the user's line that is running (see :func:`users_frame`)."""
+    frame = users_frame()
+    if frame is None:
+        warnings.warn(message, category, stacklevel=2)
+        return
+    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"),
+                           registry=frame.f_globals.setdefault("__warningregistry__", {}))
 
 
 class Notices:
@@ -41,4 +57,4 @@ class Notices:
         key = key or message
         if key not in self.said:
             self.said.add(key)
-            warn(f"PerformanceMonitor: {redact(message)}", RuntimeWarning, stacklevel=3)
+            warn(f"PerformanceMonitor: {redact(message)}", RuntimeWarning)

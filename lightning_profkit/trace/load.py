@@ -132,9 +132,11 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
 
 
 def _pool(jobs: int) -> ProcessPoolExecutor:
-    """``jobs`` worker processes, started by forkserver: a fresh process that forks them, whatever threads this one
-    has (fork beside threads can deadlock the child)."""
-    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("forkserver"))
+    """``jobs`` worker processes: forked from this process while it has no other thread (they start at once, with
+    what it has imported, all before the pool's own thread), else started by forkserver, a fresh process that forks
+    them (fork beside threads can deadlock the child)."""
+    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() else "forkserver"
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method))
 
 
 def _cancel(pending: collections.deque[Future]) -> None:

@@ -69,10 +69,11 @@ def test_the_alert_reads_like_a_warning_in_the_order_things_happen(demo):
     _, text = demo
     lines = text.splitlines()
     (alert,) = [i for i, line in enumerate(lines) if "data wait was" in line]
-    assert lines[alert].startswith("DataWaitWarning: ")  # the category, no library path
-    assert "lightning_profkit" not in lines[alert] and ".py:" not in lines[alert]
+    where, said = lines[alert].split(": ", 1)  # shown at the user's line (the demo's fit), with its category
+    assert where.startswith(os.path.join(ROOT, "examples", "data_bound.py") + ":") and "lightning_profkit" not in said
     # a check of 100 steps over epochs of 64 steps names both epochs
-    assert lines[alert].startswith("DataWaitWarning: steps 0-99 (epochs 0-1): data wait was ")
+    assert said.startswith("DataWaitWarning: steps 0-99 (epochs 0-1): data wait was ")
+    assert any(line.strip().startswith("trainer.fit(") for line in lines[alert:alert + 8])  # as Python shows it
     # it says which steps it records, and one more line names their trace once written
     recording = [line.strip() for line in lines[alert:alert + 6] if line.strip().startswith("Recording")]
     assert recording == ["Recording steps 101-103; their trace is named when written"]
@@ -85,7 +86,7 @@ def test_the_alert_can_still_be_filtered_by_its_category(tmp_path):
             "warn('PerformanceMonitor: slow', DataWaitWarning)\n"
             "warnings.filterwarnings('ignore', category=DataWaitWarning)\nwarn('PerformanceMonitor: hidden', DataWaitWarning)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.stderr == "DataWaitWarning: PerformanceMonitor: slow\n"
+    assert done.stderr == "<string>:4: DataWaitWarning: PerformanceMonitor: slow\n"
     before = warnings.formatwarning
     with pytest.warns(DataWaitWarning, match="slow"):
         warn("PerformanceMonitor: slow", DataWaitWarning)
@@ -187,14 +188,18 @@ def test_the_metrics_page_lists_every_metric_a_real_fit_logs(tmp_path):
 
 OURS = ("lightning_profkit:", "DataWaitWarning:", "RuntimeWarning: PerformanceMonitor:", "UserWarning: PerformanceMonitor:")
 TABLE_ROW = re.compile(r"\S {2,}\S")  # aligned columns
+WHERE = re.compile(r"^\S+:\d+: ")  # Python's place of a warning: the user's file and line, not ours
 
 
-def our_lines(text: str, everything: bool = False) -> list[str]:
-    """The lines of ours in ``text``: those that start with one of our prefixes and the indented lines after them
-    (``everything``: every line, as in profkit's output), less table rows."""
+def our_lines(text: str, everything: bool = False, source: str = "") -> list[str]:
+    """The lines of ours in ``text``: those that start with one of our prefixes (a warning's after the user's file
+    and line, which Python puts first) and the indented lines after them (``everything``: every line, as in profkit's
+    output), less table rows and the user's line of ``source`` that Python shows under a warning."""
     out, ours = [], False
+    code = {line.strip() for line in source.splitlines() if line.strip()}
     for line in text.splitlines():
-        ours = everything or line.startswith(OURS) or (ours and line.startswith("  "))
+        line = WHERE.sub("", line)
+        ours = everything or line.startswith(OURS) or (ours and line.startswith("  ") and line.strip() not in code)
         if ours and not TABLE_ROW.search(line):
             out.append(line)
     return out
@@ -206,7 +211,7 @@ def test_every_line_a_fit_and_profkit_print_fits_120_characters(tmp_path):
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "story_script.py")
     fit = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert fit.returncode == 0, fit.stderr[-3000:]
-    printed = our_lines(fit.stdout + fit.stderr)
+    printed = our_lines(fit.stdout + fit.stderr, source=open(script).read())
     said = "\n".join(printed)
     assert "data wait was" in said and "slower after the windows" in said and "windows of rank 0" in said, said
     profiler = tmp_path / "lightning_logs" / "version_0" / "profiler"

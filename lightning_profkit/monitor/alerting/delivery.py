@@ -28,7 +28,7 @@ class AlertDelivery:
             self.recording.append(alert)
         if not self.to_user:
             return
-        warn(alert.message, DataWaitWarning, stacklevel=2)
+        warn(alert.message, DataWaitWarning)
         if self.to_loggers is not None:
             try:
                 self.to_loggers(alert)
@@ -48,5 +48,4 @@ class AlertDelivery:
         for alert in named:
             alert.trace_dir = os.path.dirname(path)
             if self.to_user:
-                warn(f"trace of the steps after the alert at step {alert.step}:\n  {alert.trace_dir}", DataWaitWarning,
-                     stacklevel=2)
+                warn(f"trace of the steps after the alert at step {alert.step}:\n  {alert.trace_dir}", DataWaitWarning)
