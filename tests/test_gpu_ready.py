@@ -17,15 +17,14 @@ from torch.profiler import ProfilerAction, ProfilerActivity
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.profiling.windows import Recording, WindowSession
-from lightning_profkit.monitor.timing.epoch_figures import PREFIX, reduce_ranks, to_vector
+from lightning_profkit.monitor.timing.epoch_figures import PREFIX, reduce_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "lightning_profkit")
 
 
 def test_peak_memory_is_the_worst_rank_not_the_mean():
-    rows = [to_vector({"peak_memory_mb": 1000.0, "data_wait_ratio": 0.1}),
-            to_vector({"peak_memory_mb": 70000.0, "data_wait_ratio": 0.3})]
+    rows = [{"peak_memory_mb": 1000.0, "data_wait_ratio": 0.1}, {"peak_memory_mb": 70000.0, "data_wait_ratio": 0.3}]
     out = reduce_ranks(rows)
     assert out[PREFIX + "peak_memory_mb"] == 70000.0
     assert out[PREFIX + "data_wait_ratio"] == 0.2  # the rest stay means

@@ -19,7 +19,7 @@ EVERY_FIGURE = HostFigures(steps=2, step_time_us=10.0, data_wait_us=1.0, data_wa
 def every_logged_name():
     """What each path of the code logs, with every figure present: two ranks' epoch and rolling figures, and a
     training and a validation window with every figure."""
-    names = set(reduce_ranks([[1.0] * len(EXCHANGED), [2.0] * len(EXCHANGED)]))
+    names = set(reduce_ranks([dict.fromkeys(EXCHANGED, 1.0), dict.fromkeys(EXCHANGED, 2.0)]))
     names |= {PREFIX + "data_wait_alert", PREFIX + "data_wait_alerts"}  # set by the fit once the rule has judged the epoch
     names |= set(rolling_metrics([BlockFigures(1.0, 2.0, 0.0), BlockFigures(1.5, 2.0, 0.0)], 10))
     names |= set(window_metrics(EVERY_FIGURE)) | set(window_metrics(EVERY_FIGURE, validation=True))
@@ -52,4 +52,4 @@ def test_units_and_the_readers_names():
     assert set(HostFigures.per_step(EVERY_FIGURE)) == {name.split("/", 2)[2] for name in window_metrics(EVERY_FIGURE)}
     with pytest.raises(KeyError):
         find("profkit/no_such_metric")
-    assert not math.isnan(reduce_ranks([[0.5] * len(EXCHANGED)])[PREFIX + "data_wait_ratio"])
+    assert not math.isnan(reduce_ranks([dict.fromkeys(EXCHANGED, 0.5)])[PREFIX + "data_wait_ratio"])

@@ -13,7 +13,8 @@ ever drop a reference."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
@@ -53,3 +54,10 @@ def exchange(group: Any, values: list[float]) -> list[list[float]]:
     mine.copy_(torch.tensor(values, dtype=torch.float64))
     dist.all_gather(rows, mine, group=group)
     return [row.tolist() for row in rows]
+
+
+def exchange_named(group: Any, figures: dict[str, float], names: Sequence[str]) -> list[dict[str, float]]:
+    """Every rank's ``figures`` in rank order, by name: each of ``names`` that the rank has (every rank sends a
+    value for each, NaN where it has none)."""
+    rows = exchange(group, [figures.get(name, math.nan) for name in names])
+    return [{name: value for name, value in zip(names, row) if not math.isnan(value)} for row in rows]

@@ -27,11 +27,11 @@ import torch
 
 from lightning_profkit import capture_request
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
-from lightning_profkit.metric_names import PREFIX
+from lightning_profkit.metric_names import EXCHANGED, PREFIX
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
 from lightning_profkit.monitor.alerting.checks import BlockFigures, RollingChecks
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
-from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group
+from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group, exchange_named
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
 from lightning_profkit.monitor.profiling.captures import requested_steps
@@ -295,8 +295,8 @@ class FitRun:
         if self.options.log_metrics or self.checks.rule is not None:
             # every rank takes part in the same collective here, whatever happened to its profiling
             total = self.output.helper_cpu_s if self.output is not None else None  # read now, not at the last window
-            mine = self.measure.vector(self.timer.stats, end, self.epoch_first_step, profiled, spent, total)
-            metrics = reduce_ranks(exchange(self.group, mine))  # over gloo: the device is untouched
+            mine = self.measure.figures(self.timer.stats, end, self.epoch_first_step, profiled, spent, total)
+            metrics = reduce_ranks(exchange_named(self.group, mine, EXCHANGED))  # over gloo: the device is untouched
             notice = self.measure.after_window(metrics.get(PREFIX + "overhead/after_window_ratio"))
             if notice and self.rank.is_zero:
                 self.report(notice, "after_window")

@@ -6,7 +6,7 @@ import time
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group
+from lightning_profkit.monitor.exchange import close_group, exchange, exchange_group, exchange_named
 
 ROUNDS = 20
 
@@ -15,7 +15,8 @@ def _rank(rank, port, answers):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     for round_ in range(ROUNDS):  # a group made, used and freed every round, as each fit does
         group = exchange_group(2)
-        seen = [exchange(group, [float(rank), float(round_)]), exchange(group, [rank * 10.0, 1.0, 2.0])]
+        seen = [exchange(group, [float(rank), float(round_)]), exchange(group, [rank * 10.0, 1.0, 2.0]),
+                exchange_named(group, {"b": float(rank), **({"a": 1.0} if rank else {})}, ("a", "b"))]
         close_group(group)
         del group  # before torch 2.8, freeing a group whose gloo threads held a gather's last tensors hung here
     answers.put((rank, seen))
@@ -39,4 +40,5 @@ def test_every_rank_gets_every_ranks_values_and_a_freed_group_never_hangs():
                 process.kill()
     got = dict(answers.get() for _ in range(2))
     last = ROUNDS - 1
-    assert got[0] == got[1] == [[[0.0, last], [1.0, last]], [[0.0, 1.0, 2.0], [10.0, 1.0, 2.0]]]
+    assert got[0] == got[1] == [[[0.0, last], [1.0, last]], [[0.0, 1.0, 2.0], [10.0, 1.0, 2.0]],
+                                [{"b": 0.0}, {"a": 1.0, "b": 1.0}]]  # by name: what a rank lacks is absent

@@ -57,21 +57,16 @@ def epoch_figures(
     return out
 
 
-def to_vector(figures: dict[str, float]) -> list[float]:
-    """The figures in the exchange's order, NaN for an absent one (every rank sends every value)."""
-    return [figures.get(k, math.nan) for k in EXCHANGED]
-
-
-def reduce_ranks(rows: Sequence[Sequence[float]]) -> dict[str, float]:
-    """Per-rank vectors (``EXCHANGED`` order) to logged metrics: the mean over ranks that have a value
+def reduce_ranks(rows: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Every rank's epoch figures (by name, in rank order) to logged metrics: the mean over ranks that have a value
     (the maximum for ``LARGEST``); with several ranks also the data-wait maximum and the rank that has it."""
     out: dict[str, float] = {}
-    for i, key in enumerate(EXCHANGED):
-        present = [row[i] for row in rows if not math.isnan(row[i])]
+    for key in EXCHANGED:
+        present = [row[key] for row in rows if key in row]
         if present:
             out[PREFIX + key] = max(present) if key in LARGEST else sum(present) / len(present)
     if len(rows) > 1:
-        waits = [(row[0], rank) for rank, row in enumerate(rows) if not math.isnan(row[0])]
+        waits = [(row["data_wait_ratio"], rank) for rank, row in enumerate(rows) if "data_wait_ratio" in row]
         if waits:
             worst, rank = max(waits)
             out[PREFIX + "data_wait_ratio_max"] = worst

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from lightning_profkit.monitor.timing.cpu_wait import CpuWaitShares
-from lightning_profkit.monitor.timing.epoch_figures import EpochSpans, epoch_figures, to_vector
+from lightning_profkit.monitor.timing.epoch_figures import EpochSpans, epoch_figures
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats, LoaderSetupTimer
 from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.timing.own_cost import BUSY_AFTER, SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
@@ -75,11 +75,11 @@ class EpochMeasure:
         """The seconds of the validation run that ended ``now``, inside the epoch."""
         return self.spans.validation_end(now, self._gpu_mark())
 
-    def vector(self, stats: FetchStats, end: float, first_step: int, profiled: list[int], spent: list[float],
-               helper_total: Optional[float]) -> list[float]:
+    def figures(self, stats: FetchStats, end: float, first_step: int, profiled: list[int], spent: list[float],
+                helper_total: Optional[float]) -> dict[str, float]:
         """This rank's figures of the epoch ending at ``end`` (from step ``first_step``; ``profiled``: its steps in
         windows, ``spent``: seconds the windows' sessions took on the training thread, ``helper_total``: CPU seconds
-        of trace writing off it so far), measured and what profiling cost, in the exchange's order."""
+        of trace writing off it so far), measured and what profiling cost, by name."""
         try:
             peak = torch.cuda.max_memory_allocated() if self.on_cuda else None
             figures = epoch_figures(stats, self.spans.start, end, self.spans.validation_s, self.batch_size, peak,
@@ -93,10 +93,10 @@ class EpochMeasure:
             self.busy_after = waits[1]
             cost, baseline = own_cost(stats.step_times, first_step, profiled, self.step_baseline, spent, helper, waits)
             self.step_baseline = self.step_baseline or baseline
-            return to_vector({**figures, **cost})
+            return {**figures, **cost}
         except Exception as err:
             self.report(f"epoch metrics failed:\n  {err!r}", "metrics")
-            return to_vector({})
+            return {}
 
     def after_window(self, ratio: Optional[float]) -> Optional[str]:
         """The notice to give once unprofiled steps stay slower after the windows than before them, epochs running
