@@ -9,7 +9,6 @@ import pytest
 from lightning_profkit.monitor.writing import child
 from lightning_profkit.trace.load import PieceError, pieces
 from lightning_profkit.trace.rewrite import edit, joined
-from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -37,9 +36,14 @@ def events():
 
 
 def expected(text, last):
-    """The same edits made on the whole document as Python objects."""
+    """The same edits made here on the whole document as Python objects."""
     doc = json.loads(text)
-    relabel_dataloader_events(doc["traceEvents"])
+    for e in doc["traceEvents"]:  # a DataLoader span recorded as an annotation becomes an operator, as in the plugin
+        name = e.get("name") or ""
+        if e.get("cat") == "user_annotation" and e.get("ph") == "X" and (
+                name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")
+                or name.startswith("enumerate(DataPipe)#")):
+            e["cat"] = "cpu_op"
     if last is not None:
         doc["traceEvents"] = [e for e in doc["traceEvents"]
                               if not e["name"].startswith("ProfilerStep#") or int(e["name"][13:]) <= last]
@@ -86,20 +90,21 @@ def test_an_event_that_does_not_decode_alone_is_refused_not_guessed():
         edit(text, None)
 
 
-def test_finalize_trace_streams_as_it_rewrites_the_whole(tmp_path, gpu_traces, monkeypatch):
-    """A real A100 trace (DataLoader spans under user_annotation) cut into 64 kB pieces gives the document that the
-    rewrite of the whole as Python objects gives, with the same figures."""
+def test_finalize_trace_streams_the_document_edited_as_objects(tmp_path, gpu_traces, monkeypatch):
+    """A real A100 trace (DataLoader spans under user_annotation) cut into 64 kB pieces gives the document edited as
+    Python objects, with the figures of that document; a dump the edits cannot read is kept as written."""
     with gzip.open(gpu_traces / "hta" / "trace_diff_control" / "control.json.gz", "rb") as f:
         text = f.read()
     meta = {"rank": 3, "world_size": 8, "epoch": 0, "steps": [1009, 1012]}  # the trace has 1009-1014
+    monkeypatch.setattr(child, "FINALIZE_PIECE", 1 << 16)
     done = {}
-    for way, rewrite in (("streamed", child._rewrite_streaming), ("whole", child._rewrite_whole)):
-        monkeypatch.setattr(child, "FINALIZE_PIECE", 1 << 16)
-        (tmp_path / f"{way}.raw").write_bytes(text)
+    for way in ("edited", "as written"):
+        (tmp_path / "raw").write_bytes(text)
         final = tmp_path / way / "w.pt.trace.json.gz"
         final.parent.mkdir()
-        loaded, size, _ = rewrite(str(tmp_path / f"{way}.raw"), str(final), meta, 1012)
+        loaded, size, _ = child._rewrite_streaming(str(tmp_path / "raw"), str(final), meta, 1012, way == "as written")
         done[way] = json.loads(gzip.decompress(final.read_bytes())), child.summarize_trace(str(final), loaded)
-    (streamed, figures), (whole, whole_figures) = done["streamed"], done["whole"]
-    assert streamed == whole and streamed["profkit"] == meta and "distributedInfo" in streamed
-    assert figures["host"] == whole_figures["host"] and figures["host"]["steps"] == 4
+    (streamed, figures), (kept, kept_figures) = done["edited"], done["as written"]
+    assert streamed == {**expected(text, 1012), "profkit": meta} and "distributedInfo" in streamed
+    assert kept == {**json.loads(text), "profkit": meta}
+    assert figures["host"]["steps"] == 4 and kept_figures["host"]["steps"] == 6

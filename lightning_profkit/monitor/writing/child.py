@@ -24,7 +24,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Iterator, Optional, TextIO
+from typing import Any, Iterable, Iterator, Optional, TextIO
 
 from lightning_profkit.atomic_files import atomic_writer, write_atomic
 from lightning_profkit.capture_request import MARKER, MAX_BYTES, REQUEST, marker_of
@@ -33,12 +33,10 @@ from lightning_profkit.store import StoreError, join, read, remove, upload_with_
 from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.file import json_blocks, read_json
 from lightning_profkit.trace.integrity import problems
-from lightning_profkit.trace.load import Appender, LoadedTrace, PieceError, decode_piece, framed_piece, load, pieces
+from lightning_profkit.trace.load import Appender, LoadedTrace, PieceError, decode_piece, framed_piece, pieces
 from lightning_profkit.trace.rewrite import Text, edit, joined
 from lightning_profkit.trace.sidecar import keep
 from lightning_profkit.trace.summary import summarize_trace
-from lightning_profkit.trace.tensorboard_compat import relabel_dataloader_events
-from lightning_profkit.trace.vocabulary import is_step, step_number
 
 try:  # ISA-L deflates about ten times as fast as zlib
     from isal.isal_zlib import DEFLATED
@@ -59,8 +57,8 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
     last = meta["steps"][1] if "steps" in meta and not meta.get("validation") else None
     try:
         trace, size, meta = _rewrite_streaming(raw_path, final_path, meta, last)
-    except PieceError:  # text not laid out as a profiler writes it: the whole document, as Python objects
-        trace, size, meta = _rewrite_whole(raw_path, final_path, meta, last)
+    except PieceError:  # text not laid out as a profiler writes it: kept as written, with our keys
+        trace, size, meta = _rewrite_streaming(raw_path, final_path, meta, last, as_written=True)
     os.remove(raw_path)
     summary = summarize_trace(final_path, trace, beside=False)  # one thread, the least memory: the trace is out
     unkept = companions(final_path, summary)
@@ -69,17 +67,22 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
             "unkept": unkept}
 
 
-def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any],
-                       last: Optional[int]) -> tuple[LoadedTrace, int, dict[str, Any]]:
+def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], last: Optional[int],
+                       as_written: bool = False) -> tuple[LoadedTrace, int, dict[str, Any]]:
     """The rewrite a piece at a time (:mod:`~lightning_profkit.trace.rewrite`), each piece edited, decoded into rows
-    and compressed as it is read: memory holds the rows and a few pieces, never the whole text."""
+    and compressed as it is read: memory holds the rows and a few pieces, never the whole text. ``as_written``: the
+    whole text as one piece, unedited (a dump the edits cannot read: its trace keeps all it recorded)."""
     appender, found, size = Appender(), {}, 0
 
     def edited() -> Iterator[tuple[Text, bool, bool]]:
         nonlocal size
-        blocks = (block for block, _ in json_blocks(raw_path, FINALIZE_PIECE))
-        for buf, start, end, first, last_piece in pieces(blocks, FINALIZE_PIECE):
-            text = edit(buf, last, start, end)
+        if as_written:
+            whole = read_json(raw_path)
+            parts: Iterable[tuple[Any, int, int, bool, bool]] = [(whole, 0, len(whole), True, True)]
+        else:
+            parts = pieces((block for block, _ in json_blocks(raw_path, FINALIZE_PIECE)), FINALIZE_PIECE)
+        for buf, start, end, first, last_piece in parts:
+            text = buf if as_written else edit(buf, last, start, end)
             rows, info, _ = decode_piece(framed_piece(text, 0, len(text), first, last_piece))
             appender.add(rows)
             found["info"] = found.get("info") or info
@@ -102,40 +105,11 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any],
     return LoadedTrace(found["rows"], found["info"], found["meta"]), size, found["meta"]
 
 
-def _rewrite_whole(raw_path: str, final_path: str, meta: dict[str, Any],
-                   last: Optional[int]) -> tuple[LoadedTrace, int, dict[str, Any]]:
-    """The same rewrite over the whole document as Python objects: for text that cannot be cut into pieces."""
-    trace = json.loads(read_json(raw_path))
-    events = trace.get("traceEvents") or []
-    relabel_dataloader_events(events)
-    if last is not None:
-        events[:] = steps_through(events, last)
-    trace.setdefault("distributedInfo", {"rank": meta.get("rank"), "world_size": meta.get("world_size")})
-    text = json.dumps(trace).encode("utf-8")  # default separators, as above
-    loaded = load(final_path, text=text)
-    meta = trace["profkit"] = _marked(meta, loaded.rows)
-    text = json.dumps(trace).encode("utf-8")
-    deflate = compressor()
-    write_atomic(final_path, deflate.compress(text) + deflate.flush())
-    return LoadedTrace(loaded.rows, trace["distributedInfo"], meta), len(text), meta
-
-
 def _marked(meta: dict[str, Any], rows: Any) -> dict[str, Any]:
     """The window's labels, with ``problems`` where its trace lacks what it recorded (the callback warns;
     `profkit summary` and `report` show them)."""
     lacks = problems(from_rows(rows), meta)
     return {**meta, "problems": lacks} if lacks else meta
-
-
-def steps_through(events: list[dict[str, Any]], last: int) -> list[dict[str, Any]]:
-    """The events less the step markers past ``last``: a window ended as validation began was already in the
-    next step, which never ran inside it (its marker spans the moment before validation)."""
-    def past(event: dict[str, Any]) -> bool:
-        name = event.get("name")
-        number = step_number(name) if isinstance(name, str) and is_step(name) else None
-        return number is not None and number > last
-
-    return [e for e in events if not past(e)]
 
 
 def compressor() -> Any:
