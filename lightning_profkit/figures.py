@@ -10,8 +10,9 @@ idle is the share of the steps, as the GPU ran them, without device activity, av
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 MB = 2**20
 
@@ -61,3 +62,12 @@ class HostFigures:
     def from_json(cls, data: dict[str, Any]) -> "HostFigures":
         peaks = {device: MemoryPeak(**peak) for device, peak in (data.get("peak_memory") or {}).items()}
         return cls(**{**data, "peak_memory": peaks})
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0 to 1) of a non-empty sequence, interpolated between its two nearest values (numpy's
+    default): the one definition of the epoch's p90 step time and the ranks' p90."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)

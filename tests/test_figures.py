@@ -3,6 +3,8 @@ and the same figures back from their JSON."""
 
 import json
 
+import pytest
+
 from lightning_profkit.figures import MB, HostFigures, MemoryPeak
 
 
@@ -20,3 +22,18 @@ def test_per_step_figures_say_their_units_and_leave_out_what_the_trace_lacks():
 def test_figures_come_back_from_their_json():
     figures = HostFigures(steps=2, step_time_us=5.0, peak_memory={"1:0": MemoryPeak(1, 2)})
     assert HostFigures.from_json(json.loads(json.dumps(figures.to_json()))) == figures
+
+
+def test_the_one_percentile_is_numpys_default():
+    """The epoch's p90 step time and the ranks' p90 are this one definition: numpy's linear interpolation."""
+    import random
+
+    import numpy as np
+
+    from lightning_profkit.figures import percentile
+
+    rng = random.Random(7)
+    for n in (1, 2, 3, 10, 1024):
+        values = [rng.random() * 100 for _ in range(n)]
+        for q in (0.0, 0.5, 0.9, 1.0):
+            assert percentile(values, q) == pytest.approx(float(np.percentile(values, 100 * q)))

@@ -12,12 +12,11 @@ Pure (no numpy): the callback computes its rank's figures from its window summar
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from statistics import median
 from typing import Any, Optional, Sequence
 
-from lightning_profkit.figures import HostFigures
+from lightning_profkit.figures import HostFigures, percentile
 
 # the parts of a step (torch-tb-profiler's categories) that are a rank's own work, and what each is called
 PARTS = {"data": ("DataLoader",), "host": ("CpuOp", "Runtime", "Other"), "compute": ("Kernel", "Memcpy", "Memset")}
@@ -125,9 +124,8 @@ def named(ranks: dict[int, float]) -> str:
 
 
 def distribution(values: Sequence[float]) -> dict[str, float]:
-    """Median, 90th percentile (nearest rank) and maximum."""
-    ordered = sorted(values)
-    return {"median": median(ordered), "p90": ordered[math.ceil(0.9 * len(ordered)) - 1], "max": ordered[-1]}
+    """Median, 90th percentile and maximum."""
+    return {"median": median(values), "p90": percentile(values, 0.9), "max": max(values)}
 
 
 def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:

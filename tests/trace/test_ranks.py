@@ -89,7 +89,7 @@ def test_the_verdict_line_of_a_thousand_ranks_is_a_line():
 
 
 def test_the_ranks_outside_the_distribution_are_named_most_first():
-    """A thousand ranks with a tail: median, p90 (nearest rank) and max, and the ranks beyond the balance named."""
+    """A thousand ranks with a tail: median, p90 and max, and the ranks beyond the balance named."""
     ranks = [rank(n, host=2.0 + (n >= 900) * 0.1 + (n >= 1000) * (n - 999) * 0.5) for n in range(1024)]
     found = verdict(ranks)
     assert found.own_ms_per_step == {"median": 8.0, "p90": pytest.approx(8.1), "max": pytest.approx(20.1)}

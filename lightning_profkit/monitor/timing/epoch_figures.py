@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from lightning_profkit.figures import HostFigures
+from lightning_profkit.figures import HostFigures, percentile
 from lightning_profkit.metric_names import EXCHANGED, LARGEST, PREFIX
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 
 if TYPE_CHECKING:
     from lightning_profkit.monitor.alerting.checks import BlockFigures
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (as numpy's default) of a non-empty sequence."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
 
 def epoch_figures(
     fetch: FetchStats,
