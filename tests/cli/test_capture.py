@@ -50,3 +50,15 @@ def test_steps_out_of_range_name_the_argument(tmp_path, capsys, steps, says):
     with pytest.raises(SystemExit) as done:
         main(["capture", str(tmp_path), "--steps", steps])
     assert done.value.code == 2 and f"argument --steps: {says}" in capsys.readouterr().err
+
+
+def test_a_folder_name_and_a_markers_host_cannot_drive_the_terminal(tmp_path, capsys):
+    """A run folder named with an escape sequence, a marker whose host holds one: both shown escaped."""
+    folder = tmp_path / "run\x1b[2Jx" / "profiler"
+    live = LiveRun(str(folder))
+    try:
+        assert main(["capture", str(folder.parent)]) == 0
+        said = capsys.readouterr().out
+        assert "\x1b" not in said and "run\\x1b[2Jx" in said
+    finally:
+        live.end()

@@ -33,3 +33,14 @@ def test_nothing_when_not_a_terminal_or_for_a_short_read():
         progress.reading("t.json")(1, 2)  # within its first second
         progress.done()
     assert read_terminal(main) == b""
+
+
+def test_a_file_name_is_shown_escaped():
+    main, other = pty.openpty()
+    with os.fdopen(other, "w") as terminal:
+        progress = Progress.on(terminal)
+        progress.after_s = 0.0
+        progress.reading("/x/t\x1b]0;owned\x07.json.gz")(5_000_000, 10_000_000)
+        progress.done()
+    shown = read_terminal(main).decode()
+    assert "\x1b]" not in shown and "t\\x1b]0;owned\\x07.json.gz" in shown
