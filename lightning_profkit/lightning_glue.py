@@ -124,7 +124,10 @@ def apply(trainer: Trainer, outcome: Outcome) -> None:
     if outcome.callback_metrics:  # where EarlyStopping and ModelCheckpoint look, as LearningRateMonitor puts its own
         import torch
 
-        trainer.callback_metrics.update({k: torch.tensor(v) for k, v in outcome.callback_metrics.items()})
+        held = trainer.callback_metrics  # this epoch's figures: none left from an earlier epoch that lacks one now
+        for name in [k for k in held if k.startswith(PREFIX) and k not in outcome.callback_metrics]:
+            del held[name]
+        held.update({k: torch.tensor(v) for k, v in outcome.callback_metrics.items()})
     if outcome.stop:
         trainer.should_stop = True
     if outcome.raise_ is not None:

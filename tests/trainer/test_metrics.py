@@ -300,7 +300,8 @@ def test_early_stopping_and_model_checkpoint_read_the_epoch_metrics(tmp_path):
     assert trainer.should_stop and stop.stopped_epoch == trainer.current_epoch - 1 < 9  # stopped, not at max_epochs
     assert len(logged) == trainer.current_epoch
     last = {k: v for k, v in logged[-1].items() if k.startswith("profkit/")}
-    assert {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("profkit/")} == pytest.approx(last)
+    got = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("profkit/")}
+    assert got == pytest.approx(last), (sorted(got), sorted(last))
     ratios = [m["profkit/data_wait_ratio"] for m in logged]
     assert float(best.best_model_score) == pytest.approx(min(ratios))
     assert float(stop.best_score) == pytest.approx(min(ratios))
