@@ -75,9 +75,9 @@ def _read(path: str, jobs: int, summary: Optional[dict[str, Any]], tables: bool,
     """Read the trace at ``path`` into ``done``: its summary (``summary`` where it is known) and, with ``tables``,
     its events table written beside it."""
     from lightning_profkit.trace.load import load
-    from lightning_profkit.trace.summary import summarize_trace
 
     trace = load(path, jobs, progress=progress.reading(path) if progress else None)
+    from lightning_profkit.trace.summary import summarize_trace  # numpy: after the read, whose workers fork first
     done.summaries.append(sidecar.with_place(path, summary) if summary is not None else summarize_trace(path, trace))
     if tables:
         try:

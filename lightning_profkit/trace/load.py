@@ -45,7 +45,7 @@ _OVERLAP = 256  # bytes searched again when a block arrives: the most a match ma
 _BOUNDARY = re.compile(rb'\}\s*,\s*\{(?=\s*")')
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _OPEN, _CLOSE = b'{"traceEvents":[', b"]}"
-IN_FLIGHT = 2  # pieces handed to each worker at a time: one it decodes, one waiting
+IN_FLIGHT = 1  # pieces handed to each worker beyond the one being appended: the pool queues one more itself
 
 Progress = Callable[[int, int], None]  # (bytes of the file read, its size)
 
@@ -116,14 +116,14 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
             if first and last:  # no cut: the whole text, by the path that gives a bad file's error
                 doc = decode_json(path, buf[start:end])
                 return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
-            framed = framed_piece(buf, start, end, first, last)
+            text = buf if (start, end) == (0, len(buf)) else buf[start:end]  # one copy at most
             if pool is None and jobs > 1:
                 pool = stack.enter_context(_pool(jobs))
                 stack.callback(_cancel, pending)  # on an error: the pieces not yet decoded are dropped
             if pool is None:
-                found.add(appender, decode_piece(framed))
+                found.add(appender, decode_framed(text, first, last))
                 continue
-            pending.append(pool.submit(decode_piece, framed))
+            pending.append(pool.submit(decode_framed, text, first, last))
             while len(pending) > IN_FLIGHT * jobs:
                 found.add(appender, pending.popleft().result())
         while pending:
@@ -134,8 +134,10 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
 def _pool(jobs: int) -> ProcessPoolExecutor:
     """``jobs`` worker processes: forked from this process while it has no other thread (they start at once, with
     what it has imported, all before the pool's own thread), else started by forkserver, a fresh process that forks
-    them (fork beside threads can deadlock the child)."""
-    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() else "forkserver"
+    them (fork beside threads can deadlock the child); spawned where neither is offered."""
+    methods = multiprocessing.get_all_start_methods()
+    method = "fork" if threading.active_count() == 1 and "fork" in methods else (
+        "forkserver" if "forkserver" in methods else "spawn")
     return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method))
 
 
@@ -212,6 +214,11 @@ def framed_piece(text: bytes, start: int, end: int, first: bool, last: bool) -> 
 
 
 _Result = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
+
+
+def decode_framed(text: bytes, first: bool, last: bool) -> _Result:
+    """:func:`decode_piece` of the piece ``text`` made a document (see :func:`framed_piece`)."""
+    return decode_piece(framed_piece(text, 0, len(text), first, last))
 
 
 def decode_piece(text: Any) -> _Result:
