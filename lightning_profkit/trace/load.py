@@ -90,7 +90,8 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
     blocks = json_blocks(path, piece) if text is None else iter([(text, size)])
     with _gc_paused():
         try:
-            return _read(path, blocks, piece, jobs, (lambda done: progress(min(done, size), size)) if progress else None)
+            return _read(path, blocks, piece, jobs, (lambda done: progress(min(done, size), size)) if progress else None,
+                         held=text is not None)
         except PieceError:
             pass
         doc = decode_json(path, read_json(path, ONE_PASS) if text is None else text)
@@ -98,9 +99,10 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
 
 
 def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
-          progress: Optional[Callable[[int], None]]) -> LoadedTrace:
+          progress: Optional[Callable[[int], None]], held: bool = False) -> LoadedTrace:
     """The pieces of ``blocks`` decoded (by a pool of ``jobs`` processes from the first cut, where ``jobs`` > 1) and
-    appended in order."""
+    appended in order. A text ``held`` whole (a small file) is handed out at once; a streamed one a few pieces ahead
+    of the rows appended, so that it is never held."""
     def text() -> Iterator[bytes]:
         for block, done in blocks:
             if progress:
@@ -124,7 +126,7 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
                 found.add(appender, decode_framed(text, first, last))
                 continue
             pending.append(pool.submit(decode_framed, text, first, last))
-            while len(pending) > IN_FLIGHT * jobs:
+            while not held and len(pending) > IN_FLIGHT * jobs:
                 found.add(appender, pending.popleft().result())
         while pending:
             found.add(appender, pending.popleft().result())
