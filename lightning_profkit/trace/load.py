@@ -8,8 +8,10 @@ the last those after), so each decodes with the same decoder as a whole file, an
 order: the figures are those of a single pass. Pieces of a few MB also keep decoding in the CPU's caches, which
 makes it faster per byte than decoding a large text at once.
 
-The workers are a ``concurrent.futures`` process pool started by forkserver (safe beside threads, so nothing
-depends on what was imported first), from the first cut on; a file of one piece is decoded here. Where a cut
+A file over :data:`WHOLE_FILE` is decoded by a ``concurrent.futures`` process pool from its first cut on: forked
+while this process has no other thread, else started by forkserver (safe beside threads, so nothing depends on
+what was imported first). A smaller file is read whole and decoded here, piece by piece: a pool's start and the
+pieces' transfer would cost as much as they save. Where a cut
 cannot be made (no boundary found, a piece that is not a list of events) the file is read in one pass, up to
 :data:`ONE_PASS` bytes, which also gives the one-line error of a bad file.
 """
@@ -90,8 +92,9 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
     blocks = json_blocks(path, piece) if text is None else iter([(text, size)])
     with _gc_paused():
         try:
-            return _read(path, blocks, piece, jobs, (lambda done: progress(min(done, size), size)) if progress else None,
-                         held=text is not None)
+            # a text held whole (a small file) is decoded here: a pool's start and the pieces' transfer cost as much
+            return _read(path, blocks, piece, jobs if text is None else 1,
+                         (lambda done: progress(min(done, size), size)) if progress else None)
         except PieceError:
             pass
         doc = decode_json(path, read_json(path, ONE_PASS) if text is None else text)
@@ -99,10 +102,9 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
 
 
 def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
-          progress: Optional[Callable[[int], None]], held: bool = False) -> LoadedTrace:
-    """The pieces of ``blocks`` decoded (by a pool of ``jobs`` processes from the first cut, where ``jobs`` > 1) and
-    appended in order. A text ``held`` whole (a small file) is handed out at once; a streamed one a few pieces ahead
-    of the rows appended, so that it is never held."""
+          progress: Optional[Callable[[int], None]]) -> LoadedTrace:
+    """The pieces of ``blocks`` decoded (by a pool of ``jobs`` processes from the first cut, where ``jobs`` > 1, a few
+    pieces ahead of the rows appended) and appended in order."""
     def text() -> Iterator[bytes]:
         for block, done in blocks:
             if progress:
@@ -126,7 +128,7 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
                 found.add(appender, decode_framed(text, first, last))
                 continue
             pending.append(pool.submit(decode_framed, text, first, last))
-            while not held and len(pending) > IN_FLIGHT * jobs:
+            while len(pending) > IN_FLIGHT * jobs:
                 found.add(appender, pending.popleft().result())
         while pending:
             found.add(appender, pending.popleft().result())
