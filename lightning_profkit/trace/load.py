@@ -8,10 +8,10 @@ the last those after), so each decodes with the same decoder as a whole file, an
 order: the figures are those of a single pass. Pieces of a few MB also keep decoding in the CPU's caches, which
 makes it faster per byte than decoding a large text at once.
 
-A file over :data:`WHOLE_FILE` is decoded by a ``concurrent.futures`` process pool from its first cut on: forked
-while this process has no other thread, else started by forkserver (safe beside threads, so nothing depends on
-what was imported first). A smaller file is read whole and decoded here, piece by piece: a pool's start and the
-pieces' transfer would cost as much as they save. Where a cut
+The pieces are decoded by a ``concurrent.futures`` process pool from the first cut on: forked while this process
+has no other thread (a file up to :data:`WHOLE_FILE` is read whole first, and its workers inherit the text and
+are handed places in it), else started by forkserver (safe beside threads, so nothing depends on what was
+imported first) and sent the pieces. Where a cut
 cannot be made (no boundary found, a piece that is not a list of events) the file is read in one pass, up to
 :data:`ONE_PASS` bytes, which also gives the one-line error of a bad file.
 """
@@ -92,9 +92,8 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
     blocks = json_blocks(path, piece) if text is None else iter([(text, size)])
     with _gc_paused():
         try:
-            # a text held whole (a small file) is decoded here: a pool's start and the pieces' transfer cost as much
-            return _read(path, blocks, piece, jobs if text is None else 1,
-                         (lambda done: progress(min(done, size), size)) if progress else None)
+            return _read(path, blocks, piece, jobs, (lambda done: progress(min(done, size), size)) if progress else None,
+                         held=text)
         except PieceError:
             pass
         doc = decode_json(path, read_json(path, ONE_PASS) if text is None else text)
@@ -102,9 +101,10 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
 
 
 def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
-          progress: Optional[Callable[[int], None]]) -> LoadedTrace:
-    """The pieces of ``blocks`` decoded (by a pool of ``jobs`` processes from the first cut, where ``jobs`` > 1, a few
-    pieces ahead of the rows appended) and appended in order."""
+          progress: Optional[Callable[[int], None]], held: Optional[bytes] = None) -> LoadedTrace:
+    """The pieces of ``blocks`` decoded (by a pool of ``jobs`` processes from the first cut, where ``jobs`` > 1) and
+    appended in order. Workers forked from this process inherit a text ``held`` whole and are handed places in it,
+    all at once; others are sent the pieces, a few ahead of the rows appended."""
     def text() -> Iterator[bytes]:
         for block, done in blocks:
             if progress:
@@ -115,34 +115,56 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
     pending: collections.deque[Future] = collections.deque()
     with contextlib.ExitStack() as stack:
         pool: Optional[ProcessPoolExecutor] = None
+        inherited = False
         k = -1
         for k, (buf, start, end, first, last) in enumerate(pieces(text(), piece)):
             if first and last:  # no cut: the whole text, by the path that gives a bad file's error
                 doc = decode_json(path, buf[start:end])
                 return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
-            text = buf if (start, end) == (0, len(buf)) else buf[start:end]  # one copy at most
             if pool is None and jobs > 1:
-                pool = stack.enter_context(_pool(jobs))
+                pool, inherited = _pool(jobs, held)
+                stack.enter_context(pool)
                 stack.callback(_cancel, pending)  # on an error: the pieces not yet decoded are dropped
             if pool is None:
-                found.add(appender, decode_framed(text, first, last))
-                continue
-            pending.append(pool.submit(decode_framed, text, first, last))
-            while len(pending) > IN_FLIGHT * jobs:
-                found.add(appender, pending.popleft().result())
+                found.add(appender, decode_piece(framed_piece(buf, start, end, first, last)))
+            elif inherited and buf is held:
+                pending.append(pool.submit(_decode_inherited, start, end, first, last))
+            else:
+                piece_text = buf if (start, end) == (0, len(buf)) else buf[start:end]  # one copy at most
+                pending.append(pool.submit(decode_framed, piece_text, first, last))
+                while len(pending) > IN_FLIGHT * jobs:
+                    found.add(appender, pending.popleft().result())
         while pending:
             found.add(appender, pending.popleft().result())
     return LoadedTrace(appender.rows(), found.info, found.meta, k + 1)
 
 
-def _pool(jobs: int) -> ProcessPoolExecutor:
-    """``jobs`` worker processes: forked from this process while it has no other thread (they start at once, with
-    what it has imported, all before the pool's own thread), else started by forkserver, a fresh process that forks
-    them (fork beside threads can deadlock the child); spawned where neither is offered."""
+def _pool(jobs: int, held: Optional[bytes]) -> tuple[ProcessPoolExecutor, bool]:
+    """``jobs`` worker processes, and whether they inherit ``held``: forked from this process while it has no other
+    thread (all at once, before the pool's own thread; the text and what this process imported come without a
+    copy), else started by forkserver, a fresh process that forks them (fork beside threads can deadlock the child);
+    spawned where neither is offered."""
     methods = multiprocessing.get_all_start_methods()
-    method = "fork" if threading.active_count() == 1 and "fork" in methods else (
-        "forkserver" if "forkserver" in methods else "spawn")
-    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method))
+    if threading.active_count() == 1 and "fork" in methods:
+        context = multiprocessing.get_context("fork")
+        inherit = held is not None
+        return ProcessPoolExecutor(jobs, mp_context=context, initializer=_inherit if inherit else None,
+                                   initargs=(held,) if inherit else ()), inherit
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    return ProcessPoolExecutor(jobs, mp_context=context), False
+
+
+_INHERITED: Optional[bytes] = None  # in a forked worker: the text its parent held
+
+
+def _inherit(text: bytes) -> None:
+    global _INHERITED
+    _INHERITED = text
+
+
+def _decode_inherited(start: int, end: int, first: bool, last: bool) -> "_Result":
+    assert _INHERITED is not None
+    return decode_piece(framed_piece(_INHERITED, start, end, first, last))
 
 
 def _cancel(pending: collections.deque[Future]) -> None:
