@@ -56,7 +56,7 @@ def test_written_windows_are_listed_named_to_their_alert_and_logged_at_their_ste
     assert alert.trace_dir is not None and it.traces[0].startswith(alert.trace_dir)
     steps = [e["dur"] for e in read_trace(it.traces[0])["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
     assert [step for step, _ in logged] == [9] and len(steps) == 3  # the mean of the trace's own steps, in ms
-    assert logged[0][1]["profkit/window/host_step_ms"] == pytest.approx(sum(steps) / 3 / 1000, rel=1e-6)
+    assert logged[0][1]["profkit/window/host_step_ms"] == pytest.approx(sum(steps) / 3 / 1000, rel=1e-5)  # µs to 3 places
 
 
 def test_other_ranks_list_their_windows_and_log_nothing(tmp_path):

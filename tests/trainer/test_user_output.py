@@ -2,6 +2,7 @@
 warning of its category, names cut between words, window folders in step order, and `profkit`'s JSON and
 tables (ranks, integer steps, units, one name per figure, absent figures, pp, call counts)."""
 
+import gzip
 import json
 import os
 import re
@@ -144,10 +145,32 @@ def test_one_name_per_figure_and_absent_gpu_figures_on_a_cpu_trace(gpu_traces):
     assert "CPU Exec" not in text.replace('"CPU Exec"', "")  # named once, as torch-tb-profiler's name for CpuOp
 
 
+def data_wait_share(folder):
+    """The DataLoader's share of the host's ProfilerStep time, counted here over the raw events of the one trace in
+    ``folder`` (the union of the ``__next__`` spans inside the steps, over the steps' time)."""
+    (path,) = folder.glob("*.json.gz")
+    events = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X" and "ts" in e]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#")
+             and e.get("cat", "").lower() in ("cpu_instant_event", "user_annotation", "operator", "cpu_op")]
+    loader, inside = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith(
+        "enumerate(DataLoader)#") and e["name"].endswith(".__next__")), 0.0
+    for a, b in steps:
+        covered = []  # the loader's spans cut to the step, merged
+        for x, y in ((max(x, a), min(y, b)) for x, y in loader if y > a and x < b):
+            if covered and x <= covered[-1][1]:
+                covered[-1][1] = max(covered[-1][1], y)
+            else:
+                covered.append([x, y])
+        inside += sum(y - x for x, y in covered)
+    return inside / sum(b - a for a, b in steps)
+
+
 def test_compare_prints_percentage_points(gpu_traces):
-    text = profkit("compare", gpu_traces / "kineto/resnet50_num_workers_0", gpu_traces / "kineto/resnet50_num_workers_4")
+    before, after = gpu_traces / "kineto/resnet50_num_workers_0", gpu_traces / "kineto/resnet50_num_workers_4"
+    text = profkit("compare", before, after)
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith(("data_wait_share", "step_time_ms"))}
-    assert rows["data_wait_share"][1:] == ["39.6%", "1.0%", "-38.6", "pp"]
+    a, b = data_wait_share(before), data_wait_share(after)  # 39.6% and 1.0%
+    assert rows["data_wait_share"][1:] == [f"{100 * a:.1f}%", f"{100 * b:.1f}%", f"{100 * (b - a):.1f}", "pp"]
     assert rows["step_time_ms"][-1] == "-36.52"  # not a percentage: its own unit
 
 
