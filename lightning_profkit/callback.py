@@ -11,9 +11,9 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.internals import state_key
-from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, check_monitors_come_after,
-                                              cuda_uuid, epoch_length, guarded, last_step, log_step, own_trace_dir, rank_of,
-                                              rehook, runs_pytorch_profiler, trace_dir, train_loader, unhook, worker_pids)
+from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, guarded,
+    check_monitors_come_after, epoch_length, last_step, log_step, own_trace_dir, rank_of, rehook, runs_pytorch_profiler,
+    trace_dir, train_loader, unhook, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome, Place
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options

@@ -12,8 +12,8 @@ from typing import Optional
 def python_running(module: str) -> list[str]:
     """The command line that runs ``module`` as a script in a fresh interpreter that imports nothing from its
     working folder (``python -m`` looks there first, where any file named like a module it imports would win)."""
-    return [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; import runpy; "
-            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"]
+    return [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+            f"import runpy; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"]
 
 
 def usable_cpus() -> int:

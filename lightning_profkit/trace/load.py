@@ -92,8 +92,8 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
     blocks = json_blocks(path, piece) if text is None else iter([(text, size)])
     with _gc_paused():
         try:
-            return _read(path, blocks, piece, jobs, (lambda done: progress(min(done, size), size)) if progress else None,
-                         held=text)
+            told = (lambda done: progress(min(done, size), size)) if progress else None
+            return _read(path, blocks, piece, jobs, told, held=text)
         except PieceError:
             pass
         doc = decode_json(path, read_json(path, ONE_PASS) if text is None else text)
@@ -188,8 +188,9 @@ class _Found:
 
 def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[Any, int, int, bool, bool]]:
     """The text of ``blocks`` cut between events of the ``traceEvents`` list into pieces of about ``piece``
-    bytes: each ``(text, start, end, first, last)``, the piece being ``text[start:end]``. A text with no cut is one piece, first and last; a text given as one block is ``text`` in every
-    piece. Each byte is searched once: linear in the text, whatever it holds."""
+    bytes: each ``(text, start, end, first, last)``, the piece being ``text[start:end]``. A text with no cut is one
+    piece, first and last; a text given as one block is ``text`` in every piece. Each byte is searched once: linear
+    in the text, whatever it holds."""
     buf: Any = b""
     start = 0  # where the next piece starts in buf
     events: Optional[int] = None  # where the list's first event starts in buf, once found
