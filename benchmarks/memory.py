@@ -30,7 +30,7 @@ def raw_torch(sessions: int, save: bool, steps: int = 1) -> float:
 
     import torch
 
-    from lightning_profkit.monitor.profiling.windows import without_profiler_noise
+    from lightning_profkit.monitor.profiling.windows import quiet_kineto
 
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -38,7 +38,7 @@ def raw_torch(sessions: int, save: bool, steps: int = 1) -> float:
     out = tempfile.mkdtemp()
     start = 0.0
     for i in range(sessions):
-        with without_profiler_noise():
+        with quiet_kineto():
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
             prof.start()
             for _ in range(steps):

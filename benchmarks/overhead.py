@@ -51,7 +51,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lightning_profkit import PerformanceMonitor  # noqa: E402
-from lightning_profkit.monitor.profiling.windows import without_profiler_noise  # noqa: E402
+from lightning_profkit.monitor.profiling.windows import quiet_kineto  # noqa: E402
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob  # noqa: E402
 
 
@@ -134,7 +134,7 @@ def in_fit_us(extra: Callback, root: str, block: int = 100, pairs: int = 600) ->
         max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[extra, toggle],
     )
-    with without_profiler_noise(), warnings.catch_warnings():
+    with quiet_kineto(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(MLP(), DataLoader(data, batch_size=32))
     on, off = toggle.times[True], toggle.times[False]  # on[k] is followed by off[k]
@@ -219,7 +219,7 @@ def make_fit(config: str, steps: int, root: str) -> Callable[[], None]:
     model, loader = MLP(), DataLoader(data, batch_size=32)
 
     def fit() -> None:
-        with without_profiler_noise():
+        with quiet_kineto():
             trainer.fit(model, loader)
 
     return fit
@@ -257,7 +257,7 @@ def helper_cpu_per_window(windows: int, root: str) -> tuple[float, float]:
         enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, callbacks=[monitor],
     )
     child, own, thread = children_cpu(), resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
-    with without_profiler_noise():
+    with quiet_kineto():
         trainer.fit(MLP(), DataLoader(data, batch_size=32))
     after = resource.getrusage(resource.RUSAGE_SELF)
     process = after.ru_utime + after.ru_stime - own.ru_utime - own.ru_stime
@@ -292,7 +292,7 @@ def window_cost(handler: str, root: str, follow: int = 300) -> float:
         for _ in range(4):
             step()
     else:
-        with without_profiler_noise():
+        with quiet_kineto():
             prof = torch.profiler.profile(schedule=sched, on_trace_ready=on_ready)
             prof.start()
             for _ in range(4):

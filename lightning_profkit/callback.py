@@ -54,7 +54,9 @@ class PerformanceMonitor(Callback):
         with_stack: ``torch.profiler``'s: record Python stacks (adds cost).
         with_flops: ``torch.profiler``'s: estimate FLOPs of matrix operators (adds cost).
         with_modules: ``torch.profiler``'s: record the module hierarchy (adds cost).
-        quiet: hide the lines torch prints at a session's start and stop (``USDT:``; a CUDA build's "no GPU" error).
+        quiet: kineto (torch's profiler library) prints none of its log lines (``USDT:`` at every start and stop; a
+            CUDA build's "no GPU" error): it reads ``KINETO_LOG_LEVEL`` at its first session, started with it set to 6
+            (one set by you is kept). ``False``: kineto's default.
         flush_timeout: seconds to wait at the end of ``fit`` for traces still being written.
         log_metrics: log the per-epoch and per-window metrics above.
         alert_threshold: data-wait ratio above which a check counts (0.2: "highly input-bound"); ``None``: no alerts.

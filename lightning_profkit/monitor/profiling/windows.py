@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from time import perf_counter
@@ -69,64 +67,28 @@ def heap_bytes() -> Optional[int]:
         return None
 
 
-NO_GPU = b"GetDeviceCount failed"  # kineto's line where a CUDA build finds no GPU (gpu... or, before 2.4, cuda...)
-NOISE = (b"USDT:", b"STAGE:")  # torch 2.13's probes; kineto's stages of every start and stop (torch 2.3)
+KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"  # read by kineto once a process, when its first profiler session starts
+QUIET_LEVEL = "6"  # above every line kineto prints: USDT (5 on torch 2.13+), STAGE (4 on 2.3), errors ("no GPU")
+_kineto_started = False
 
 
 @contextmanager
-def without_profiler_noise(enabled: bool = True) -> Iterator[None]:
-    """Drop what torch's profiler prints to stderr on start/stop that says nothing to the user: the ``USDT:`` and
-    ``STAGE:`` lines, and kineto's ``gpuGetDeviceCount failed`` of a CUDA build of torch on a machine without a GPU
-    (the windows are recorded on CPU, and the GPU figures are absent, as the callback says); keep every other line.
-
-    The C++ side writes to file descriptor 2, so it is pointed at a temporary file for the duration of
-    the call and whatever else was written there is passed on afterwards.
-    """
-    if not enabled:
+def quiet_kineto(enabled: bool = True) -> Iterator[None]:
+    """Around the first profiler start of this process: kineto (torch's profiler library) then reads its log level
+    once, and prints nothing for the rest of the process (its ``USDT:`` lines at every start and stop, ``STAGE:``
+    lines on torch 2.3, a CUDA build's ``gpuGetDeviceCount failed`` on a machine without a GPU). The environment is
+    as it was once the call returns; a ``KINETO_LOG_LEVEL`` the user set is left alone."""
+    global _kineto_started
+    if not enabled or _kineto_started or KINETO_LOG_LEVEL in os.environ:
+        _kineto_started = True
         yield
         return
+    os.environ[KINETO_LOG_LEVEL] = QUIET_LEVEL
     try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no usable fd 2 (some notebook front ends)
         yield
-        return
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            try:
-                sys.stderr.flush()
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-            capture.seek(0)
-            kept = [line for line in capture.read().splitlines(keepends=True)
-                    if not line.startswith(NOISE) and NO_GPU not in line]
-            if kept:
-                os.write(2, b"".join(kept))
-
-
-_device_properties_read = False
-
-
-def read_device_properties() -> None:
-    """Save a trace of nothing, once a process, where a CUDA build of torch has no usable GPU: kineto reads the
-    devices at its first save (torch 2.4 and 2.6: in the writer thread, where fd 2 cannot be redirected without
-    taking the training thread's stderr) and prints ``gpuGetDeviceCount failed``; call this inside
-    :func:`without_profiler_noise` so the line is dropped (about 14 ms, once)."""
-    global _device_properties_read
-    if _device_properties_read:
-        return
-    _device_properties_read = True
-    if torch.version.cuda is None or torch.cuda.is_available():
-        return
-    empty = torch.profiler.profile(activities=[ProfilerActivity.CPU])
-    empty.start()
-    empty.stop()
-    with tempfile.TemporaryDirectory() as folder:
-        empty.profiler.kineto_results.save(os.path.join(folder, "empty.json"))
+    finally:
+        _kineto_started = True
+        os.environ.pop(KINETO_LOG_LEVEL, None)
 
 
 def window_schedule(selection: Selection, first_active: int, offset: int) -> Callable[[int], ProfilerAction]:
@@ -146,7 +108,7 @@ def window_schedule(selection: Selection, first_active: int, offset: int) -> Cal
 @dataclass(frozen=True)
 class Recording:
     """What every window of a fit records with: torch.profiler's ``activities`` and ``options``, where each session's
-    results go (``on_trace_ready(session, prof)``), whether kineto's lines are kept off the terminal, and the trace's
+    results go (``on_trace_ready(session, prof)``), whether kineto starts quiet (:func:`quiet_kineto`), and the trace's
     size budget in bytes of JSON (None: none)."""
 
     activities: list[ProfilerActivity]
@@ -188,8 +150,7 @@ class WindowSession:
         # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise)
         self.profiler.step_num = step
         start_at(self.profiler, schedule(step))
-        with without_profiler_noise(self.recording.quiet):
-            read_device_properties()
+        with quiet_kineto(self.recording.quiet):
             self.profiler.start()
         self._note_start()
         self.spent_s = perf_counter() - start
@@ -232,13 +193,12 @@ class WindowSession:
         start = perf_counter()
         try:
             self._note_recording()
-            with without_profiler_noise(self.recording.quiet):
-                if not self._over_budget():
-                    self.profiler.step()
-                    if self.profiler.current_action != ProfilerAction.NONE:
-                        self._note_start()
-                        return True
-                self.profiler.stop()
+            if not self._over_budget():
+                self.profiler.step()
+                if self.profiler.current_action != ProfilerAction.NONE:
+                    self._note_start()
+                    return True
+            self.profiler.stop()
             self._release()
             return False
         finally:
@@ -251,8 +211,7 @@ class WindowSession:
         if ran_current:
             self._note_recording()
         try:
-            with without_profiler_noise(self.recording.quiet):
-                self.profiler.stop()
+            self.profiler.stop()
         finally:
             self._release()
             self.spent_s += perf_counter() - start
