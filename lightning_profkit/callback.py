@@ -11,9 +11,10 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.internals import state_key
-from lightning_profkit.lightning_glue import (SET_WHILE_NEEDED, alert_to_tensorboard, apply, cuda_uuid, guarded,
-    check_monitors_come_after, epoch_length, last_step, log_step, own_trace_dir, rank_of, rehook, runs_pytorch_profiler,
-    trace_dir, train_loader, unhook, worker_pids)
+from lightning_profkit.internals import SET_WHILE_NEEDED, SKIPPED, rehook, unhook
+from lightning_profkit.lightning_glue import (alert_to_tensorboard, apply, check_monitors_come_after, cuda_uuid,
+    epoch_length, guarded, last_step, log_step, own_trace_dir, rank_of, runs_pytorch_profiler, trace_dir, train_loader,
+    worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome, Place
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
@@ -85,12 +86,12 @@ class PerformanceMonitor(Callback):
         trainer.fit(BoringModel())
     """
 
-    # Lightning calls a hook (about 7 µs each here) unless it is not callable: these per-batch hooks are None, and
-    # the instance's SET_WHILE_NEEDED are None but while needed: `on_train_batch_end` on the steps with work
-    # (`_wake`), the validation batch hooks with `validation_batches`.
-    on_train_batch_start = on_before_backward = on_after_backward = None  # type: ignore[assignment]
-    on_before_optimizer_step = on_before_zero_grad = None  # type: ignore[assignment]
-    on_test_batch_start = on_test_batch_end = on_predict_batch_start = on_predict_batch_end = None  # type: ignore[assignment]
+    # Lightning skips a hook that is SKIPPED: these per-batch hooks are, and the instance's SET_WHILE_NEEDED are but
+    # while needed: `on_train_batch_end` on the steps with work (`_wake`), the validation batch hooks with
+    # `validation_batches`.
+    on_train_batch_start = on_before_backward = on_after_backward = SKIPPED  # type: ignore[assignment]
+    on_before_optimizer_step = on_before_zero_grad = SKIPPED  # type: ignore[assignment]
+    on_test_batch_start = on_test_batch_end = on_predict_batch_start = on_predict_batch_end = SKIPPED  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -160,7 +161,7 @@ class PerformanceMonitor(Callback):
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         """Called on the steps we were woken for."""
-        self.on_train_batch_end = None  # type: ignore[assignment]
+        self.on_train_batch_end = SKIPPED  # type: ignore[assignment]
         loop = trainer.fit_loop.epoch_loop
         apply(trainer, self._fit.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch,
                                            lambda: loop.done, log_step(trainer)))
@@ -189,7 +190,7 @@ class PerformanceMonitor(Callback):
 
     @guarded
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.on_train_batch_end = None  # type: ignore[assignment]
+        self.on_train_batch_end = SKIPPED  # type: ignore[assignment]
         loop = trainer.fit_loop.epoch_loop
         apply(trainer, self._fit.epoch_end(loop.total_batch_idx, loop.batch_progress.total.completed,
                                            log_step(trainer, epoch_end=True)))
@@ -222,7 +223,7 @@ class PerformanceMonitor(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         """Configuration and resumable state; not the running fit's machinery, which a copy neither shares nor disturbs."""
-        return dict(self.__dict__, _fit=None, _trainer=None, **dict.fromkeys(SET_WHILE_NEEDED))
+        return dict(self.__dict__, _fit=None, _trainer=None, **dict.fromkeys(SET_WHILE_NEEDED, SKIPPED))
 
     def _arm(self, trainer: Trainer, on_cuda: bool) -> None:
         """Timer and machinery in place when training starts, not at ``setup``: a failing tuner's loop skips teardown."""

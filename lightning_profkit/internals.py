@@ -13,9 +13,14 @@ not found in which installed version. Where a public hook gives the same fact, i
 - The fit loop's ``_combined_loader`` iterators' ``_workers``: the DataLoader workers' pids. Fallback: the live
   daemon processes this process started.
 - The epoch loop's ``_batches_that_stepped``: the step Lightning logs at. Fallback: ``trainer.global_step``.
-- torch's ``profile._prev_schedule_action`` (set with ``current_action`` to start numbering at a global step)
-  and ``action_map`` (cleared to free a finished session at once). Fallback: not set; the session is freed by
-  the garbage collector.
+- torch's ``profile._prev_schedule_action`` and ``step_num`` (set with ``current_action`` to start numbering at a
+  global step) and ``action_map`` (cleared to free a finished session at once). Fallback: not set (the trace's
+  steps are then numbered from 0); the session is freed by the garbage collector.
+- torch's ``profile.profiler.kineto_results``: a finished session's results, saved by the writer thread. Fallback:
+  none; the window is reported as not written.
+- Lightning calls a callback's hook only where it is callable (``_call_callback_hooks``), so a per-batch hook the
+  callback does not need is :data:`SKIPPED` (None): a lookup, not a call (about 7 µs). Fallback: where that test is
+  not in the installed Lightning's source, a function that does nothing.
 - Lightning's ``Callback._generate_state_key``: the checkpoint key Lightning's callbacks use. Fallback: the same
   text made here.
 - ``torch.autograd.profiler._is_profiler_enabled``: whether another session runs. Fallback: starting ours fails,
@@ -26,6 +31,7 @@ not found in which installed version. Where a public hook gives the same fact, i
 
 from __future__ import annotations
 
+import inspect
 from importlib import metadata
 from typing import Any, Callable, Optional
 
@@ -73,9 +79,46 @@ def batches_that_stepped(epoch_loop: Any) -> Optional[int]:
     return getattr(epoch_loop, "_batches_that_stepped", None)
 
 
-def start_at(profile: Any, action: Any) -> None:
-    """Make ``action`` the profile's current and last scheduled action (torch keeps the schedule's last answer
-    apart from ``current_action``, which it overrides after a CUPTI buffer overflow)."""
+def _skips_uncallable() -> bool:
+    try:
+        from lightning.pytorch.trainer import call
+
+        return "callable(fn)" in inspect.getsource(call._call_callback_hooks)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return False
+
+
+def _skipped(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+SKIPPED: Optional[Callable[..., None]] = None if _skips_uncallable() else _skipped
+SET_WHILE_NEEDED = ("on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end")
+
+
+def unhook(callback: Any) -> None:
+    """:data:`SKIPPED` again for each of :data:`SET_WHILE_NEEDED`: Lightning calls them only while needed."""
+    for hook in SET_WHILE_NEEDED:
+        setattr(callback, hook, SKIPPED)
+
+
+def rehook(callback: Any, *hooks: str) -> None:
+    """Lightning calls these hooks of the callback's class again (the instance's :data:`SKIPPED` is removed)."""
+    for hook in hooks:
+        vars(callback).pop(hook, None)
+
+
+def kineto_results(prof: Any) -> Optional[Any]:
+    """A finished ``torch.profiler.profile``'s results (whose ``save(path)`` writes its JSON); None if not found."""
+    return getattr(getattr(prof, "profiler", None), "kineto_results", None)
+
+
+def start_at(profile: Any, step: int, action: Any) -> None:
+    """Number the profile's steps from the global ``step`` (``ProfilerStep#<step>``; torch counts from 0) and make
+    ``action`` its current and last scheduled action (torch keeps the schedule's last answer apart from
+    ``current_action``, which it overrides after a CUPTI buffer overflow)."""
+    if hasattr(profile, "step_num"):
+        profile.step_num = step
     profile.current_action = action
     if hasattr(profile, "_prev_schedule_action"):
         profile._prev_schedule_action = action

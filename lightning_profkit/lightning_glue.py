@@ -46,23 +46,6 @@ def guarded(hook: Callable) -> Callable:
     return wrapper
 
 
-# the hooks the callback has Lightning call only while it needs them: else the instance's are None, so that
-# Lightning skips them
-SET_WHILE_NEEDED = ("on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end")
-
-
-def unhook(callback: Any) -> None:
-    """None again for each of :data:`SET_WHILE_NEEDED`."""
-    for hook in SET_WHILE_NEEDED:
-        setattr(callback, hook, None)
-
-
-def rehook(callback: Any, *hooks: str) -> None:
-    """Lightning calls these hooks of the callback's class again (the instance's None is removed)."""
-    for hook in hooks:
-        vars(callback).pop(hook, None)
-
-
 def rank_of(trainer: Trainer) -> Rank:
     return Rank(trainer.global_rank, trainer.world_size, trainer.world_size // max(trainer.num_nodes, 1))
 

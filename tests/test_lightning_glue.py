@@ -7,7 +7,8 @@ import os
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from conftest import make_trainer
-from lightning_profkit.lightning_glue import SET_WHILE_NEEDED, last_step, own_trace_dir, rehook, trace_dir, unhook
+from lightning_profkit.internals import SET_WHILE_NEEDED, rehook, unhook
+from lightning_profkit.lightning_glue import last_step, own_trace_dir, trace_dir
 
 
 def test_the_trace_folder_is_the_first_loggers_run_folder_or_one_of_its_own(tmp_path):

@@ -20,7 +20,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.tuner import Tuner
 
 from lightning_profkit import PerformanceMonitor, capture_request
-from lightning_profkit.lightning_glue import SET_WHILE_NEEDED
+from lightning_profkit.internals import SET_WHILE_NEEDED
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 

@@ -147,9 +147,8 @@ class WindowSession:
         self.profiler = torch.profiler.profile(
             activities=recording.activities, schedule=schedule, on_trace_ready=self._ready, **recording.options
         )
-        # number the steps globally: ProfilerStep#<step> (the profile counts from 0 otherwise)
-        self.profiler.step_num = step
-        start_at(self.profiler, schedule(step))
+        self.step_now = step  # the step the profile is in (its ProfilerStep#<step>)
+        start_at(self.profiler, step, schedule(step))
         with quiet_kineto(self.recording.quiet):
             self.profiler.start()
         self._note_start()
@@ -165,7 +164,7 @@ class WindowSession:
     def _note_recording(self) -> None:
         """At the end of a step: note it if it was recorded, and the trace's size so far."""
         if self.profiler.current_action in _RECORDING:
-            self.last_recorded = self.profiler.step_num
+            self.last_recorded = self.step_now
             now = heap_bytes()
             if now is not None and self._heap_at_start is not None:
                 self.growth_bytes = max(0, now - self._heap_at_start)
@@ -180,7 +179,7 @@ class WindowSession:
         if (limit is None or estimate is None or estimate < limit
                 or self.profiler.current_action != ProfilerAction.RECORD):
             return False
-        last = self.profiler.step_num
+        last = self.step_now
         for _ in range(PLANNED_SCAN):  # a filter true at every step would never end the scan
             if self._schedule(last + 1) not in _RECORDING:
                 break
@@ -195,6 +194,7 @@ class WindowSession:
             self._note_recording()
             if not self._over_budget():
                 self.profiler.step()
+                self.step_now += 1
                 if self.profiler.current_action != ProfilerAction.NONE:
                     self._note_start()
                     return True

@@ -7,6 +7,7 @@ import math
 import os
 from typing import Any, Callable, Optional
 
+from lightning_profkit.internals import kineto_results, moved
 from lightning_profkit.monitor.alerting.advice import gpu_idle_notice
 from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
@@ -53,12 +54,16 @@ class TraceIntake:
                validation_after: Optional[int] = None) -> None:
         """The finished ``session``'s results to be written (``validation_after``: the training step a validation
         window followed)."""
+        results = kineto_results(prof)
+        if results is None:
+            self.report(moved("torch", "profile.profiler.kineto_results", "no window is written"), "kineto_results")
+            return
         if session.last_recorded is None:
             return
         first, last = session.first_active, session.last_recorded
         notes: dict[str, Any] = {"log_step": log_step, **({"gpu": True} if self.gpu_profiled else {})}
         if validation_after is not None:
-            self.output.submit(prof.profiler.kineto_results, epoch, first, last, 0, notes,
+            self.output.submit(results, epoch, first, last, 0, notes,
                                validation_after=validation_after)
             return
         if session.estimate_bytes is not None:
@@ -68,7 +73,7 @@ class TraceIntake:
                             "planned_steps": [first, session.planned_last]}
             said = cut_message(self.options, first, last, session.planned_last, session.estimate_bytes)
             self.report(said, "max_trace_mb")
-        self.output.submit(prof.profiler.kineto_results, epoch, first, last, session.offset, notes)
+        self.output.submit(results, epoch, first, last, session.offset, notes)
 
     def take(self) -> list[tuple[int, dict[str, float]]]:
         """The windows written since the last look: their traces listed, and the metrics to log of each (rank zero)."""
