@@ -3,19 +3,16 @@ the traces of a run that logs there and for ``profkit`` reading them back.
 
 fsspec and the protocol's package (``s3fs``, ``gcsfs``, ``adlfs``) are optional: a missing one is a
 :class:`StoreError` with the ``pip install`` line to run. The training process itself never talks to a store
-(fsspec's I/O thread would outlive the fit): :func:`probe` runs this module in a child process, and uploads run in
-the finalizing process. An object store makes an object visible only once its upload is complete, so a trace is
+(fsspec's I/O thread would outlive the fit): the setup's probe (:func:`write_probe`) and the uploads run in the
+finalizing process. An object store makes an object visible only once its upload is complete, so a trace is
 put under its final key in one call and no reader ever sees part of it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
-import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
@@ -26,7 +23,6 @@ _OPTIONS: dict[str, Any] = {}  # fsspec's storage options (credentials, endpoint
 
 PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
 STAGING_PREFIX = "profkit-staging-"  # a fit's local folder for the traces of a run on object storage
-CHILD_TIMEOUT_S = 600.0  # a probe, or a download of a run's traces
 
 
 class StoreError(OSError):
@@ -205,38 +201,6 @@ def write_probe(url: str) -> None:
         fs.rm_file(key)
 
 
-def _in_child(args: list[str], url: str, env: Optional[dict[str, str]] = None,
-              options: Optional[dict[str, Any]] = None, data: Any = None) -> str:
-    """Run this module's command ``args`` in a child process, the command, the storage ``options`` and the
-    command's ``data`` on its standard input (never its command line or environment, which other users' processes
-    can read); its output, or :class:`StoreError` saying why not."""
-    from lightning_profkit.machine import python_running
-
-    try:
-        done = subprocess.run(python_running(__name__), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
-                              env=env, input=json.dumps({"args": args, "options": options or {}, "data": data}))
-    except subprocess.TimeoutExpired:
-        raise StoreError(f"{redact(url)}: no answer from the store within {CHILD_TIMEOUT_S:.0f}s") from None
-    except OSError as err:  # the process could not start
-        raise StoreError(f"{redact(url)}: {err.strerror or err}") from None
-    if done.returncode:
-        lines = (done.stdout.strip() or done.stderr.strip() or f"exit status {done.returncode}").splitlines()
-        raise StoreError(redact(lines[-1]))
-    return done.stdout
-
-
-def probe(url: str, env: Optional[dict[str, str]] = None, options: Optional[dict[str, Any]] = None) -> None:
-    """:func:`write_probe` in a child process (nothing of fsspec's stays in ours), with the storage ``options``;
-    raises :class:`StoreError`."""
-    _in_child(["probe", url], url, env, options)
-
-
-def fetch(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
-    """:func:`download` in a child process: fsspec's I/O thread would stay in ours, which then could not fork
-    its decoding workers."""
-    return json.loads(_in_child(["download", url, into, *suffixes], url))
-
-
 @dataclass
 class Survey:
     """The traces under a URL, as :func:`survey` finds them."""
@@ -304,40 +268,8 @@ def download(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
 
 def put(pairs: list[list[str]]) -> None:
     """Upload each ``[local, url]``, many at a time (one store: the first URL's)."""
+    if not pairs:
+        return
     with _store_errors(pairs[0][1]):
         fs, _ = filesystem(pairs[0][1])
         fs.put([local for local, _ in pairs], [filesystem(url)[1] for _, url in pairs])
-
-
-def send(pairs: list[list[str]]) -> None:
-    """:func:`put` in a child process."""
-    if pairs:
-        _in_child(["put"], pairs[0][1], data=pairs)  # on its input: a command line holds 128 kB at most
-
-
-def main() -> int:
-    """Run the command on the standard input: ``args`` (``["probe", URL]``, ``["download", URL, DIR, SUFFIX...]``,
-    printing what it returns as JSON, or ``["put"]`` with its pairs in ``data``) beside the storage ``options``; a
-    :class:`StoreError` is printed as its line, exit status 1."""
-    try:
-        given = json.loads(sys.stdin.read() or "{}")
-        argv = given.get("args") or []
-        use_options(given.get("options") or {})
-        if len(argv) == 2 and argv[0] == "probe":
-            write_probe(argv[1])
-        elif len(argv) >= 4 and argv[0] == "download":
-            print(json.dumps(download(argv[1], tuple(argv[3:]), argv[2])))
-        elif argv == ["put"]:
-            put(given["data"])
-        else:
-            print("usage: a JSON object on the standard input: args (probe URL | download URL DIR SUFFIX... | put), "
-                  "options, data", file=sys.stderr)
-            return 2
-    except StoreError as err:
-        print(err)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

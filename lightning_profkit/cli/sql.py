@@ -14,7 +14,7 @@ from lightning_profkit.cli.progress import Progress
 from lightning_profkit.cli.shared import SQL_NEEDS, CommandError, add_jobs, exit_status, trace_dir_of
 from lightning_profkit.companions import EVENTS
 from lightning_profkit.machine import usable_cpus
-from lightning_profkit.store import StoreError, copy_here, is_url, send
+from lightning_profkit.store import StoreError, copy_here, is_url, put
 from lightning_profkit.trace.file import TRACE_SUFFIXES, TraceError, find_traces, natural
 from lightning_profkit.trace.folder import has_table, read_folder, write_table
 
@@ -148,5 +148,5 @@ def tabulate(run: str, fs: Any, untabled: list[str], local: str, left_out: list[
             continue
         made[copy + EVENTS] = url + EVENTS
     with contextlib.suppress(StoreError):  # a cache: the next query writes them again
-        send([[table, url] for table, url in made.items()])
+        put([[table, url] for table, url in made.items()])
     return made

@@ -14,7 +14,7 @@ from lightning_profkit.cli.progress import Progress
 from lightning_profkit.cli.shared import CommandError, add_jobs, exit_status, say
 from lightning_profkit.companions import SIDECAR
 from lightning_profkit.printable import printable, redact
-from lightning_profkit.store import StoreError, fetch, is_url, send
+from lightning_profkit.store import StoreError, download, is_url, put
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES
 from lightning_profkit.trace.folder import name_windows, read_folder
 
@@ -90,7 +90,7 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
         left_out += skipped
         return unless_none_read(path, found, skipped)
     with tempfile.TemporaryDirectory(prefix="profkit-") as local:
-        got = fetch(path, TRACE_SUFFIXES + JSON_SUFFIXES, local)
+        got = download(path, TRACE_SUFFIXES + JSON_SUFFIXES, local)
         refused = [f"{name}: not read: a key with an empty, '.' or '..' part, which would be copied outside the "
                    "temporary folder" for name in got["refused"]]
         if not got["paths"] and not got["known"]:
@@ -104,7 +104,7 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
 
         read = read_folder(local, jobs, got["known"], progress=Progress.on(sys.stderr))
         try:  # the next look, by anyone, reads them instead of parsing the traces
-            send([[p, remote(p[:-len(SIDECAR)]) + SIDECAR] for p in read.kept])
+            put([[p, remote(p[:-len(SIDECAR)]) + SIDECAR] for p in read.kept])
         except StoreError as err:
             print(f"profkit: could not keep the summaries beside the traces ({printable(redact(str(err)))}); the next "
                   "look parses them again", file=sys.stderr)

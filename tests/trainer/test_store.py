@@ -315,9 +315,9 @@ def test_credentials_travel_in_storage_options_and_are_never_shown(tmp_path, s3_
 
 
 def test_many_sidecars_are_sent_in_one_call(tmp_path, s3_server):
-    """What `profkit summary` puts back on a store after parsing a run of many ranks: the pairs went on the child's
-    command line, which holds 128 kB at most (1,024 ranks failed with "Argument list too long")."""
-    from lightning_profkit.store import send
+    """What `profkit summary` puts back on a store after parsing a run of many ranks (1,024 ranks once failed with
+    "Argument list too long"), with long names."""
+    from lightning_profkit.store import put
 
     folder = tmp_path / ("w" * 200)
     folder.mkdir()
@@ -326,7 +326,7 @@ def test_many_sidecars_are_sent_in_one_call(tmp_path, s3_server):
         (folder / f"r{n}.profkit").write_bytes(b"%d" % n)
         pairs.append([str(folder / f"r{n}.profkit"), f"s3://runs/many/{'w' * 200}/r{n}.profkit"])
     assert len(json.dumps(pairs)) > 128 * 1024
-    send(pairs)
+    put(pairs)
     assert len(s3_server.keys("many")) == 400 and s3_server.read(f"many/{'w' * 200}/r399.profkit") == b"399"
 
 
@@ -355,7 +355,7 @@ def test_a_url_with_credentials_stays_in_the_process(tmp_path, s3_server):
     proc = subprocess.Popen([exe, "summary", "--json", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
         typed = f.read()  # Popen returns once the command is exec'd: this is the line the user typed
-    seen, store_children = set(), 0
+    looks = 0
     while proc.poll() is None:  # every command line on the machine, until the command ends
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:  # the parent first: a process gone before its command line is read is skipped whole
@@ -366,11 +366,9 @@ def test_a_url_with_credentials_stays_in_the_process(tmp_path, s3_server):
             except OSError:
                 continue
             line = raw.replace(b"\0", b" ").decode(errors="replace")
-            if pid not in seen and "lightning_profkit.store" in line:
-                seen.add(pid)
-                store_children += 1
             forked = parent == proc.pid and raw == typed  # a forked worker shares the typed line's memory
             assert secret not in line or int(pid) == proc.pid or forked, line
+        looks += 1
     out, err = proc.communicate()
-    assert store_children >= 1  # the store's child was seen, so its command line was read
+    assert looks >= 1  # every command line was read at least once while it ran
     assert secret not in out.decode() + err.decode()

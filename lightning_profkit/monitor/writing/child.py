@@ -2,15 +2,14 @@
 small local window in the writer thread (:mod:`~lightning_profkit.monitor.writing.writer`).
 
 ``python -m lightning_profkit.monitor.writing.child`` (started by :mod:`~lightning_profkit.monitor.writing.process`)
-takes one job per line: for each, it reads the raw JSON that torch saved a piece at a time, makes the few edits it
+takes one job at a time from its pipe: for each, it reads the raw JSON that torch saved a piece at a time, makes the few edits it
 needs (:mod:`~lightning_profkit.trace.rewrite`: the TensorBoard fix, step markers past the window) and compresses it
 (ISA-L) under a temporary name that no viewer picks up, decoding each piece into rows as it goes; at the end it adds
 our labels under the ``"profkit"`` key (with ``problems`` where the trace lacks what its window recorded:
 :mod:`~lightning_profkit.trace.integrity`; and ``distributedInfo`` with the rank and world size where torch wrote
 none), renames it to ``FINAL`` and removes ``RAW``. Only then are the window's figures computed from the rows and its
 summary (:mod:`~lightning_profkit.trace.sidecar`) written beside it; the events table waits for a first query
-(``profkit sql`` or ``export``). It prints the window's figures and summary (:mod:`~lightning_profkit.trace.summary`)
-as one JSON line on stdout. For a run that writes to object storage it then uploads the trace
+(``profkit sql`` or ``export``). It replies with the window's figures and summary (:mod:`~lightning_profkit.trace.summary`). For a run that writes to object storage it then uploads the trace
 (:mod:`~lightning_profkit.store`), retries the uploads that failed before and deletes what retention gave up; the
 local copy goes once its upload is done.
 """
@@ -24,12 +23,14 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Iterable, Iterator, Optional, TextIO
+from multiprocessing.connection import Connection
+from typing import Any, Iterable, Iterator, Optional
 
 from lightning_profkit.atomic_files import atomic_writer, write_atomic
 from lightning_profkit.capture_request import MARKER, MAX_BYTES, REQUEST, marker_of
 from lightning_profkit.companions import remove_local, with_companions
-from lightning_profkit.store import StoreError, join, read, remove, upload_with_companions, use_options, write
+from lightning_profkit.store import (StoreError, join, read, remove, upload_with_companions, use_options, write,
+                                     write_probe)
 from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.file import json_blocks, read_json
 from lightning_profkit.trace.integrity import problems
@@ -213,20 +214,25 @@ def lower_priority(setting: Optional[str] = None) -> None:
         pass
 
 
-def serve(jobs: TextIO, replies: TextIO) -> None:
-    """One JSON job per line in, one reply per line out, until the input ends. A job has a window to finalize
-    (``raw``, ``final``, ``meta``, ``url``), store work (``uploads``, ``removals``, see :func:`store_work`) and/or
-    a :class:`RequestMirror` to start (``watch``: its arguments; it ends with the input);
-    its reply has ``done`` (the window's figures and summary) or ``error``,
-    what the store work left, and ``cpu_s`` (this process's CPU seconds so far). At the end of the input a last
-    line gives ``cpu_s`` alone."""
+def serve(jobs: Connection, replies: Connection) -> None:
+    """One job received, one reply sent, until the parent closes its end. A job has a store to probe (``probe``: a
+    URL, see :func:`~lightning_profkit.store.write_probe`), a window to finalize (``raw``,
+    ``final``, ``meta``, ``url``), store work (``uploads``, ``removals``, see :func:`store_work`) and/or a
+    :class:`RequestMirror` to start (``watch``: its arguments; it ends with the jobs); its reply has ``done`` (the
+    window's figures and summary) or ``error``, what the store work left, and ``cpu_s`` (this process's CPU seconds
+    so far). After the last job a last reply gives ``cpu_s`` alone."""
     mirror = None
-    for line in jobs:
+    while True:
+        try:
+            job = jobs.recv()
+        except EOFError:
+            break
         reply: dict[str, Any] = {}
         try:
-            job = json.loads(line)
             if "storage_options" in job:
                 use_options(job["storage_options"])
+            if "probe" in job:
+                write_probe(job["probe"])
             if "watch" in job and mirror is None:
                 mirror = RequestMirror(**job["watch"])
             if "raw" in job:
@@ -234,30 +240,25 @@ def serve(jobs: TextIO, replies: TextIO) -> None:
             if job.get("uploads") or job.get("removals"):
                 reply.update(store_work(job.get("uploads", []), job.get("removals", [])))
         except Exception as err:  # reported to the parent, which warns once
-            reply = {"error": f"{type(err).__name__}: {err}"}
+            reply = {"error": str(err) if isinstance(err, StoreError) else f"{type(err).__name__}: {err}"}
             if isinstance(err, OSError) and err.errno is not None:
                 reply["errno"] = err.errno  # disk full (ENOSPC) among them
         reply["cpu_s"] = time.process_time()
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
+        replies.send(reply)
     if mirror is not None:
         mirror.end()
-    try:
-        replies.write(json.dumps({"cpu_s": time.process_time()}) + "\n")
-        replies.flush()
-    except OSError:  # the parent stopped listening
-        pass
+    with contextlib.suppress(OSError):  # the parent stopped listening
+        replies.send({"cpu_s": time.process_time()})
 
 
 def main() -> None:
+    """The child of :mod:`~lightning_profkit.monitor.writing.process`: its two pipe ends are its arguments."""
     lower_priority()
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # anything else printed goes to stderr, not into the replies
+    jobs, replies = Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False)
     gc.freeze()  # the modules' objects: never scanned again; collections see a window's objects only
-    serve(sys.stdin, replies)
-    with contextlib.suppress(OSError):  # the parent stopped listening
+    serve(jobs, replies)
+    with contextlib.suppress(OSError):
         replies.close()
-        sys.stderr.flush()
     # no interpreter teardown: nothing is left to free or flush, and unloading pyarrow costs a tenth of a second of
     # CPU that no reply would count
     os._exit(0)

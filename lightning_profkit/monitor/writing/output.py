@@ -22,7 +22,8 @@ from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.monitor.writing.retention import Retention
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, free_mb, megabytes
 from lightning_profkit.printable import redact
-from lightning_profkit.store import STAGING_PREFIX, is_url, join, probe
+from lightning_profkit.monitor.writing.process import FinalizingProcess
+from lightning_profkit.store import STAGING_PREFIX, StoreError, is_url, join
 
 
 def worker_name(rank: int, host: Optional[str] = None) -> str:
@@ -65,12 +66,16 @@ class WrittenWindow:
 
 def check_trace_dir(trace_dir: str, storage_options: Optional[dict[str, Any]] = None) -> None:
     """Fail now, before any training step, if traces could not be written to ``trace_dir``: a URL's store is
-    probed (in a child process) and the local temporary folder, where its traces are staged, checked; a local
-    folder is checked."""
-    if is_url(trace_dir):  # written locally in full, then uploaded by the finalizing process
-        from lightning_profkit.monitor.writing.process import child_env
-
-        probe(trace_dir, env=child_env(), options=storage_options)
+    probed (by a finalizing process, which uploads the traces) and the local temporary folder, where its traces
+    are staged, checked; a local folder is checked."""
+    if is_url(trace_dir):
+        finalizer = FinalizingProcess(storage_options)
+        try:
+            finalizer.run({"probe": trace_dir})
+        except OSError as err:
+            raise StoreError(err.strerror or str(err)) from None
+        finally:
+            finalizer.close()
         trace_dir = tempfile.gettempdir()
     check_writable(trace_dir)
 

@@ -3,19 +3,20 @@ for object storage), reused for every later one, ended at teardown. It rewrites 
 trace (:mod:`~lightning_profkit.monitor.writing.child`) at nice 10 below training
 (:func:`~lightning_profkit.monitor.writing.child.lower_priority`), so that it yields a shared core to training.
 
-Jobs and replies are JSON lines on the child's stdin and stdout, one reply per job. A child that dies is
-started again with the next window; the window in hand is reported as not written, never the training. Not
-``concurrent.futures.ProcessPoolExecutor``: its spawn and forkserver workers import the user's script again (one
-without a ``__main__`` guard would train again), fork is unsafe in a process with CUDA and threads, and it gives
-neither its worker's pid (for the process's CPU, and the kill at ``flush_timeout``) nor its priority.
+Jobs and replies travel as objects through two ``multiprocessing`` pipes handed to the child, one reply per job. A
+child that dies is started again with the next window; the window in hand is reported as not written, never the
+training. The process is a fresh interpreter that runs the child module alone: a ``multiprocessing`` spawn or
+forkserver worker imports the user's script again (one without a ``__main__`` guard would train again), fork is
+unsafe in a process with CUDA and threads, and a pool gives neither its worker's pid (for the process's CPU, and the
+kill at ``flush_timeout``) nor its priority.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import select
 import subprocess
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 import lightning_profkit
@@ -30,6 +31,8 @@ class FinalizingProcess:
     def __init__(self, storage_options: Optional[dict[str, Any]] = None) -> None:
         self.storage_options = storage_options  # sent with every job, through the pipe
         self._proc: Optional[subprocess.Popen] = None
+        self._jobs: Optional[Connection] = None  # our ends of the pipes
+        self._replies: Optional[Connection] = None
         self._ended_cpu_s = 0.0  # CPU seconds of the processes that ended, as they last reported it
         self._cpu_s = 0.0  # the current one's
         self.watch: Optional[dict[str, Any]] = None  # a RequestMirror's arguments, for every process started
@@ -45,37 +48,36 @@ class FinalizingProcess:
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
         """Do ``job`` (see :func:`~lightning_profkit.monitor.writing.child.serve`); returns the reply. Raises
         ``OSError`` when it could not."""
-        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
-        if proc is None:
-            proc = self._start()
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
             if self.watch is not None:
                 job = {**job, "watch": self.watch}
         if self.storage_options:
             job = {**job, "storage_options": self.storage_options}
-        assert proc.stdin is not None and proc.stdout is not None
+        assert self._proc is not None and self._jobs is not None and self._replies is not None
         try:
-            proc.stdin.write(json.dumps(job) + "\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
-        except (BrokenPipeError, OSError):
-            line = ""
-        if not line:
+            self._jobs.send(job)
+            reply = self._replies.recv()
+        except (EOFError, OSError):
+            status = self._proc.poll()
             self.close(timeout=0)
-            raise OSError(f"the finalizing process ended (exit status {proc.poll()}); a new one takes the next window")
-        reply = json.loads(line)
+            raise OSError(f"the finalizing process ended (exit status {status}); a new one takes the next window")
         self._cpu_s = reply.get("cpu_s", self._cpu_s)
         if "error" in reply:
             raise OSError(reply.get("errno") or 0, reply["error"])
         return reply
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self) -> None:
         self.close(timeout=0)
-        self._proc = subprocess.Popen(
-            python_running(CHILD),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, bufsize=1, env=child_env(), close_fds=True,
-        )
-        return self._proc
+        jobs, self._jobs = Pipe(duplex=False)  # (the end that receives, the end that sends)
+        self._replies, replies = Pipe(duplex=False)
+        ends = (jobs.fileno(), replies.fileno())
+        try:
+            self._proc = subprocess.Popen([*python_running(CHILD), *map(str, ends)], pass_fds=ends, env=child_env(),
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:  # the child's ends: held by the child alone, so that either side sees the other's end
+            jobs.close()
+            replies.close()
 
     def kill(self) -> None:
         """End the process now (from any thread: the one waiting for its reply then gets an ``OSError``)."""
@@ -84,28 +86,28 @@ class FinalizingProcess:
             proc.kill()
 
     def close(self, timeout: float = 5.0) -> None:
-        """End the process: at the end of its input it reports its CPU seconds and exits; killed if it has not
+        """End the process: at the end of its jobs it reports its CPU seconds and exits; killed if it has not
         within ``timeout``."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            self._ended_cpu_s, self._cpu_s = self._ended_cpu_s + self._cpu_s, 0.0
-            return
+        proc, jobs, replies = self._proc, self._jobs, self._replies
+        self._proc = self._jobs = self._replies = None
         try:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            assert proc.stdout is not None
-            if select.select([proc.stdout], [], [], timeout)[0]:
-                self._cpu_s = json.loads(proc.stdout.readline() or "{}").get("cpu_s", self._cpu_s)
-        except (OSError, ValueError):
+            if jobs is not None:
+                jobs.close()
+            if replies is not None and replies.poll(timeout):
+                self._cpu_s = replies.recv().get("cpu_s", self._cpu_s)
+        except (EOFError, OSError):
             pass
+        finally:
+            if replies is not None:
+                replies.close()
         self._ended_cpu_s, self._cpu_s = self._ended_cpu_s + self._cpu_s, 0.0
+        if proc is None:
+            return
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def child_env() -> dict[str, str]:
