@@ -65,7 +65,8 @@ class PerformanceMonitor(Callback):
         alert_patience: consecutive checks over the threshold before an alert.
         alert_cooldown: steps after an alert during which no new one is raised.
         alert_action: ``"warn"``, ``"stop"`` (end training gracefully) or ``"raise"``.
-        on_alert: called on rank zero with each :class:`~lightning_profkit.alerts.DataWaitAlert`.
+        on_alert: called on rank zero with each :class:`~lightning_profkit.alerts.DataWaitAlert` when it fires (its
+            trace is named later: ``alerts`` holds a copy with ``trace_dir`` once written).
         capture_on_alert: record a window (``warmup`` + ``active`` steps) right after an alert.
         max_captures: the most windows recorded per ``fit`` after alerts and on request.
         keep_last_windows: keep only the newest this many window folders (our own files; ``None``: keep all).

@@ -151,7 +151,7 @@ class FitRun:
         self.measure.arm(on_cuda, batch_size)
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
                                   o.storage_options)
-        intake = self.intake = TraceIntake(self.output, o, self.rank.is_zero, self.report, self.delivery, self.traces)
+        intake = self.intake = TraceIntake(self.output, o, self.rank.is_zero, self.report)
         runner, validation = None, None
         if o.profiles_rank(self.rank.rank) and not self.other_profiler and not self.broken:
             activities = profiler_activities(o.activities, on_cuda)
@@ -196,7 +196,7 @@ class FitRun:
                 kept = "".join(f"\n  - {path}" for path in unsent)
                 self.report(f"{len(unsent)} profiler trace(s) could not be uploaded; they are kept on this machine{kept}"
                             f"\n  Upload them later: profkit upload {staging} {self.trace_dir}", "unsent")
-            out.metrics += self.intake.take()
+            self._take_written(out)
         if self.live is not None:
             self.live.end()
             self.live = None
@@ -253,7 +253,7 @@ class FitRun:
             elif steps:
                 self._requested(step, steps, out)
         if self.output is not None and self.output.has_written:
-            out.metrics += self.intake.take()
+            self._take_written(out)
         if step >= self.windows.due:
             was = self.windows.recording
             try:
@@ -314,7 +314,7 @@ class FitRun:
             if self.options.log_metrics and metrics and self.rank.is_zero:
                 out.metrics.append((log_step, {**metrics, "epoch": float(self.epoch)}))
             if self.output is not None:
-                out.metrics += self.intake.take()
+                self._take_written(out)
         return out
 
     def end(self) -> Outcome:
@@ -379,19 +379,31 @@ class FitRun:
         startup = (stats.first_fetch - spans.start + self.measure.startup_before_s
                    if stats is not None and stats.first_fetch else None)
         advice = self.advice.advice(self.group, worst_rank, startup, self.clock() - spans.start)  # an exchange
-        alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, advice,
-                              log_step=self.log_step)
-        self.alerts.append(alert)
         o = self.options
+        recording = None
+        if o.alert_action == "warn" and o.capture_on_alert:
+            recording = self.windows.capture(step, o.active, self.checks)
+            last = self.windows.last_step
+            if recording is None and last is not None and step >= last:
+                out.lines.append(f"data-wait alert at step {step}, the fit's last: no steps are left to record for it")
+        alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, advice,
+                              log_step=self.log_step, recording=recording)
+        self.alerts.append(alert)
         out.stop = o.alert_action == "stop"
         if o.alert_action == "raise":
             out.raise_ = DataWaitAlertError(alert)
-        if o.alert_action == "warn" and o.capture_on_alert:
-            alert.recording = self.windows.capture(step, o.active, self.checks)
-            last = self.windows.last_step
-            if alert.recording is None and last is not None and step >= last:
-                out.lines.append(f"data-wait alert at step {step}, the fit's last: no steps are left to record for it")
         self.delivery.send(alert)
+
+    def _take_written(self, out: Outcome) -> None:
+        """The windows written since the last look: listed among the traces (less those retention deleted), named
+        to the alerts recorded for, and their metrics logged."""
+        done, removed, logged = self.intake.take()
+        self.traces[:] = [p for p in self.traces + [w.path for w in done] if p not in removed]
+        for window in done:
+            if not window.validation:  # the trace of the alerts before it
+                for alert, named in self.delivery.window_written(window.path, window.first):
+                    self.alerts[:] = [named if a is alert else a for a in self.alerts]
+        out.metrics += logged
 
     def _requested(self, step: int, steps: int, out: Outcome) -> None:
         """Record ``steps`` steps after ``step``, as asked from outside (``profkit capture``), which a line says."""

@@ -2,6 +2,7 @@
 for it once written, and that a failing ``on_alert`` or logger never reaches training."""
 
 import warnings
+from dataclasses import replace
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
@@ -44,10 +45,14 @@ def test_an_alert_goes_at_once_and_a_line_names_its_trace_when_written():
     warned = deliver(delivery, ("send", first), ("send", later))
     assert got == [first, later] and warned == [a.message for a in (first, later)]
     assert "Recording steps 21-23; their trace is named when written" in warned[0]
-    named = deliver(delivery, ("window_written", "/r/step=000021-000023-epoch=0/t.json.gz", 21))
-    assert named == ["trace of the steps after the alert at step 19:\n  /r/step=000021-000023-epoch=0"]
-    assert (first.trace_dir, later.trace_dir) == ("/r/step=000021-000023-epoch=0", None)
-    assert "Trace of the steps after the alert: /r/step=000021-000023-epoch=0" in first.message
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ((was, named),) = delivery.window_written("/r/step=000021-000023-epoch=0/t.json.gz", 21)
+    assert [str(w.message) for w in caught] == [
+        "trace of the steps after the alert at step 19:\n  /r/step=000021-000023-epoch=0"]
+    assert was is first and named == replace(first, trace_dir="/r/step=000021-000023-epoch=0")
+    assert (first.trace_dir, later.trace_dir) == (None, None)  # what on_alert was handed stays as it was
+    assert "Trace of the steps after the alert: /r/step=000021-000023-epoch=0" in named.message
     assert delivery.recording == [later] and got == [first, later]  # the hook is not called again
 
 

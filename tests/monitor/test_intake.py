@@ -1,5 +1,5 @@
-"""The windows' traces taken back in a fit: each listed, named to the alert it was recorded for, and its figures
-logged on rank zero at its step; what to say of a window cut short; the slowest-rank line of one process."""
+"""The windows' traces taken back in a fit: each handed back with its figures, logged on rank zero at its step; what
+to say of a window cut short; the slowest-rank line of one process."""
 
 import time
 
@@ -7,8 +7,6 @@ import pytest
 import torch
 
 from conftest import read_trace, recorded
-from lightning_profkit.alerts import DataWaitAlert
-from lightning_profkit.monitor.alerting.delivery import AlertDelivery
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.writing.intake import TraceIntake, cut_message, slowest_rank
 from lightning_profkit.monitor.writing.output import TraceOutput
@@ -17,9 +15,7 @@ from lightning_profkit.monitor.writing.output import TraceOutput
 def intake(tmp_path, to_user=True, **options):
     told = []
     output = TraceOutput(str(tmp_path), 0, 1, None, lambda message, key: told.append(key))
-    delivery = AlertDelivery(None, lambda message, key: told.append(key))
-    delivery.to_user = to_user
-    return TraceIntake(output, Options(**options), to_user, lambda message, key: told.append(key), delivery, []), told
+    return TraceIntake(output, Options(**options), to_user, lambda message, key: told.append(key)), told
 
 
 def recorded_from(first, steps):
@@ -38,23 +34,22 @@ def recorded_from(first, steps):
 
 
 def taken(it, windows):
-    logged, deadline = [], time.monotonic() + 120
-    while len(it.traces) < windows and time.monotonic() < deadline:  # written off this thread
-        logged += it.take()
+    written, logged, deadline = [], [], time.monotonic() + 120
+    while len(written) < windows and time.monotonic() < deadline:  # written off this thread
+        done, _, metrics = it.take()
+        written += done
+        logged += metrics
         time.sleep(0.01)
-    return logged
+    return written, logged
 
 
-def test_written_windows_are_listed_named_to_their_alert_and_logged_at_their_step(tmp_path):
+def test_written_windows_are_handed_back_and_logged_at_their_step(tmp_path):
     it, told = intake(tmp_path)
-    alert = DataWaitAlert(0.8, 0.5, 0, 4, "steps 1-4", None, [], log_step=4)
-    alert.recording = (5, 7)
-    it.delivery.recording.append(alert)
     it.output.submit(recorded_from(5, 3), 0, 5, 7, 0, {"log_step": 9})
-    logged = taken(it, 1)
+    (window,), logged = taken(it, 1)
     assert it.output.close(60.0) == ([], []) and told == []
-    assert alert.trace_dir is not None and it.traces[0].startswith(alert.trace_dir)
-    steps = [e["dur"] for e in read_trace(it.traces[0])["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    assert (window.first, window.last, window.log_step) == (5, 7, 9)
+    steps = [e["dur"] for e in read_trace(window.path)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
     assert [step for step, _ in logged] == [9] and len(steps) == 3  # the mean of the trace's own steps, in ms
     assert logged[0][1]["profkit/window/host_step_ms"] == pytest.approx(sum(steps) / 3 / 1000, rel=1e-5)  # µs to 3 places
 
@@ -62,7 +57,8 @@ def test_written_windows_are_listed_named_to_their_alert_and_logged_at_their_ste
 def test_other_ranks_list_their_windows_and_log_nothing(tmp_path):
     it, told = intake(tmp_path, to_user=False)
     it.output.submit(recorded(3), 0, 0, 2, 0, {"log_step": 2})
-    assert taken(it, 1) == [] and len(it.traces) == 1
+    written, logged = taken(it, 1)
+    assert logged == [] and len(written) == 1
     assert it.output.close(60.0) == ([], [])
 
 

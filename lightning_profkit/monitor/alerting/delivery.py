@@ -1,10 +1,11 @@
 """Alerts on their way to the user: a :class:`~lightning_profkit.alerts.DataWaitWarning`, the loggers' text and
 ``on_alert`` on rank zero, when the alert fires (saying which steps are being recorded for it); once their trace is
-written, one more warning line names it (and the alert's ``trace_dir`` is set)."""
+written, one more warning line names it (and the fit's list of alerts holds a copy with its ``trace_dir``)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitWarning
@@ -40,12 +41,13 @@ class AlertDelivery:
             except Exception as err:
                 self.report(f"`on_alert` raised; training continues:\n  {err!r}", "on_alert")
 
-    def window_written(self, path: str, first_step: int) -> None:
+    def window_written(self, path: str, first_step: int) -> list[tuple[DataWaitAlert, DataWaitAlert]]:
         """The trace of the window from ``first_step`` is at ``path``: it is the trace of the alerts before that
-        step (the first window wholly after them)."""
+        step (the first window wholly after them). Each such alert, and its copy with its ``trace_dir``."""
         named = [alert for alert in self.recording if alert.step < first_step]
         self.recording = [alert for alert in self.recording if alert.step >= first_step]
-        for alert in named:
-            alert.trace_dir = os.path.dirname(path)
-            if self.to_user:
-                warn(f"trace of the steps after the alert at step {alert.step}:\n  {alert.trace_dir}", DataWaitWarning)
+        folder = os.path.dirname(path)
+        if self.to_user:
+            for alert in named:
+                warn(f"trace of the steps after the alert at step {alert.step}:\n  {folder}", DataWaitWarning)
+        return [(alert, replace(alert, trace_dir=folder)) for alert in named]

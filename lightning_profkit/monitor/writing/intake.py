@@ -10,13 +10,12 @@ from typing import Any, Callable, Optional
 from lightning_profkit.internals import kineto_results, moved
 from lightning_profkit.monitor.alerting.advice import gpu_idle_notice
 from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD
-from lightning_profkit.monitor.alerting.delivery import AlertDelivery
 from lightning_profkit.monitor.exchange import exchange
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.profiling.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK,
                                                          WindowSession, learned_json_per_byte)
 from lightning_profkit.monitor.timing.epoch_figures import window_metrics
-from lightning_profkit.monitor.writing.output import TraceOutput
+from lightning_profkit.monitor.writing.output import TraceOutput, WrittenWindow
 
 HEAVY = ("with_stack", "record_shapes", "profile_memory", "with_modules")  # options that make traces large
 
@@ -33,13 +32,10 @@ def cut_message(options: Options, first: int, last: int, planned_last: int, esti
 
 
 class TraceIntake:
-    """One fit's traces on one rank, through ``output``. ``traces`` (the callback's) gains each written trace;
-    ``delivery`` learns which trace is an alert's; ``report(message, key)`` warns once per kind of problem."""
+    """One fit's traces on one rank, through ``output``; ``report(message, key)`` warns once per kind of problem."""
 
-    def __init__(self, output: TraceOutput, options: Options, to_user: bool, report: Callable[..., None],
-                 delivery: AlertDelivery, traces: list[str]) -> None:
+    def __init__(self, output: TraceOutput, options: Options, to_user: bool, report: Callable[..., None]) -> None:
         self.output, self.options, self.to_user, self.report = output, options, to_user, report
-        self.delivery, self.traces = delivery, traces
         self.json_per_byte = FIRST_JSON_PER_BYTE_WITH_STACK if options.with_stack else FIRST_JSON_PER_BYTE
         self.gpu_profiled = False  # CUDA among the activities on a CUDA model: a trace without GPU activity lost it
 
@@ -75,12 +71,11 @@ class TraceIntake:
             self.report(said, "max_trace_mb")
         self.output.submit(results, epoch, first, last, session.offset, notes)
 
-    def take(self) -> list[tuple[int, dict[str, float]]]:
-        """The windows written since the last look: their traces listed, and the metrics to log of each (rank zero)."""
-        done = self.output.take_written(self.traces)
+    def take(self) -> tuple[list[WrittenWindow], set[str], list[tuple[int, dict[str, float]]]]:
+        """The windows written since the last look, the paths retention deleted, and the metrics to log of each
+        window (rank zero); what a trace lacks is said."""
+        done, removed = self.output.take_written()
         for window in done:  # on every rank: what a trace lacks; the size estimate's factor from the latest window
-            if not window.validation:
-                self.delivery.window_written(window.path, window.first)  # the trace of alerts before it
             if window.problems:
                 lacks = "".join(f"\n  - {problem}" for problem in window.problems)
                 self.report(f"a trace lacks what its window recorded; profkit summary and report show it:\n  {window.path}"
@@ -88,7 +83,7 @@ class TraceIntake:
             if window.json_bytes and window.growth_bytes:
                 self.json_per_byte = learned_json_per_byte(window.json_bytes, window.growth_bytes)
         if not self.to_user:
-            return []
+            return done, removed, []
         threshold = self.options.alert_threshold or DEFAULT_ALERT_THRESHOLD
         logged = []
         for window in done:
@@ -98,7 +93,7 @@ class TraceIntake:
             metrics = window_metrics(window.figures, window.validation) if self.options.log_metrics else {}
             if metrics:
                 logged.append((window.log_step, metrics))
-        return logged
+        return done, removed, logged
 
 
 def slowest_rank(group: Any, summaries: list[dict[str, Any]]) -> Optional[str]:

@@ -194,9 +194,9 @@ class TraceOutput:
     def has_written(self) -> bool:
         return bool(self._written)
 
-    def take_written(self, traces: list[str]) -> list[WrittenWindow]:
-        """On the training thread: the windows written since the last call. ``traces`` gains their paths
-        and loses those that retention deleted."""
+    def take_written(self) -> tuple[list[WrittenWindow], set[str]]:
+        """On the training thread: the windows written since the last call, and the paths retention deleted
+        (taken after the windows: a deletion is published before the window that caused it)."""
         done = []
         while self._written:
             window = self._written.popleft()
@@ -207,7 +207,6 @@ class TraceOutput:
             done.append(WrittenWindow(shown, first, last, HostFigures.from_json(window["figures"]),
                                       window.get("json_bytes"), meta.get("memory_growth_bytes"), validation,
                                       meta.get("log_step", last), tuple(meta.get("problems", ()))))
-            traces.append(shown)
             if window.get("unkept"):  # once a fit (the key): the trace is there, `profkit` parses it instead
                 self._on_error(f"the summary beside a trace could not be written; profkit parses the trace instead\n"
                                f"  - {shown}\n  - {window['unkept']}", "companions")
@@ -217,11 +216,8 @@ class TraceOutput:
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
         removed = set()
         while self._removed:
-            removed.add(self._removed.popleft())
-        if removed:
-            removed = {redact(p) for p in removed}
-            traces[:] = [p for p in traces if p not in removed]
-        return done
+            removed.add(redact(self._removed.popleft()))
+        return done, removed
 
     def fit_line(self) -> Optional[tuple[int, list[str]]]:
         """The end-of-fit lines over the newest training windows, and their count; None before any."""
