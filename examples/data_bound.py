@@ -1,8 +1,8 @@
 """A data-bound training run on synthetic data, profiled by PerformanceMonitor.
 
 The Dataset sleeps a few milliseconds per sample (a stand-in for reading from slow storage: it waits, using no CPU) and the
-DataLoader has no workers, so a large part of every step goes to waiting for data (40-77% of the step
-in the runs we made; the share depends on the machine) and a data-wait alert fires in the second epoch.
+DataLoader has no workers, so a large part of every step goes to waiting for data (how much depends on the
+machine) and a data-wait alert fires in the second epoch.
 Run it, then open TensorBoard with the command printed at the end: the PyTorch Profiler tab shows one run
 per window, and its Overview puts the largest part of each step under "DataLoader".
 

@@ -165,9 +165,12 @@ def nav_groups() -> dict[str, list[str]]:
     return groups
 
 
-# the project's own story: an issue's number, a session, the time of day of a run, a goal, what a figure was before
+# the project's own story: an issue's number, a session, the time of day of a run, a goal, what a figure or the code
+# was before ("the run before", "latest run", "used to", "now ... where it took"): that history is benchmarks/HISTORY.md's
 NARRATION = re.compile(r"\bissues? #?\d|\bsession'?s? (changes|work)\b|this session|\b(morning|afternoon|evening)\b"
-                       r"|\bgoals?\b|before \d{4}-\d\d-\d\d|\bwe chose\b", re.I)
+                       r"|\bgoals?\b|before \d{4}-\d\d-\d\d|\bwe chose\b"
+                       r"|\bthe (code|run|reader|writer|callback) before\b|\b(latest|earlier) runs?\b|\bearlier code\b"
+                       r"|\bused to\b|\bno longer\b|\bnow\b[^.\n]{0,80}\bwhere (it|they) (was|were|cost|took|read)\b", re.I)
 
 
 def test_the_site_has_five_groups_and_the_user_pages_tell_no_story_of_the_project():
@@ -184,3 +187,12 @@ def test_the_readmes_first_40_lines_say_how_to_install_use_and_look():
     first = "\n".join(text(ROOT / "README.md").splitlines()[:40])
     assert "pip install" in first and "callbacks=[PerformanceMonitor()]" in first
     assert "PYTORCH_PROFILER" in first and "profkit summary" in first and ".png)" in first
+
+
+def test_the_plan_lines_the_docs_quote_are_the_codes():
+    """Every ``profiling …`` line quoted on a page is one the code prints for some epoch length (the defaults)."""
+    from lightning_profkit.monitor.options import Options
+
+    printed = {Options().plan("out", length)[0] for length in range(1, 40)}
+    quoted = [(page.name, line) for page in PAGES for line in re.findall(r"`(profiling batch[^`]*)`", text(page))]
+    assert quoted and all(line in printed or "…" in line for _, line in quoted), [q for q in quoted if q[1] not in printed]

@@ -31,8 +31,10 @@ from lightning_profkit.store import StoreError
 from lightning_profkit.trace.file import TraceError
 
 
+INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
 EXIT_CODES = {0: "done", 1: "the input is wrong, or none of its traces could be read",
-              2: "a wrong command line", LEFT_OUT: "some traces could not be read: each is named on stderr with why"}
+              2: "a wrong command line", LEFT_OUT: "some traces could not be read: each is named on stderr with why",
+              INTERRUPTED: "stopped by Ctrl+C (no traceback)"}
 
 
 def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -64,7 +66,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `profkit summary ... | head`
         return 0
     except KeyboardInterrupt:  # Ctrl+C: no traceback, the shell's usual status
-        return 130
+        return INTERRUPTED
     except OSError as err:
         print(printable(f"profkit: {err.filename or ''}: {err.strerror or err}"), file=sys.stderr)
         return 1
