@@ -1,16 +1,20 @@
-"""``profkit summary URL --scheduler ADDRESS``: the traces of a run on object storage that have no fresh sidecar are
-parsed by the workers of a Dask distributed cluster, one trace per task; each worker reads its trace from the
-store and puts the trace's sidecar back beside it, so that the next look needs no cluster.
+"""``profkit summary PATH --scheduler ADDRESS``: the traces of a run that have no fresh sidecar are parsed by the
+workers of a Dask distributed cluster, one trace per task; each worker reads its trace and puts the trace's sidecar
+back beside it, so that the next look needs no cluster. ``PATH`` is a URL of object storage, or a local path on a
+filesystem every worker sees at the same path (a cluster's shared filesystem: NFS, Lustre, GPFS), which is checked
+first: each worker must find the command's first trace there, of the same size.
 
-The workers need lightning_profkit installed and the store's credentials (their environment, as fsspec reads it).
+The workers need lightning_profkit installed and, for a store, its credentials (their environment, as fsspec reads
+it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
-from typing import Any
+from typing import Any, Optional
 
 from lightning_profkit.trace.file import natural
 
@@ -18,12 +22,17 @@ CONNECT_TIMEOUT_S = 10  # a scheduler that has not answered by then is taken as 
 
 
 def summary_of(url: str) -> dict[str, Any]:
-    """On a worker: the summary of the trace at ``url``, its sidecar written beside it on the store."""
+    """On a worker: the summary of the trace at ``url`` (or at a local path), its sidecar written beside it."""
     from lightning_profkit import store
     from lightning_profkit.trace import sidecar
     from lightning_profkit.trace.load import load
     from lightning_profkit.trace.summary import summarize_trace
 
+    if not store.is_url(url):
+        summary = summarize_trace(url, load(url, jobs=1))
+        with contextlib.suppress(OSError):  # a folder the worker may not write: parsed again at the next look
+            sidecar.keep(url, summary)
+        return summary
     with tempfile.TemporaryDirectory(prefix="profkit-") as folder:
         local = os.path.join(folder, url.rsplit("/", 1)[-1])
         store.fetch_file(url, local)
@@ -32,21 +41,38 @@ def summary_of(url: str) -> dict[str, Any]:
     return summary
 
 
+def size_seen(path: str) -> Optional[int]:
+    """On a worker: the size of the file at ``path``, None where it sees none."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
 def cluster_summaries(url: str, scheduler: str, suffixes: tuple[str, ...], left_out: list[str]) -> list[dict[str, Any]]:
-    """The summary of every trace under ``url``: from its sidecar, or parsed on the cluster at ``scheduler``;
-    ``left_out`` gains a line for each trace that could not be read."""
+    """The summary of every trace under ``url`` (or the local path ``url``): from its sidecar, or parsed on the cluster
+    at ``scheduler``; ``left_out`` gains a line for each trace that could not be read. A :class:`SharedPathError`
+    where a worker does not see a local path's traces."""
     from distributed import Client, as_completed
 
-    from lightning_profkit.store import survey
+    from lightning_profkit.store import is_url, survey
     from lightning_profkit.trace import sidecar
+    from lightning_profkit.trace.file import find_traces
 
-    found = survey(url, suffixes)
-    if found.unread:
-        print(f"profkit: {found.unread}", file=sys.stderr)
-    out = [sidecar.with_place(found.fs.unstrip_protocol(p), s) for p, s in found.known.items()]
-    todo = [found.fs.unstrip_protocol(p) for p in found.found if p not in found.known]
+    if is_url(url):
+        found = survey(url, suffixes)
+        if found.unread:
+            print(f"profkit: {found.unread}", file=sys.stderr)
+        out = [sidecar.with_place(found.fs.unstrip_protocol(p), s) for p, s in found.known.items()]
+        todo = [found.fs.unstrip_protocol(p) for p in found.found if p not in found.known]
+    else:  # a local path: the sidecars read here
+        read = {p: sidecar.read(p) for p in find_traces(url)}
+        out = [sidecar.with_place(p, s) for p, s in read.items() if s is not None]
+        todo = [p for p, s in read.items() if s is None]
     if todo:
         with Client(scheduler, timeout=CONNECT_TIMEOUT_S) as client:
+            if not is_url(url):
+                check_shared(client, url, todo[0])
             futures = client.map(summary_of, todo, pure=False)
             named = dict(zip(futures, todo))
             for future in as_completed(futures):
@@ -57,3 +83,18 @@ def cluster_summaries(url: str, scheduler: str, suffixes: tuple[str, ...], left_
                     left_out.append(text if text.startswith(named[future]) else f"{named[future]}: could not be read "
                                     f"({type(err).__name__}: {text})")
     return sorted(out, key=lambda s: natural(s["path"]))
+
+
+class SharedPathError(OSError):
+    """A local path that some of the cluster's workers do not see as the command does."""
+
+
+def check_shared(client: Any, path: str, trace: str) -> None:
+    """Every worker of ``client`` sees ``trace`` (under the local ``path``) as this process does: the same size."""
+    size = os.stat(trace).st_size
+    seen = client.run(size_seen, trace)
+    blind = sorted(worker for worker, got in seen.items() if got != size)
+    if blind:
+        raise SharedPathError(f"{path}: {len(blind)} of the cluster's {len(seen)} workers do not see this folder as "
+                              f"this machine does (the first, {blind[0]}, found {trace} missing or of another size): "
+                              "give a path on a filesystem every worker shares, or the run's URL on object storage")

@@ -37,7 +37,8 @@ def add(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="the same figures as JSON")
     add_jobs(p)
     p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="parse the traces of an object-store URL on this Dask distributed cluster (tcp://host:8786)")
+                   help="parse the traces on this Dask distributed cluster (tcp://host:8786): an object-store URL, or a "
+                        "folder on a filesystem every worker shares")
     p.set_defaults(handler=summary)
     p = sub.add_parser("compare", help="two traces or folders side by side, with differences")
     p.add_argument("a", help="the traces before: a trace or a folder (or its URL)")
@@ -117,15 +118,17 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
 
 
 def on_cluster(path: str, scheduler: str, left_out: list[str]) -> list[dict[str, Any]]:
-    """The summaries of the traces at the URL ``path``, parsed by the workers of the Dask cluster at ``scheduler``."""
-    if not is_url(path):
-        raise CommandError(f"{path}: --scheduler reads traces from object storage, where the cluster's workers "
-                           "read them too: give an s3://, gs:// or az:// URL")
+    """The summaries of the traces at ``path`` (a URL, or a local path every worker sees), parsed by the workers of
+    the Dask cluster at ``scheduler``."""
     try:
-        from lightning_profkit.cli.cluster import cluster_summaries
-        found = cluster_summaries(path, scheduler, TRACE_SUFFIXES + JSON_SUFFIXES, left_out)
+        from lightning_profkit.cli.cluster import SharedPathError, cluster_summaries
     except ImportError:
         raise CommandError(f"--scheduler needs Dask's distributed: {DASK_NEEDS}") from None
+    try:
+        found = cluster_summaries(path if is_url(path) else os.path.abspath(path), scheduler,
+                                  TRACE_SUFFIXES + JSON_SUFFIXES, left_out)
+    except (SharedPathError, StoreError) as err:
+        raise CommandError(str(err)) from None
     except OSError as err:  # the scheduler cannot be reached
         raise CommandError(f"{scheduler}: no Dask scheduler answers there ({err})") from None
     if not found and not left_out:

@@ -26,9 +26,9 @@ CLUSTER = ("import sys; from distributed import LocalCluster; "
 
 
 @contextlib.contextmanager
-def local_cluster():
+def local_cluster(cwd=None):
     proc = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, cwd=cwd)
     try:
         address = proc.stdout.readline().strip()
         assert address.startswith("tcp://"), proc.communicate(timeout=60)
@@ -41,8 +41,18 @@ def local_cluster():
             stop_session(proc)
 
 
-def profkit(*args):
-    return subprocess.run([PROFKIT, *map(str, args)], capture_output=True, text=True, timeout=300)
+def profkit(*args, cwd=None):
+    return subprocess.run([PROFKIT, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def a_run(folder, gpu_traces):
+    """A window of two real traces and a damaged one under ``folder``; returns the window's folder."""
+    window = folder / "step=000001-000003-epoch=0"
+    window.mkdir(parents=True)
+    for rank, trace in enumerate(TRACES):
+        shutil.copy(gpu_traces / trace, window / f"w_rank{rank}.1.pt.trace.json.gz")
+    (window / "w_rank2.1.pt.trace.json.gz").write_bytes(b"not a trace")
+    return window
 
 
 def test_a_cluster_parses_the_traces_the_store_holds_and_leaves_their_sidecars(tmp_path, s3_server, gpu_traces):
@@ -73,9 +83,39 @@ def test_a_cluster_parses_the_traces_the_store_holds_and_leaves_their_sidecars(t
     assert json.loads(again.stdout)["traces"] == got["traces"]
 
 
-def test_the_scheduler_is_for_object_storage_and_must_answer(tmp_path, s3_server):
-    local = profkit("summary", tmp_path, "--scheduler", "tcp://127.0.0.1:1")
-    assert local.returncode == 1 and "--scheduler reads traces from object storage" in local.stderr
+def test_a_cluster_parses_a_folder_its_workers_share_and_leaves_the_sidecars_there(tmp_path, gpu_traces):
+    """A cluster's shared filesystem (NFS, Lustre, GPFS) is a local path every worker sees: read there, in place."""
+    window = a_run(tmp_path / "run", gpu_traces)
+    here = profkit("summary", "--json", tmp_path / "run")  # parsed here: the figures to compare with
+    for sidecar in window.glob("*.profkit"):
+        sidecar.unlink()
+    with local_cluster() as address:
+        done = profkit("summary", "--json", tmp_path / "run", "--scheduler", address)
+    assert done.returncode == 3 and f"{window}/w_rank2.1.pt.trace.json.gz: " in done.stderr, done.stderr
+    got, want = json.loads(done.stdout), json.loads(here.stdout)
+    assert len(got["traces"]) == 2 and got == want
+    assert sorted(p.name for p in window.glob("*.profkit")) == [f"w_rank{r}.1.pt.trace.json.gz.profkit" for r in (0, 1)]
+
+
+def test_a_folder_the_workers_see_otherwise_is_refused_naming_it(tmp_path, gpu_traces):
+    """/proc/self/cwd is each process's own folder: the workers, started elsewhere, find nothing there, or another
+    file of the same name."""
+    (tmp_path / "here").mkdir()
+    (tmp_path / "there").mkdir()
+    a_run(tmp_path / "here" / "run", gpu_traces)
+    with local_cluster(cwd=tmp_path / "there") as address:
+        missing = profkit("summary", "/proc/self/cwd/run", "--scheduler", address, cwd=tmp_path / "here")
+        other = a_run(tmp_path / "there" / "run", gpu_traces)
+        (other / "w_rank0.1.pt.trace.json.gz").write_bytes(b"another file")
+        differs = profkit("summary", "/proc/self/cwd/run", "--scheduler", address, cwd=tmp_path / "here")
+    for done in (missing, differs):
+        assert done.returncode == 1 and done.stdout == "", done.stderr
+        assert done.stderr.startswith("profkit: /proc/self/cwd/run: 2 of the cluster's 2 workers do not see this "
+                                      "folder as this machine does"), done.stderr
+    assert not list((tmp_path / "here").rglob("*.profkit"))
+
+
+def test_the_scheduler_must_answer(tmp_path, s3_server):
     s3_server.fs.pipe_file("runs/x/a.pt.trace.json.gz", b"x")
     nobody = profkit("summary", "s3://runs/x", "--scheduler", "tcp://127.0.0.1:1")
     assert nobody.returncode == 1, nobody.stderr
