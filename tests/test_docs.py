@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lightning_profkit.metric_names import METRICS, PREFIX, find, markdown_table
+from conftest import stop_session
 from test_metric_names import every_logged_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,8 +135,13 @@ def test_every_runnable_block_runs(tmp_path):
             command = [sys.executable, str(HERE / "trainer" / "cli_script.py"), "fit", "--config", f"block{n}.yaml",
                        "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
                        f"--trainer.default_root_dir={tmp_path / 'cli'}"]
-        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
-        assert done.returncode == 0, f"{where} ({lang}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)  # what a block starts in the background ends with it
+        try:
+            out, err = proc.communicate(timeout=300)
+        finally:
+            stop_session(proc)
+        assert proc.returncode == 0, f"{where} ({lang}):\n{out[-2000:]}\n{err[-3000:]}"
 
 
 def test_the_callbacks_docstring_example_runs(tmp_path):

@@ -71,6 +71,10 @@ def cluster_summaries(url: str, scheduler: str, suffixes: tuple[str, ...], left_
         todo = [p for p, s in read.items() if s is None]
     if todo:
         with Client(scheduler, timeout=CONNECT_TIMEOUT_S) as client:
+            try:
+                client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+            except TimeoutError:
+                raise OSError(f"no worker joined the scheduler within {CONNECT_TIMEOUT_S} s") from None
             if not is_url(url):
                 check_shared(client, url, todo[0])
             futures = client.map(summary_of, todo, pure=False)
