@@ -14,7 +14,7 @@ from lightning_profkit import PerformanceMonitor
 from test_tensorboard import data_bound_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCREENSHOT = os.environ.get("PROFKIT_SCREENSHOT")  # set to write the screenshot of this page that docs/ shows
+SCREENSHOT = os.environ.get("PROFKIT_SCREENSHOT")  # set to write docs/tensorboard-offline.png
 SCALARS_SCREENSHOT = os.environ.get("PROFKIT_SCALARS_SCREENSHOT")  # docs/tensorboard-scalars.png
 TAGS = ("profkit/data_wait_ratio", "profkit/rolling/data_wait_ratio", "profkit/step_time_ms_mean")  # on that page
 
