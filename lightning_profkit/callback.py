@@ -11,7 +11,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.internals import state_key
-from lightning_profkit.internals import SET_WHILE_NEEDED, SKIPPED, rehook, unhook
+from lightning_profkit.internals import SET_WHILE_NEEDED, SKIPPED, batch_ready, rehook, unhook
 from lightning_profkit.lightning_glue import (alert_to_tensorboard, apply, check_monitors_come_after, cuda_uuid,
     epoch_length, guarded, last_step, log_step, own_trace_dir, rank_of, runs_pytorch_profiler, trace_dir, train_loader,
     worker_pids)
@@ -231,7 +231,7 @@ class PerformanceMonitor(Callback):
         processes = self._fit.rank.processes_per_node
         self._fit.arm(fetch_timer.install(trainer, self._notices), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
                       lambda: loader_facts(train_loader(trainer), on_cuda, processes, worker_pids(trainer)),
-                      lambda: worker_pids(trainer))
+                      lambda: worker_pids(trainer), lambda: batch_ready(trainer.fit_loop))
         if self._fit.windows.validation is not None:  # the validation batch hooks exist only then: else they cost nothing
             rehook(self, "on_validation_batch_start", "on_validation_batch_end")
         self._fit.windows.last_step, self._trainer = last_step(trainer), trainer

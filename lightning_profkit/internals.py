@@ -12,6 +12,9 @@ not found in which installed version. Where a public hook gives the same fact, i
   wraps it on the loop. Fallback: epoch 0's start-up before training is not counted (later epochs' is).
 - The fit loop's ``_combined_loader`` iterators' ``_workers``: the DataLoader workers' pids. Fallback: the live
   daemon processes this process started.
+- Those iterators' ``_data_queue`` and ``_worker_result_queue`` (torch's, with workers): whether a batch a worker
+  made waits there when a fetch begins, which tells a training process too slow to take its batches from workers
+  too slow to make them. Fallback: not known; the advice says nothing of it.
 - The epoch loop's ``_batches_that_stepped``: the step Lightning logs at. Fallback: ``trainer.global_step``.
 - torch's ``profile._prev_schedule_action`` and ``step_num`` (set with ``current_action`` to start numbering at a
   global step) and ``action_map`` (cleared to free a finished session at once). Fallback: not set (the trace's
@@ -66,12 +69,42 @@ def has_loader_setup(fit_loop: Any) -> bool:
     return callable(getattr(type(fit_loop), LOADER_SETUP, None))
 
 
+def _loader_iterators(fit_loop: Any) -> list[Any]:
+    combined = getattr(getattr(fit_loop, "_combined_loader", None), "_iterator", None)
+    return list(getattr(combined, "iterators", None) or ())
+
+
 def loader_workers(fit_loop: Any) -> list[int]:
     """The pids of the training DataLoaders' workers, as Lightning's CombinedLoader iterates each loader's own
     iterator (a loader without workers has none; empty where the names are not found)."""
-    combined = getattr(getattr(fit_loop, "_combined_loader", None), "_iterator", None)
-    iterators = getattr(combined, "iterators", None) or ()
-    return [w.pid for it in iterators for w in getattr(it, "_workers", ()) if getattr(w, "pid", None) is not None]
+    return [w.pid for it in _loader_iterators(fit_loop) for w in getattr(it, "_workers", ())
+            if getattr(w, "pid", None) is not None]
+
+
+def batch_ready(fit_loop: Any) -> Optional[Callable[[], bool]]:
+    """For the one training DataLoader's iterator with workers: a function that says whether a batch its workers made
+    waits to be taken now (in its queue of results, or of pinned results); None where there is no such iterator
+    or its queues cannot say."""
+    iterators = _loader_iterators(fit_loop)
+    if len(iterators) != 1:
+        return None
+    found = (getattr(iterators[0], name, None) for name in ("_data_queue", "_worker_result_queue"))
+    sizes = list({id(q): q.qsize for q in found if callable(getattr(q, "qsize", None))}.values())
+    try:
+        for size in sizes:
+            size()
+    except (NotImplementedError, OSError, ValueError):  # macOS's multiprocessing queues have no size
+        return None
+    if not sizes:
+        return None
+
+    def ready() -> bool:
+        try:
+            return any(size() > 0 for size in sizes)
+        except (NotImplementedError, OSError, ValueError):  # a queue closed under us: not known, never an error
+            return False
+
+    return ready
 
 
 def batches_that_stepped(epoch_loop: Any) -> Optional[int]:

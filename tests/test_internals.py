@@ -71,6 +71,8 @@ class Reads(Callback):
                              lightnings=internals.lightnings_fetch_pair(loop),
                              stepped=internals.batches_that_stepped(loop), workers=internals.loader_workers(trainer.fit_loop),
                              setup=internals.has_loader_setup(trainer.fit_loop))
+            ready = internals.batch_ready(trainer.fit_loop)
+            self.seen["ready"] = ready() if ready is not None else None
 
 
 def test_the_installed_lightning_and_torch_have_every_private_name_the_package_uses(tmp_path):
@@ -80,6 +82,7 @@ def test_the_installed_lightning_and_torch_have_every_private_name_the_package_u
     assert seen["pair"] is not None and seen["val_pair"] is not None and seen["lightnings"] and seen["setup"]
     assert seen["stepped"] == 2  # batches 0 and 1; batch 2's optimizer step is counted after this hook
     assert len(seen["workers"]) == 2 and all(isinstance(pid, int) for pid in seen["workers"])
+    assert isinstance(seen["ready"], bool)  # the loader's queues say whether a batch waits (Linux)
     import torch
 
     profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])

@@ -132,6 +132,7 @@ class FitRun:
         # the DataLoader's CPU, marked at every check, for an alert's advice (where alerts are on)
         self.advice = LoaderAdvice(self.report, watching=self.checks.rule is not None)
         self.waited_s = 0.0  # the data wait of the fit's finished epochs
+        self.ready_waited_s = 0.0  # the part of it in fetches that began with a batch ready
         self.broken = False
         self.epoch = 0
         self.in_epoch = False
@@ -142,12 +143,14 @@ class FitRun:
 
     # ------------------------------------------------------------------ arming and closing
     def arm(self, timer: FetchTimer, on_cuda: bool, batch_size: Optional[int],
-            loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Callable[[], Sequence[int]] = tuple) -> None:
+            loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Callable[[], Sequence[int]] = tuple,
+            ready: Callable[[], Optional[Callable[[], bool]]] = lambda: None) -> None:
         """Training starts (or starts again after loops that ran without us): ``timer`` times its fetches;
         ``loader()`` reads the training DataLoader's settings, for advice; ``workers()``, only the pids of its worker
-        processes now (read at every rolling check)."""
+        processes now (read at every rolling check); ``ready()``, what tells whether a batch its workers made is
+        waiting (:func:`~lightning_profkit.internals.batch_ready`)."""
         o = self.options
-        self.timer, self.advice.loader, self.advice.workers = timer, loader, workers
+        self.timer, self.advice.loader, self.advice.workers, self.advice.ready = timer, loader, workers, ready
         self.measure.arm(on_cuda, batch_size)
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
                                   o.storage_options)
@@ -224,12 +227,14 @@ class FitRun:
         """Epoch ``epoch`` begins at ``step`` (its batch ``batch_idx``: 0, or more when resuming inside it)."""
         assert self.timer is not None
         self.epoch = epoch
-        self.waited_s += self.timer.reset().train_s
+        done = self.timer.reset()
+        self.waited_s += done.train_s
+        self.ready_waited_s += done.ready_s
         now = self.clock()
         self.in_epoch = True
         self.measure.epoch_start(now)
         self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch)
-        self.advice.mark(now, self.waited_s + self.timer.stats.train_s)  # the epoch's first check measures from here
+        self._mark_advice(now, epoch_start=True)  # the epoch's first check measures from here
         self.epoch_first_step = step
         self.windows.epoch_start(step, batch_idx, epoch_length)
         if self.windows.recording:
@@ -302,7 +307,7 @@ class FitRun:
                 self.report(notice, "after_window")
             self.step_ms = metrics.get(PREFIX + "step_time_ms_mean", self.step_ms)
             if self.checks.rule is not None:
-                self.advice.mark(end, self.waited_s + self.timer.stats.train_s)
+                self._mark_advice(end, epoch_start=True)
                 ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
                 if ratio is not None:
                     worst = metrics.get(PREFIX + "data_wait_worst_rank")
@@ -356,7 +361,7 @@ class FitRun:
         """This block's data wait on every rank (exchanged off the device), then the rule."""
         assert self.timer is not None
         checked = self.checks.span(step)
-        self.advice.mark(now, self.waited_s + self.timer.stats.train_s)
+        self._mark_advice(now)
         mine = self.checks.take_block(now, self.timer.stats.train_s, self.measure.spans.validation, step)
         rows = [BlockFigures(*row) for row in exchange(self.group, list(mine))]
         asked = int(max(row.requested for row in rows))
@@ -393,6 +398,14 @@ class FitRun:
         if o.alert_action == "raise":
             out.raise_ = DataWaitAlertError(alert)
         self.delivery.send(alert)
+
+    def _mark_advice(self, now: float, epoch_start: bool = False) -> None:
+        """Mark the loader's figures for an alert's advice; from a rolling check on, each fetch also asks whether a
+        batch was ready (at an epoch's start or end the loader's next iterator is not made yet)."""
+        assert self.timer is not None
+        stats, asked = self.timer.stats, self.timer.batch_ready is not None
+        probe = self.advice.mark(now, self.waited_s + stats.train_s, self.ready_waited_s + stats.ready_s, asked)
+        self.timer.batch_ready = None if epoch_start else probe
 
     def _take_written(self, out: Outcome) -> None:
         """The windows written since the last look: listed among the traces (less those retention deleted), named

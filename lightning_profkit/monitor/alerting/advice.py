@@ -15,6 +15,9 @@ CROWDED = 0.2  # workers ready to run but waiting for a CPU this share of the ti
 # batches itself: one that only sleeps until a batch comes still waits for a CPU then, a large share of a short wait
 # where other processes hold the CPUs
 UNPACKING = 0.8
+# with workers, at least this share of the data wait in fetches that began with a batch made and waiting: the workers
+# are ahead, and the time goes to taking their batches in the training process (receiving every tensor, unpickling)
+READY = 0.5
 
 
 @dataclass(frozen=True)
@@ -63,16 +66,18 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
     (:func:`_batch_maker_advice`), what was measured, then the loader settings that cost time."""
     per_process = facts.cpus_per_process
     suggested = max(1, per_process - 2 if per_process > 2 else per_process - 1)  # leave the main process a CPU
-    measured = [f"measured: {part}" for part in (busy.training, busy.workers) if part is not None]
+    training = busy.training
+    parts = (training, training.ready_line if training is not None else None, busy.workers)
+    measured = [f"measured: {part}" for part in parts if part is not None]
     settings = _settings_advice(facts, suggested, startup_s, train_s)
     return _batch_maker_advice(facts, busy, suggested) + measured + settings
 
 
 def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) -> list[str]:
     """Where the batches are made rests on how busy the training thread was in its wait, and how many workers on
-    how busy they were (``busy``, measured): a training thread that computes in its wait unpacks or makes the
-    batches itself; workers that wait on I/O gain from more of them than CPUs, workers that compute from cheaper
-    samples."""
+    how busy they were (``busy``, measured): a training thread that computes in its wait, or waits while batches the
+    workers made are ready, unpacks the batches itself; workers that wait on I/O gain from more of them than CPUs,
+    workers that compute from cheaper samples."""
     workers, training, n = busy.workers, busy.training, facts.num_workers
     cheaper = "make __getitem__ cheaper (cache decoded data, augment on the GPU)"
     if n == 0:
@@ -80,7 +85,7 @@ def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) ->
         why = "loads every batch, waiting on I/O" if waits else "loads every batch itself"
         return [f"num_workers=0: the training process {why}: try num_workers={max(suggested, 2) if waits else suggested}"
                 ", persistent_workers=True"]
-    if training is not None and training.low >= UNPACKING:
+    if training is not None and (training.low >= UNPACKING or (training.ready or 0.0) >= READY):
         return ["the training process unpacks every batch the workers send; more workers do not help: return fewer, "
                 "larger tensors"]
     if workers is not None and workers.computing < WAITING:

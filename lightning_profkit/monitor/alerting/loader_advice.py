@@ -19,17 +19,22 @@ class LoaderAdvice:
         self.report, self.watching = report, watching
         self.loader: Callable[[], LoaderFacts] = LoaderFacts
         self.workers: Callable[[], Sequence[int]] = tuple
+        self.ready: Callable[[], Optional[Callable[[], bool]]] = lambda: None  # see internals.batch_ready
         self.watch = LoaderWatch()
         self.busy = LoaderBusy()  # since the mark before the latest check
 
-    def mark(self, now: float, waited_s: float) -> None:
-        """A rolling check (or an epoch's start or end) at ``now``, after ``waited_s`` of data wait in the fit."""
+    def mark(self, now: float, waited_s: float, ready_s: float = 0.0, asked: bool = False) -> Optional[Callable[[], bool]]:
+        """A rolling check (or an epoch's start or end) at ``now``, after ``waited_s`` of data wait in the fit
+        (``ready_s`` of it with a batch ready, ``asked`` at every fetch since the last mark). Returns what to ask at
+        each fetch from now on: whether a batch is ready (None: nothing)."""
         if not self.watching:
-            return
+            return None
         try:
-            self.busy = self.watch.busy(self.workers(), now, waited_s)
+            self.busy = self.watch.busy(self.workers(), now, waited_s, ready_s, asked)
+            return self.ready()
         except Exception as err:
             self.report(f"reading the DataLoader's CPU failed:\n  {err!r}", "advice")
+            return None
 
     def advice(self, group: Any, worst_rank: Optional[int], startup_s: Optional[float], train_s: float) -> list[str]:
         """What to try, from how busy the worst rank's loading was (an exchange in ``group``: every rank calls it)."""

@@ -36,10 +36,12 @@ class FetchStats:
     """Fetch counters of the current epoch (seconds from ``time.perf_counter``)."""
 
     __slots__ = ("train_s", "train_count", "val_s", "val_count", "first_fetch", "t0", "val_t0", "step_start",
-                 "steps_done", "recent_steps", "_older_steps")
+                 "steps_done", "recent_steps", "_older_steps", "ready_s", "ready")
 
     def __init__(self) -> None:
         self.train_s = 0.0
+        self.ready_s = 0.0  # the part of train_s in fetches that began with a batch waiting (where the timer can tell)
+        self.ready = False  # whether the current fetch began so
         self.train_count = 0
         self.val_s = 0.0
         self.val_count = 0
@@ -101,7 +103,7 @@ class FetchTimer:
     :meth:`install` and :meth:`uninstall`."""
 
     __slots__ = ("stats", "_trainer", "_train_loop", "_val_loop", "_progress", "_action", "_saved", "_own_pair",
-                 "_val_pair", "_on_due", "_due", "_due_at", "_idle", "_profiler")
+                 "_val_pair", "_on_due", "_due", "_due_at", "_idle", "_profiler", "batch_ready")
 
     def __init__(self, trainer: Any) -> None:
         self.stats = FetchStats()
@@ -114,6 +116,7 @@ class FetchTimer:
         self._own_pair: Optional[tuple[Callable[[], None], Callable[[], None]]] = None  # the loop's, if overridden
         self._val_pair: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
         self._on_due: Callable[[], None] = _nothing
+        self.batch_ready: Optional[Callable[[], bool]] = None  # asked as each training fetch begins, where set
         self._idle: Any = None  # the trainer's profiler, where it is Lightning's default that does nothing
         self._profiler: Optional[FetchProfiler] = None  # where the loops have no fetch pair
         self.wake(float("inf"), float("inf"))
@@ -212,11 +215,16 @@ class FetchTimer:
             s.steps_done = done
         if done >= self._due or t0 >= self._due_at:
             self._on_due()
+        if self.batch_ready is not None:
+            s.ready = self.batch_ready()
         s.t0 = perf_counter()  # the wait starts here: the bookkeeping above, and on_due's work, are not in it
 
     def _train_after(self) -> None:
         s = self.stats
-        s.train_s += perf_counter() - s.t0
+        waited = perf_counter() - s.t0
+        s.train_s += waited
+        if s.ready:
+            s.ready_s += waited
         s.train_count += 1
         if self._own_pair is None:
             profiler = self._trainer.profiler

@@ -50,12 +50,20 @@ class WaitBusy:
     wait_s: float
     seconds: float
     rank: Optional[int] = None
+    ready: Optional[float] = None  # the share of the wait in fetches that began with a batch made and waiting
 
     def __str__(self) -> str:
         low, high = f"{self.low:.0%}", f"{self.high:.0%}"
         share = low if low == high else f"{low[:-1]}-{high}"
         return (f"{_whose(self.rank, 'training process')}: on or waiting for a CPU {share} of its {self.wait_s:.1f} s "
                 f"data wait in {self.seconds:.1f} s")
+
+    @property
+    def ready_line(self) -> Optional[str]:
+        """How much of the wait had a batch made and waiting, where that is known."""
+        if self.ready is None:
+            return None
+        return f"{_whose(self.rank, 'training process')}: a batch the workers made waited through {self.ready:.0%} of its data wait"
 
 
 @dataclass(frozen=True)
@@ -66,17 +74,19 @@ class LoaderBusy:
     training: Optional[WaitBusy] = None
 
     def as_values(self) -> list[float]:
-        """Eight numbers for the exchange across ranks (NaN for what is None)."""
+        """Nine numbers for the exchange across ranks (NaN for what is None)."""
         w, t = self.workers, self.training
         queued = math.nan if w is None or w.queued is None else w.queued
+        ready = math.nan if t is None or t.ready is None else t.ready
         return ([w.share, float(w.workers), w.seconds, queued] if w else [math.nan] * 4) + \
-               ([t.low, t.high, t.wait_s, t.seconds] if t else [math.nan] * 4)
+               ([t.low, t.high, t.wait_s, t.seconds, ready] if t else [math.nan] * 5)
 
     @staticmethod
     def from_values(values: Sequence[float], rank: Optional[int] = None) -> "LoaderBusy":
         queued = None if math.isnan(values[3]) else values[3]
         workers = WorkersBusy(values[0], int(values[1]), values[2], rank, queued) if not math.isnan(values[0]) else None
-        training = WaitBusy(*values[4:8], rank) if not math.isnan(values[4]) else None
+        ready = None if math.isnan(values[8]) else values[8]
+        training = WaitBusy(*values[4:8], rank, ready) if not math.isnan(values[4]) else None
         return LoaderBusy(workers, training)
 
 
@@ -90,17 +100,19 @@ class LoaderWatch:
     def __init__(self, read: Callable[[int], Optional[tuple[float, Optional[float]]]] = scheduled_seconds_of,
                  thread_busy: Callable[[], float] = thread_busy_seconds, min_seconds: float = 1.0) -> None:
         self.read, self.thread_busy, self.min_seconds = read, thread_busy, min_seconds
-        # now, the data wait, the thread's CPU, the workers' (CPU, queued) seconds
-        self.mark: Optional[tuple[float, float, float, dict[int, tuple[float, Optional[float]]]]] = None
+        # now, the data wait, the thread's CPU, the workers' (CPU, queued) seconds, the wait with a batch ready
+        self.mark: Optional[tuple[float, float, float, dict[int, tuple[float, Optional[float]]], float]] = None
 
-    def busy(self, pids: Sequence[int], now: float, wait_s: float) -> LoaderBusy:
-        """How busy the workers ``pids`` and the training thread (``wait_s``: its data wait so far) were since the
-        mark (nothing at the first)."""
+    def busy(self, pids: Sequence[int], now: float, wait_s: float, ready_s: float = 0.0,
+             asked: bool = False) -> LoaderBusy:
+        """How busy the workers ``pids`` and the training thread (``wait_s``: its data wait so far, ``ready_s`` the
+        part of it that began with a batch ready, known where every fetch since the last call was ``asked``) were
+        since the mark (nothing at the first)."""
         cpu = {pid: seconds for pid in pids if (seconds := self.read(pid)) is not None}
         mine = self.thread_busy()
         last = self.mark
         if last is None or now - last[0] >= self.min_seconds:
-            self.mark = (now, wait_s, mine, cpu)
+            self.mark = (now, wait_s, mine, cpu, ready_s)
         if last is None or now <= last[0]:
             return LoaderBusy()
         span, waited = now - last[0], wait_s - last[1]
@@ -117,5 +129,6 @@ class LoaderWatch:
         if waited > 0:  # CPU time outside the wait is at most the wall time outside it
             used = max(mine - last[2], 0.0)
             low, high = min(max(used - (span - waited), 0.0), waited), min(used, waited)
-            training = WaitBusy(low / waited, high / waited, waited, span)
+            ready = min(max(ready_s - last[4], 0.0) / waited, 1.0) if asked else None
+            training = WaitBusy(low / waited, high / waited, waited, span, ready=ready)
         return LoaderBusy(workers, training)
