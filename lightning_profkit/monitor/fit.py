@@ -381,7 +381,7 @@ class FitRun:
             return
         assert self.checks.rule is not None
         stats, spans = self.timer.stats if self.timer is not None else None, self.measure.spans
-        startup = (stats.first_fetch - spans.start + self.measure.startup_before_s
+        startup = (stats.first_fetch - spans.start + self.measure.startup_before_s + stats.first_wait
                    if stats is not None and stats.first_fetch else None)
         advice = self.advice.advice(self.group, worst_rank, startup, self.clock() - spans.start)  # an exchange
         o = self.options

@@ -15,6 +15,7 @@ CROWDED = 0.2  # workers ready to run but waiting for a CPU this share of the ti
 # batches itself: one that only sleeps until a batch comes still waits for a CPU then, a large share of a short wait
 # where other processes hold the CPUs
 UNPACKING = 0.8
+RESTARTING = 0.2  # workers that start again every epoch, taking this share of its time to give their first batch
 # with workers, at least this share of the data wait in fetches that began with a batch made and waiting: the workers
 # are ahead, and the time goes to taking their batches in the training process (receiving every tensor, unpickling)
 READY = 0.5
@@ -70,6 +71,9 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
     parts = (training, training.ready_line if training is not None else None, busy.workers)
     measured = [f"measured: {part}" for part in parts if part is not None]
     settings = _settings_advice(facts, suggested, startup_s, train_s)
+    restart = [line for line in settings if line.startswith("persistent_workers=True")]
+    if restart and startup_s is not None and train_s and startup_s / train_s >= RESTARTING:  # the restarts first
+        return restart + measured + [line for line in settings if line not in restart]
     return _batch_maker_advice(facts, busy, suggested) + measured + settings
 
 
@@ -83,8 +87,8 @@ def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) ->
     if n == 0:
         waits = training is not None and training.high < WAITING
         why = "loads every batch, waiting on I/O" if waits else "loads every batch itself"
-        return [f"num_workers=0: the training process {why}: try num_workers={max(suggested, 2) if waits else suggested}"
-                ", persistent_workers=True"]
+        workers = max(suggested, 2) if waits or facts.cpus_per_process >= 2 else suggested
+        return [f"num_workers=0: the training process {why}: try num_workers={workers}, persistent_workers=True"]
     if training is not None and (training.low >= UNPACKING or (training.ready or 0.0) >= READY):
         return ["the training process unpacks every batch the workers send; more workers do not help: return fewer, "
                 "larger tensors"]

@@ -36,12 +36,13 @@ class FetchStats:
     """Fetch counters of the current epoch (seconds from ``time.perf_counter``)."""
 
     __slots__ = ("train_s", "train_count", "val_s", "val_count", "first_fetch", "t0", "val_t0", "step_start",
-                 "steps_done", "recent_steps", "_older_steps", "ready_s", "ready")
+                 "steps_done", "recent_steps", "_older_steps", "ready_s", "ready", "first_wait")
 
     def __init__(self) -> None:
         self.train_s = 0.0
         self.ready_s = 0.0  # the part of train_s in fetches that began with a batch waiting (where the timer can tell)
         self.ready = False  # whether the current fetch began so
+        self.first_wait = 0.0  # the wait of the epoch's first training fetch (workers starting, their first batch)
         self.train_count = 0
         self.val_s = 0.0
         self.val_count = 0
@@ -225,6 +226,8 @@ class FetchTimer:
         s.train_s += waited
         if s.ready:
             s.ready_s += waited
+        if not s.train_count:
+            s.first_wait = waited
         s.train_count += 1
         if self._own_pair is None:
             profiler = self._trainer.profiler
