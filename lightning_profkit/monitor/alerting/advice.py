@@ -16,9 +16,11 @@ CROWDED = 0.2  # workers ready to run but waiting for a CPU this share of the ti
 # where other processes hold the CPUs
 UNPACKING = 0.8
 RESTARTING = 0.2  # workers that start again every epoch, taking this share of its time to give their first batch
-# with workers, at least this share of the data wait in fetches that began with a batch made and waiting: the workers
+# with workers, at least this share of the data wait in fetches that began with a batch made and waiting (not always
+# the next one: batches come in order), with the training thread on a CPU through at least TAKING of it: the workers
 # are ahead, and the time goes to taking their batches in the training process (receiving every tensor, unpickling)
 READY = 0.5
+TAKING = 0.5
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) ->
         why = "loads every batch, waiting on I/O" if waits else "loads every batch itself"
         workers = max(suggested, 2) if waits or facts.cpus_per_process >= 2 else suggested
         return [f"num_workers=0: the training process {why}: try num_workers={workers}, persistent_workers=True"]
-    if training is not None and (training.low >= UNPACKING or (training.ready or 0.0) >= READY):
+    taking = training is not None and (training.ready or 0.0) >= READY and training.low >= TAKING
+    if training is not None and (training.low >= UNPACKING or taking):
         return ["the training process unpacks every batch the workers send; more workers do not help: return fewer, "
                 "larger tensors"]
     if workers is not None and workers.computing < WAITING:
