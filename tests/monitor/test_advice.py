@@ -65,6 +65,14 @@ def test_how_many_workers_rests_on_how_busy_they_were(busy, says):
                                                "measured: rank 3's training process: on or waiting for a CPU 80% of "
                                                "its 6.0 s data wait in 8.0 s"]),
     (4, WaitBusy(0.1, 0.7, 6.0, 8.0), ["num_workers=4 with 8 CPUs: try num_workers=6"]),
+    # workers ahead: a batch waited through most of the wait, the thread running through half of it, taking them
+    (6, WaitBusy(0.6, 0.65, 6.0, 8.0, ready=0.9), ["the training process unpacks every batch the workers send; more "
+                                                   "workers do not help: return fewer, larger tensors",
+                                                   "measured: training process: on or waiting for a CPU 60-65%",
+                                                   "measured: training process: a batch the workers made waited "
+                                                   "through 90% of its data wait"]),
+    # a batch waiting but the thread asleep: the next one in order was not among them (a worker stalled)
+    (6, WaitBusy(0.05, 0.3, 6.0, 8.0, ready=0.9), ["if the workers compute"]),
 ])
 def test_where_the_batches_are_made_rests_on_the_training_threads_cpu_in_its_wait(workers, training, says):
     """A training thread on a CPU (or waiting for one) through its wait makes or unpacks the batches itself; one that
@@ -95,3 +103,22 @@ def test_no_gpu_idle_notice_for_a_gpu_bound_h200_window():
     ... the CPU side of the step is the limit", its host being steps ahead of its GPU."""
     figures = figures_of(GPU_TRACES.parent / "h200" / "compute_bound.pt.trace.json.gz")
     assert figures.gpu_idle_share < 0.05 and gpu_idle_notice(figures, "w", 0.2) is None
+
+
+def test_a_process_decoding_its_own_batches_on_two_cpus_is_told_two_workers():
+    """One worker on 2 CPUs makes batches no faster than the training process did (benchmarks/advice.py: 2.48 s of
+    data wait, 2.37 s with one worker, 1.14 s with two)."""
+    lines = data_wait_advice(LoaderFacts(num_workers=0, cpus=2), busy=LoaderBusy(training=WaitBusy(0.97, 1.0, 6.0, 8.0)))
+    assert lines[0] == "num_workers=0: the training process loads every batch itself: try num_workers=2, " \
+                       "persistent_workers=True", lines
+
+
+def test_workers_restarting_every_epoch_are_told_to_persist_first_where_it_is_a_fifth_of_the_time():
+    busy = LoaderBusy(WorkersBusy(0.05, 2, 8.0), WaitBusy(0.0, 0.1, 6.0, 8.0))
+    facts = LoaderFacts(num_workers=2, cpus=8, persistent_workers=False)
+    long = data_wait_advice(facts, startup_s=0.5, train_s=2.0, busy=busy)
+    assert long[0] == "persistent_workers=True: workers start again every epoch, 0.5 s this epoch", long
+    assert sum(line.startswith("persistent_workers=True") for line in long) == 1
+    short = data_wait_advice(facts, startup_s=0.5, train_s=20.0, busy=busy)
+    assert short[0].startswith("the workers wait on storage")
+    assert any(line.startswith("persistent_workers=True: workers start") for line in short[1:]), short
