@@ -11,7 +11,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.internals import state_key
-from lightning_profkit.internals import SET_WHILE_NEEDED, SKIPPED, batch_ready, rehook, unhook
+from lightning_profkit.internals import SET_WHILE_NEEDED, batch_ready, rehook, skipped, unhook
 from lightning_profkit.lightning_glue import (alert_to_tensorboard, apply, check_monitors_come_after, cuda_uuid,
     epoch_length, guarded, last_step, log_step, own_trace_dir, rank_of, runs_pytorch_profiler, trace_dir, train_loader,
     worker_pids)
@@ -87,12 +87,11 @@ class PerformanceMonitor(Callback):
         trainer.fit(BoringModel())
     """
 
-    # Lightning skips a hook that is SKIPPED: these per-batch hooks are, and the instance's SET_WHILE_NEEDED are but
-    # while needed: `on_train_batch_end` on the steps with work (`_wake`), the validation batch hooks with
-    # `validation_batches`.
-    on_train_batch_start = on_before_backward = on_after_backward = SKIPPED  # type: ignore[assignment]
-    on_before_optimizer_step = on_before_zero_grad = SKIPPED  # type: ignore[assignment]
-    on_test_batch_start = on_test_batch_end = on_predict_batch_start = on_predict_batch_end = SKIPPED  # type: ignore[assignment]
+    # Lightning skips these per-batch hooks, and the instance's SET_WHILE_NEEDED but while needed: `on_train_batch_end`
+    # on the steps with work (`_wake`), the validation batch hooks with `validation_batches`.
+    on_train_batch_start = on_before_backward = on_after_backward = skipped()  # type: ignore[assignment]
+    on_before_optimizer_step = on_before_zero_grad = skipped()  # type: ignore[assignment]
+    on_test_batch_start = on_test_batch_end = on_predict_batch_start = on_predict_batch_end = skipped()  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -142,8 +141,7 @@ class PerformanceMonitor(Callback):
         if why:
             rank_zero_info(f"lightning_profkit: {why}")
         loop = trainer.fit_loop.epoch_loop
-        if loop.restarting and loop.batch_progress.current.ready > 0:
-            # resuming in the middle of an epoch: Lightning does not call on_train_epoch_start again
+        if loop.restarting and loop.batch_progress.current.ready > 0:  # mid-epoch: no on_train_epoch_start again
             self.on_train_epoch_start(trainer, pl_module)
         fit = self._fit
         disabled = fit.windows.runner is None and fit.rank.world_size == 1
@@ -160,9 +158,8 @@ class PerformanceMonitor(Callback):
 
     @guarded
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
-        """Called on the steps we were woken for."""
-        self.on_train_batch_end = SKIPPED  # type: ignore[assignment]
+                           batch_idx: int) -> None:  # on the steps we were woken for
+        self.on_train_batch_end = skipped()  # type: ignore[assignment]
         loop = trainer.fit_loop.epoch_loop
         apply(trainer, self._fit.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch,
                                            lambda: loop.done, log_step(trainer)))
@@ -178,8 +175,7 @@ class PerformanceMonitor(Callback):
 
     @guarded
     def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
-                                  dataloader_idx: int = 0) -> None:
-        """Called when ``validation_batches`` is set: the first dataloader, no sanity check."""
+                                  dataloader_idx: int = 0) -> None:  # with validation_batches: no sanity check
         if dataloader_idx == 0 and not trainer.sanity_checking and (windows := self._fit.windows.validation) is not None:
             windows.batch_start(batch_idx)
 
@@ -191,7 +187,7 @@ class PerformanceMonitor(Callback):
 
     @guarded
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.on_train_batch_end = SKIPPED  # type: ignore[assignment]
+        self.on_train_batch_end = skipped()  # type: ignore[assignment]
         loop = trainer.fit_loop.epoch_loop
         apply(trainer, self._fit.epoch_end(loop.total_batch_idx, loop.batch_progress.total.completed,
                                            log_step(trainer, epoch_end=True)))
@@ -224,7 +220,7 @@ class PerformanceMonitor(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         """Configuration and resumable state; not the running fit's machinery, which a copy neither shares nor disturbs."""
-        return dict(self.__dict__, _fit=None, _trainer=None, **dict.fromkeys(SET_WHILE_NEEDED, SKIPPED))
+        return dict(self.__dict__, _fit=None, _trainer=None, **dict.fromkeys(SET_WHILE_NEEDED, skipped()))
 
     def _arm(self, trainer: Trainer, on_cuda: bool) -> None:
         """Timer and machinery in place when training starts, not at ``setup``: a failing tuner's loop skips teardown."""

@@ -22,7 +22,7 @@ not found in which installed version. Where a public hook gives the same fact, i
 - torch's ``profile.profiler.kineto_results``: a finished session's results, saved by the writer thread. Fallback:
   none; the window is reported as not written.
 - Lightning calls a callback's hook only where it is callable (``_call_callback_hooks``), so a per-batch hook the
-  callback does not need is :data:`SKIPPED` (None): a lookup, not a call (about 7 µs). Fallback: where that test is
+  callback does not need is :func:`skipped` (None): a lookup, not a call (about 7 µs). Fallback: where that test is
   not in the installed Lightning's source, a function that does nothing.
 - Lightning's ``Callback._generate_state_key``: the checkpoint key Lightning's callbacks use. Fallback: the same
   text made here.
@@ -34,7 +34,9 @@ not found in which installed version. Where a public hook gives the same fact, i
 
 from __future__ import annotations
 
+import functools
 import inspect
+import sys
 from importlib import metadata
 from typing import Any, Callable, Optional
 
@@ -112,31 +114,34 @@ def batches_that_stepped(epoch_loop: Any) -> Optional[int]:
     return getattr(epoch_loop, "_batches_that_stepped", None)
 
 
-def _skips_uncallable() -> bool:
-    try:
-        from lightning.pytorch.trainer import call
-
-        return "callable(fn)" in inspect.getsource(call._call_callback_hooks)
-    except (ImportError, AttributeError, OSError, TypeError):
-        return False
-
-
 def _skipped(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-SKIPPED: Optional[Callable[..., None]] = None if _skips_uncallable() else _skipped
+@functools.lru_cache(maxsize=None)
+def skipped() -> Optional[Callable[..., None]]:
+    """What a hook the callback does not need is set to: None where the loaded Lightning skips a hook that is not
+    callable (read from its ``_call_callback_hooks``, loaded before any callback), else a function that does
+    nothing."""
+    call = sys.modules.get("lightning.pytorch.trainer.call")
+    try:
+        source = inspect.getsource(call._call_callback_hooks)  # type: ignore[union-attr]
+    except (AttributeError, OSError, TypeError):
+        return _skipped
+    return None if "callable(fn)" in source else _skipped
+
+
 SET_WHILE_NEEDED = ("on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end")
 
 
 def unhook(callback: Any) -> None:
-    """:data:`SKIPPED` again for each of :data:`SET_WHILE_NEEDED`: Lightning calls them only while needed."""
+    """:func:`skipped` again for each of :data:`SET_WHILE_NEEDED`: Lightning calls them only while needed."""
     for hook in SET_WHILE_NEEDED:
-        setattr(callback, hook, SKIPPED)
+        setattr(callback, hook, skipped())
 
 
 def rehook(callback: Any, *hooks: str) -> None:
-    """Lightning calls these hooks of the callback's class again (the instance's :data:`SKIPPED` is removed)."""
+    """Lightning calls these hooks of the callback's class again (the instance's :func:`skipped` is removed)."""
     for hook in hooks:
         vars(callback).pop(hook, None)
 

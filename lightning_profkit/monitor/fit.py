@@ -131,8 +131,6 @@ class FitRun:
         self.live: Optional[capture_request.LiveRun] = None
         # the DataLoader's CPU, marked at every check, for an alert's advice (where alerts are on)
         self.advice = LoaderAdvice(self.report, watching=self.checks.rule is not None)
-        self.waited_s = 0.0  # the data wait of the fit's finished epochs
-        self.ready_waited_s = 0.0  # the part of it in fetches that began with a batch ready
         self.broken = False
         self.epoch = 0
         self.in_epoch = False
@@ -227,14 +225,13 @@ class FitRun:
         """Epoch ``epoch`` begins at ``step`` (its batch ``batch_idx``: 0, or more when resuming inside it)."""
         assert self.timer is not None
         self.epoch = epoch
-        done = self.timer.reset()
-        self.waited_s += done.train_s
-        self.ready_waited_s += done.ready_s
+        self.advice.epoch_done(self.timer.reset())
         now = self.clock()
         self.in_epoch = True
         self.measure.epoch_start(now)
         self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch)
-        self._mark_advice(now, epoch_start=True)  # the epoch's first check measures from here
+        timer = self.timer  # the epoch's first check measures from here
+        timer.batch_ready = self.advice.mark(now, timer.stats, timer.batch_ready is not None, epoch_start=True)
         self.epoch_first_step = step
         self.windows.epoch_start(step, batch_idx, epoch_length)
         if self.windows.recording:
@@ -256,7 +253,7 @@ class FitRun:
             if steps and self.rank.world_size > 1:
                 self.checks.requested = steps  # all ranks start it together at the next rolling check
             elif steps:
-                self._requested(step, steps, out)
+                out.lines += self.windows.requested(step, steps, self.checks)
         if self.output is not None and self.output.has_written:
             self._take_written(out)
         if step >= self.windows.due:
@@ -307,7 +304,8 @@ class FitRun:
                 self.report(notice, "after_window")
             self.step_ms = metrics.get(PREFIX + "step_time_ms_mean", self.step_ms)
             if self.checks.rule is not None:
-                self._mark_advice(end, epoch_start=True)
+                timer = self.timer
+                timer.batch_ready = self.advice.mark(end, timer.stats, timer.batch_ready is not None, epoch_start=True)
                 ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
                 if ratio is not None:
                     worst = metrics.get(PREFIX + "data_wait_worst_rank")
@@ -361,12 +359,13 @@ class FitRun:
         """This block's data wait on every rank (exchanged off the device), then the rule."""
         assert self.timer is not None
         checked = self.checks.span(step)
-        self._mark_advice(now)
+        timer = self.timer
+        timer.batch_ready = self.advice.mark(now, timer.stats, timer.batch_ready is not None)
         mine = self.checks.take_block(now, self.timer.stats.train_s, self.measure.spans.validation, step)
         rows = [BlockFigures(*row) for row in exchange(self.group, list(mine))]
         asked = int(max(row.requested for row in rows))
         if asked:
-            self._requested(step, asked, out)
+            out.lines += self.windows.requested(step, asked, self.checks)
         if self.options.log_metrics and self.rank.is_zero:  # the curve grows while a long epoch runs
             metrics = rolling_metrics(rows, self.options.alert_window)
             if metrics:
@@ -399,14 +398,6 @@ class FitRun:
             out.raise_ = DataWaitAlertError(alert)
         self.delivery.send(alert)
 
-    def _mark_advice(self, now: float, epoch_start: bool = False) -> None:
-        """Mark the loader's figures for an alert's advice; from a rolling check on, each fetch also asks whether a
-        batch was ready (at an epoch's start or end the loader's next iterator is not made yet)."""
-        assert self.timer is not None
-        stats, asked = self.timer.stats, self.timer.batch_ready is not None
-        probe = self.advice.mark(now, self.waited_s + stats.train_s, self.ready_waited_s + stats.ready_s, asked)
-        self.timer.batch_ready = None if epoch_start else probe
-
     def _take_written(self, out: Outcome) -> None:
         """The windows written since the last look: listed among the traces (less those retention deleted), named
         to the alerts recorded for, and their metrics logged."""
@@ -417,9 +408,3 @@ class FitRun:
                 for alert, named in self.delivery.window_written(window.path, window.first):
                     self.alerts[:] = [named if a is alert else a for a in self.alerts]
         out.metrics += logged
-
-    def _requested(self, step: int, steps: int, out: Outcome) -> None:
-        """Record ``steps`` steps after ``step``, as asked from outside (``profkit capture``), which a line says."""
-        window = self.windows.capture(step, steps, self.checks)
-        if window is not None:
-            out.lines.append(f"recording steps {window[0]}-{window[1]} (requested from outside)")

@@ -143,15 +143,24 @@ def _pool(jobs: int, held: Optional[bytes]) -> tuple[ProcessPoolExecutor, bool]:
     """``jobs`` worker processes, and whether they inherit ``held``: forked from this process while it has no other
     thread (all at once, before the pool's own thread; the text and what this process imported come without a
     copy), else started by forkserver, a fresh process that forks them (fork beside threads can deadlock the child);
-    spawned where neither is offered."""
+    spawned where neither is offered, or where the forkserver cannot start (its socket's path, in the temporary
+    folder, longer than a Unix socket's path may be)."""
     methods = multiprocessing.get_all_start_methods()
     if threading.active_count() == 1 and "fork" in methods:
         context = multiprocessing.get_context("fork")
         inherit = held is not None
         return ProcessPoolExecutor(jobs, mp_context=context, initializer=_inherit if inherit else None,
                                    initargs=(held,) if inherit else ()), inherit
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    return ProcessPoolExecutor(jobs, mp_context=context), False
+    method = "spawn"
+    if "forkserver" in methods:
+        from multiprocessing import forkserver
+
+        try:
+            forkserver.ensure_running()
+            method = "forkserver"
+        except OSError:
+            pass
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method)), False
 
 
 _INHERITED: Optional[bytes] = None  # in a forked worker: the text its parent held

@@ -7,6 +7,7 @@ import time
 
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
+from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 
 
 def worker(code):
@@ -26,9 +27,11 @@ def test_advice_tells_sleeping_workers_from_computing_ones():
             advice.loader = lambda: LoaderFacts(num_workers=1, cpus=1, persistent_workers=True)
             advice.workers = lambda: [pid]
             start = time.perf_counter()
-            advice.mark(start, 0.0)
+            advice.mark(start, FetchStats())
             time.sleep(1.2)
-            advice.mark(time.perf_counter(), 1.0)
+            waited = FetchStats()
+            waited.train_s = 1.0
+            advice.mark(time.perf_counter(), waited)
             lines = advice.advice(None, None, None, time.perf_counter() - start)
             assert says in lines[0] and any(x.startswith("measured: 1 workers: busy ") for x in lines), lines
     finally:
@@ -47,7 +50,7 @@ def test_what_cannot_be_read_is_reported_and_the_advice_goes_on():
         raise RuntimeError("the loader is gone")
 
     advice.workers = broken
-    advice.mark(1.0, 0.0)
+    advice.mark(1.0, FetchStats())
     assert advice.advice(None, None, None, 1.0)  # from the loader's settings alone
     advice.loader = broken
     assert advice.advice(None, None, None, 1.0) == []

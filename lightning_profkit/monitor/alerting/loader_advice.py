@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice
 from lightning_profkit.monitor.exchange import exchange
+from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch
 
 
@@ -22,16 +23,24 @@ class LoaderAdvice:
         self.ready: Callable[[], Optional[Callable[[], bool]]] = lambda: None  # see internals.batch_ready
         self.watch = LoaderWatch()
         self.busy = LoaderBusy()  # since the mark before the latest check
+        self.waited_s = self.ready_s = 0.0  # the data wait of the fit's finished epochs, and its part with a batch ready
 
-    def mark(self, now: float, waited_s: float, ready_s: float = 0.0, asked: bool = False) -> Optional[Callable[[], bool]]:
-        """A rolling check (or an epoch's start or end) at ``now``, after ``waited_s`` of data wait in the fit
-        (``ready_s`` of it with a batch ready, ``asked`` at every fetch since the last mark). Returns what to ask at
-        each fetch from now on: whether a batch is ready (None: nothing)."""
+    def epoch_done(self, stats: FetchStats) -> None:
+        """An epoch's fetches are counted (the timer starts new counters)."""
+        self.waited_s += stats.train_s
+        self.ready_s += stats.ready_s
+
+    def mark(self, now: float, stats: FetchStats, asked: bool = False,
+             epoch_start: bool = False) -> Optional[Callable[[], bool]]:
+        """A rolling check (or an epoch's start or end, ``epoch_start``) at ``now``, on the epoch's fetches so far
+        (``asked`` at each whether a batch was ready). Returns what each fetch asks from now on: from a rolling check
+        on, whether a batch is ready (at an epoch's start or end the loader's next iterator is not made yet)."""
         if not self.watching:
             return None
         try:
-            self.busy = self.watch.busy(self.workers(), now, waited_s, ready_s, asked)
-            return self.ready()
+            self.busy = self.watch.busy(self.workers(), now, self.waited_s + stats.train_s,
+                                        self.ready_s + stats.ready_s, asked)
+            return None if epoch_start else self.ready()
         except Exception as err:
             self.report(f"reading the DataLoader's CPU failed:\n  {err!r}", "advice")
             return None
