@@ -59,8 +59,9 @@ def fit(tmp_path, stacked: bool, workers: int = 2):
 
 def test_many_small_tensors_are_told_to_send_fewer_not_to_add_workers_and_that_halves_the_wait(tmp_path):
     advice, before, ratio = fit(tmp_path / "as_is", stacked=False)
-    assert advice and "more workers do not help: return fewer, larger tensors" in advice[0], advice
-    assert not any("try num_workers=" in line for line in advice), advice
+    said = "\n".join(advice)
+    assert advice and "more workers do not help: return fewer, larger tensors" in advice[0], said
+    assert not any("try num_workers=" in line for line in advice), said
     assert "a batch the workers made waited through" in "\n".join(advice)
     _, after, after_ratio = fit(tmp_path / "advice_followed", stacked=True)  # the same numbers, one tensor a sample
     _, more, _ = fit(tmp_path / "more_workers", stacked=False, workers=4)  # what the advice was before
