@@ -4,8 +4,10 @@ whole traces under their final names, their figures, and only the newest windows
 import gzip
 import json
 import os
+import socket
 import time
 
+import pytest
 from conftest import leftovers, recorded
 
 from lightning_profkit.monitor.writing.output import TraceOutput, check_trace_dir, window_name, worker_name
@@ -65,3 +67,33 @@ def test_the_setup_probe_never_writes_through_a_link(tmp_path):
     (shared / f".profkit-probe-{os.getpid()}").symlink_to(victim)
     check_trace_dir(str(shared / "run" / "profiler"))
     assert victim.read_text() == "keep me" and sorted(os.listdir(shared)) == [f".profkit-probe-{os.getpid()}"]
+
+
+def test_a_store_that_never_answers_fails_the_setup_probe_in_its_time(tmp_path, monkeypatch):
+    """A real socket on 127.0.0.1 that takes the store's connection and never answers: the setup's probe gives up
+    after its time, naming the URL, and its finalizing process is gone."""
+    from lightning_profkit.monitor.writing import output
+    from lightning_profkit.store import StoreError
+
+    pytest.importorskip("s3fs")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    monkeypatch.setattr(output, "PROBE_TIMEOUT_S", 3.0)
+    options = {"key": "k", "secret": "s", "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{silent.getsockname()[1]}"}}
+    start = time.monotonic()
+    try:
+        with pytest.raises(StoreError, match=r"^s3://quiet/run: no answer from the store within 3 s$"):
+            output.check_trace_dir("s3://quiet/run", options)
+    finally:
+        silent.close()
+    assert time.monotonic() - start < 30
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _child_of_us(int(p))]
+
+
+def _child_of_us(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid()
+    except (OSError, ValueError):
+        return False

@@ -64,6 +64,9 @@ class WrittenWindow:
     problems: tuple[str, ...] = ()  # what the trace lacks of what the window recorded
 
 
+PROBE_TIMEOUT_S = 600.0  # the store's write and delete of a probe object at setup
+
+
 def check_trace_dir(trace_dir: str, storage_options: Optional[dict[str, Any]] = None) -> None:
     """Fail now, before any training step, if traces could not be written to ``trace_dir``: a URL's store is
     probed (by a finalizing process, which uploads the traces) and the local temporary folder, where its traces
@@ -71,7 +74,9 @@ def check_trace_dir(trace_dir: str, storage_options: Optional[dict[str, Any]] = 
     if is_url(trace_dir):
         finalizer = FinalizingProcess(storage_options)
         try:
-            finalizer.run({"probe": trace_dir})
+            finalizer.run({"probe": trace_dir}, timeout=PROBE_TIMEOUT_S)
+        except TimeoutError:
+            raise StoreError(f"{redact(trace_dir)}: no answer from the store within {PROBE_TIMEOUT_S:.0f} s") from None
         except OSError as err:
             raise StoreError(err.strerror or str(err)) from None
         finally:

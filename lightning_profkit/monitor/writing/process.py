@@ -45,9 +45,9 @@ class FinalizingProcess:
         live = cpu_seconds_of(proc.pid) if proc is not None else None
         return self._ended_cpu_s + max(self._cpu_s, live or 0.0)
 
-    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+    def run(self, job: dict[str, Any], timeout: Optional[float] = None) -> dict[str, Any]:
         """Do ``job`` (see :func:`~lightning_profkit.monitor.writing.child.serve`); returns the reply. Raises
-        ``OSError`` when it could not."""
+        ``OSError`` when it could not, ``TimeoutError`` (the process killed) with no reply within ``timeout`` s."""
         if self._proc is None or self._proc.poll() is not None:
             self._start()
             if self.watch is not None:
@@ -57,11 +57,16 @@ class FinalizingProcess:
         assert self._proc is not None and self._jobs is not None and self._replies is not None
         try:
             self._jobs.send(job)
-            reply = self._replies.recv()
+            answered = timeout is None or self._replies.poll(timeout)
+            reply = self._replies.recv() if answered else None
         except (EOFError, OSError):
             status = self._proc.poll()
             self.close(timeout=0)
             raise OSError(f"the finalizing process ended (exit status {status}); a new one takes the next window")
+        if reply is None:
+            self.kill()
+            self.close(timeout=0)
+            raise TimeoutError(f"no reply within {timeout:g} s")
         self._cpu_s = reply.get("cpu_s", self._cpu_s)
         if "error" in reply:
             raise OSError(reply.get("errno") or 0, reply["error"])
