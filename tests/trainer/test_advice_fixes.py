@@ -65,5 +65,6 @@ def test_many_small_tensors_are_told_to_send_fewer_not_to_add_workers_and_that_h
     assert "a batch the workers made waited through" in "\n".join(advice)
     _, after, after_ratio = fit(tmp_path / "advice_followed", stacked=True)  # the same numbers, one tensor a sample
     _, more, _ = fit(tmp_path / "more_workers", stacked=False, workers=4)  # what the advice was before
-    assert after <= before / 2 and after_ratio <= ratio / 2, (before, after, ratio, after_ratio)
+    # the data wait a step: the ratio to the step time is no measure here, the fix making the whole step fast
+    assert after <= before / 2, (before, after, ratio, after_ratio)
     assert more > after, (more, after)  # the alternative gains less
