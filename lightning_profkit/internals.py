@@ -93,11 +93,9 @@ def batch_ready(fit_loop: Any) -> Optional[Callable[[], bool]]:
     found = (getattr(iterators[0], name, None) for name in ("_data_queue", "_worker_result_queue"))
     sizes = list({id(q): q.qsize for q in found if callable(getattr(q, "qsize", None))}.values())
     try:
-        for size in sizes:
-            size()
+        if not sizes or any(size() < 0 for size in sizes):
+            return None
     except (NotImplementedError, OSError, ValueError):  # macOS's multiprocessing queues have no size
-        return None
-    if not sizes:
         return None
 
     def ready() -> bool:
