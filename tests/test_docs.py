@@ -154,7 +154,7 @@ def test_the_callbacks_docstring_example_runs(tmp_path):
     (tmp_path / "example.py").write_text(example)
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "profiling batches 11-13 of every epoch" in done.stdout + done.stderr
+    assert "profiling steps 11-13 of every epoch" in done.stdout + done.stderr
     assert list((tmp_path / "lightning_logs" / "version_0" / "profiler").glob("step=000011-000013-epoch=0/*.pt.trace.json.gz"))
 
 
@@ -189,10 +189,14 @@ def test_the_site_has_five_groups_and_the_user_pages_tell_no_story_of_the_projec
     assert not told, told
 
 
-def test_the_readmes_first_40_lines_say_how_to_install_use_and_look():
-    first = "\n".join(text(ROOT / "README.md").splitlines()[:40])
-    assert "pip install" in first and "callbacks=[PerformanceMonitor()]" in first
-    assert "PYTORCH_PROFILER" in first and "profkit summary" in first and ".png)" in first
+def test_the_readme_says_what_it_is_how_to_install_use_and_look_in_that_order():
+    readme = text(ROOT / "README.md")
+    first = "\n".join(readme.splitlines()[:40])
+    assert ".png)" in first and "pip install" in first and "callbacks=[PerformanceMonitor()]" in first
+    sections = re.findall(r"^## (.+)$", readme, re.M)
+    assert sections[:4] == ["Install", "Use it", "Quick start", "Look at a run"], sections
+    look = readme.split("## Look at a run", 1)[1].split("\n## ", 1)[0]
+    assert "PYTORCH_PROFILER" in look and "profkit summary" in look and len(readme.splitlines()) <= 150
 
 
 def test_the_plan_lines_the_docs_quote_are_the_codes():
@@ -200,5 +204,5 @@ def test_the_plan_lines_the_docs_quote_are_the_codes():
     from lightning_profkit.monitor.options import Options
 
     printed = {Options().plan("out", length)[0] for length in range(1, 40)}
-    quoted = [(page.name, line) for page in PAGES for line in re.findall(r"`(profiling batch[^`]*)`", text(page))]
+    quoted = [(page.name, line) for page in PAGES for line in re.findall(r"`(profiling (?:batch|step)[^`]*)`", text(page))]
     assert quoted and all(line in printed or "…" in line for _, line in quoted), [q for q in quoted if q[1] not in printed]

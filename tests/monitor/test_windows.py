@@ -171,4 +171,4 @@ def test_a_cuda_build_on_a_machine_without_a_gpu_prints_no_kineto_error(tmp_path
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     kinetos = [line for line in done.stderr.splitlines() if line.startswith(("ERROR:", "STAGE:", "USDT:"))]
-    assert kinetos == [] and "profiling batches 11-13" in done.stderr, kinetos
+    assert kinetos == [] and "profiling steps 11-13" in done.stderr, kinetos

@@ -51,7 +51,7 @@ def demo(tmp_path_factory):
 def test_demo_prints_plan_and_paths_without_usdt_noise(demo):
     out, text = demo
     assert "USDT:" not in text
-    assert text.count("lightning_profkit: profiling batches 11-13 of every epoch") == 1
+    assert text.count("lightning_profkit: profiling steps 11-13 of every epoch") == 1
     assert "tensorboard --logdir" in text
     assert all(path in text for path in trace_files(out))
 

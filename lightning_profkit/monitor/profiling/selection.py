@@ -62,12 +62,13 @@ class Selection:
 
 @dataclass(frozen=True)
 class EpochWindow(Selection):
-    """One window in every epoch: skip ``skip_first`` batches, warm up ``warmup``, record ``active``.
+    """One window in every epoch: skip ``skip_first`` steps, warm up ``warmup``, record ``active`` (steps counted
+    from each epoch's start, ``batch_idx``).
 
-    When an epoch is too short for ``skip_first + warmup + active`` batches the window moves earlier so
+    When an epoch is too short for ``skip_first + warmup + active`` steps the window moves earlier so
     that it still fits (short epochs under ``limit_train_batches`` still get profiled). An epoch shorter than
-    ``warmup + active`` batches records what it can: the warm-up where a recorded batch can follow it, then
-    every batch left (an epoch of 1 batch records it, without warm-up). :meth:`describe` says which.
+    ``warmup + active`` steps records what it can: the warm-up where a recorded step can follow it, then
+    every step left (an epoch of 1 step records it, without warm-up). :meth:`describe` says which.
     """
 
     skip_first: int
@@ -103,16 +104,20 @@ class EpochWindow(Selection):
     def describe(self) -> str:
         first, last = self._first, self._first + self.active - 1
         if self.active == 0:
-            return "no batches (an epoch has 0 batches)"
-        batches = f"batch {first}" if first == last else f"batches {first}-{last}"
-        warmup = f"after {self.warmup} warm-up" if self.warmup else "no warm-up"
+            return "no steps (an epoch has 0 steps)"
+        steps = f"step {first}" if first == last else f"steps {first}-{last}"
+        warmup = f"after {_steps(self.warmup, 'warm-up step')}" if self.warmup else "no warm-up"
         if self._asked is not None:
-            has = f"{self._length} batch" + ("es" if self._length != 1 else "")
-            return f"{batches} of every epoch ({warmup}; an epoch has {has}, fewer than warmup + active = {sum(self._asked)})"
+            return (f"{steps} of every epoch ({warmup}; an epoch has {_steps(self._length or 0, 'step')}, fewer than "
+                    f"warmup + active = {sum(self._asked)})")
         if self._start is not None and self._start < self.skip_first:
-            return (f"{batches} of every epoch ({warmup}; earlier than skip_first={self.skip_first}, to fit an "
-                    f"epoch of {self._length} batches)")
-        return f"{batches} of every epoch ({warmup})"
+            return (f"{steps} of every epoch ({warmup}; earlier than skip_first={self.skip_first}, to fit an "
+                    f"epoch of {self._length} steps)")
+        return f"{steps} of every epoch ({warmup})"
+
+
+def _steps(n: int, word: str) -> str:
+    return f"{n} {word}" + ("s" if n != 1 else "")
 
 
 @dataclass(frozen=True)
