@@ -58,7 +58,7 @@ class FirstTraceWritten(Callback):
         self.monitor = monitor
 
     def on_train_epoch_start(self, trainer, pl_module):
-        while trainer.current_epoch == 1 and not self.monitor._fit.output.has_written:
+        while trainer.current_epoch == 1 and not (self.monitor.traces or self.monitor._fit.output.has_written):
             time.sleep(0.01)
 
 
@@ -91,7 +91,11 @@ def main() -> None:
     for layers in args.layers:
         for name, options in OPTIONS.items():
             (e1, s1), (e2, s2) = windows(layers, options, args.active)
-            print(f"| {layers} | {name} | {s1:.2f} | {e1:.2f} | {s1 / e1:.2f} | {e2:.2f} | {s2 / e2:.2f} |", flush=True)
+            print(f"| {layers} | {name} | {s1:.2f} | {e1:.2f} | {ratio(s1, e1)} | {e2:.2f} | {ratio(s2, e2)} |", flush=True)
+
+
+def ratio(json_mb: float, estimated_mb: float) -> str:
+    return f"{json_mb / estimated_mb:.2f}" if estimated_mb else "- (no growth)"
 
 
 if __name__ == "__main__":
