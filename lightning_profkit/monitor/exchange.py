@@ -13,8 +13,10 @@ ever drop a reference."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Sequence
+import typing
+from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -23,6 +25,7 @@ import torch.distributed as dist
 Buffers = dict[int, tuple[torch.Tensor, list[torch.Tensor]]]  # by how many values: this rank's, every rank's
 _buffers: dict[int, Buffers] = {}  # id(group): its gathers' tensors
 _kept: list[Buffers] = []  # those of closed groups, until the next group is made
+T = TypeVar("T")
 
 
 def exchange_group(world_size: int) -> Any:
@@ -42,10 +45,8 @@ def close_group(group: Any) -> None:
             dist.destroy_process_group(group)
 
 
-def exchange(group: Any, values: list[float]) -> list[list[float]]:
-    """Every rank's ``values`` in rank order (a CPU all_gather); just ours in a single process."""
-    if group is None:
-        return [values]
+def _gather(group: Any, values: list[float]) -> list[list[float]]:
+    """Every rank's ``values`` in rank order (a CPU all_gather)."""
     buffers = _buffers.setdefault(id(group), {})
     if len(values) not in buffers:
         mine = torch.zeros(len(values), dtype=torch.float64)
@@ -56,8 +57,45 @@ def exchange(group: Any, values: list[float]) -> list[list[float]]:
     return [row.tolist() for row in rows]
 
 
-def exchange_named(group: Any, figures: dict[str, float], names: Sequence[str]) -> list[dict[str, float]]:
+def exchange_named(group: Any, figures: Mapping[str, float], names: Sequence[str]) -> list[dict[str, float]]:
     """Every rank's ``figures`` in rank order, by name: each of ``names`` that the rank has (every rank sends a
-    value for each, NaN where it has none)."""
-    rows = exchange(group, [figures.get(name, math.nan) for name in names])
+    value for each, NaN where it has none); just ours in a single process."""
+    if group is None:
+        return [{name: figures[name] for name in names if name in figures and not math.isnan(figures[name])}]
+    rows = _gather(group, [figures.get(name, math.nan) for name in names])
     return [{name: value for name, value in zip(names, row) if not math.isnan(value)} for row in rows]
+
+
+def _fields(cls: type) -> dict[str, bool]:
+    """A dataclass's or NamedTuple's fields, each with whether it must be given."""
+    if dataclasses.is_dataclass(cls):
+        return {f.name: f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                for f in dataclasses.fields(cls)}
+    return {name: name not in cls._field_defaults for name in cls._fields}  # type: ignore[attr-defined]
+
+
+def names_of(cls: type, prefix: str = "") -> list[str]:
+    """The names :func:`figures_of` gives the fields of ``cls``."""
+    return [prefix + name for name in _fields(cls)]
+
+
+def figures_of(obj: Any, prefix: str = "") -> dict[str, float]:
+    """The numbers of a dataclass or NamedTuple by field name (``prefix`` before each); None is left out."""
+    values = {name: getattr(obj, name) for name in _fields(type(obj))} if obj is not None else {}
+    return {prefix + name: float(value) for name, value in values.items() if value is not None}
+
+
+def made_from(cls: type[T], figures: Mapping[str, float], prefix: str = "", **given: Any) -> Optional[T]:
+    """``cls`` from the figures named for its fields (those typed ``int`` made ints again) and ``given``; None
+    where a field it needs is not among them."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for name, needed in _fields(cls).items():
+        if name in given:
+            continue
+        if prefix + name in figures:
+            value = figures[prefix + name]
+            values[name] = int(value) if hints.get(name) is int else value
+        elif needed:
+            return None
+    return cls(**values, **given)

@@ -44,15 +44,6 @@ class RankFigures:
     def part(self, name: str) -> float:
         return getattr(self, f"{name}_ms_per_step")
 
-    def as_values(self) -> list[float]:
-        """As numbers, for an exchange between ranks (None as NaN); :meth:`from_values` undoes it."""
-        return [float("nan") if v is None else float(v) for v in asdict(self).values()]
-
-    @classmethod
-    def from_values(cls, values: Sequence[float]) -> "RankFigures":
-        data = {k: (None if v != v else v) for k, v in zip(cls.__dataclass_fields__, values)}
-        return cls(**{**data, "rank": int(data["rank"]), "traces": int(data["traces"])})
-
 
 def rank_figures(summaries: Sequence[dict[str, Any]]) -> list[RankFigures]:
     """Each rank's figures from trace summaries (:func:`~lightning_profkit.trace.summary.summarize_trace`); traces

@@ -2,16 +2,7 @@
 
 import pytest
 
-from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch, WaitBusy, WorkersBusy
-
-
-def test_loader_busy_crosses_ranks_as_numbers():
-    busy = LoaderBusy(WorkersBusy(0.25, 2, 3.0), WaitBusy(0.5, 0.75, 1.0, 3.0))
-    assert LoaderBusy.from_values(busy.as_values(), 1) == LoaderBusy(WorkersBusy(0.25, 2, 3.0, 1),
-                                                                    WaitBusy(0.5, 0.75, 1.0, 3.0, 1))
-    queued = LoaderBusy(WorkersBusy(0.25, 2, 3.0, queued=0.5))
-    assert LoaderBusy.from_values(queued.as_values(), 1) == LoaderBusy(WorkersBusy(0.25, 2, 3.0, 1, 0.5))
-    assert LoaderBusy.from_values(LoaderBusy().as_values()) == LoaderBusy()
+from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch, WaitBusy
 
 
 def test_loader_watch_is_the_cpu_over_the_wall_time_since_the_last_mark():

@@ -1,7 +1,6 @@
 """The cross-rank verdict: per-rank figures from real multi-rank GPU traces, and the verdict's rules."""
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -106,11 +105,14 @@ def test_balanced_ranks_and_a_single_rank():
     assert found.reason is None and found.waiting == {} and found.line.startswith("no straggler")
 
 
-def test_rank_figures_travel_as_numbers():
+def test_rank_figures_travel_by_name():
+    from lightning_profkit.monitor.exchange import exchange_named, figures_of, made_from, names_of
+
     figures = rank(3, gpu_idle=0.25)
-    values = figures.as_values()
-    assert all(isinstance(v, float) for v in values) and math.isnan(values[-1])
-    assert RankFigures.from_values(values) == figures
+    sent = figures_of(figures)
+    assert all(isinstance(v, float) for v in sent.values()) and "blocking_sync_ms_per_step" not in sent
+    (row,) = exchange_named(None, sent, names_of(RankFigures))
+    assert made_from(RankFigures, row) == figures and made_from(RankFigures, {}) is None
 
 
 def test_a_thousand_ranks_show_a_few_rows_and_the_report_draws_them_all():

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice
-from lightning_profkit.monitor.exchange import exchange
+from lightning_profkit.monitor.exchange import exchange_named, figures_of, made_from, names_of
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats
-from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch
+from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch, WaitBusy, WorkersBusy
 
 
 class LoaderAdvice:
@@ -50,7 +50,10 @@ class LoaderAdvice:
         busy = self.busy
         if group is not None:
             rank = worst_rank or 0
-            busy = LoaderBusy.from_values(exchange(group, busy.as_values())[rank], rank)
+            mine = {**figures_of(busy.workers, "workers."), **figures_of(busy.training, "training.")}
+            row = exchange_named(group, mine, names_of(WorkersBusy, "workers.") + names_of(WaitBusy, "training."))[rank]
+            busy = LoaderBusy(made_from(WorkersBusy, row, "workers.", rank=rank),
+                              made_from(WaitBusy, row, "training.", rank=rank))
         try:
             return data_wait_advice(self.loader(), startup_s, train_s, busy)
         except Exception as err:

@@ -5,7 +5,6 @@ OS at marks (the rolling checks and the epoch ends). Off the hot path."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -72,22 +71,6 @@ class LoaderBusy:
 
     workers: Optional[WorkersBusy] = None
     training: Optional[WaitBusy] = None
-
-    def as_values(self) -> list[float]:
-        """Nine numbers for the exchange across ranks (NaN for what is None)."""
-        w, t = self.workers, self.training
-        queued = math.nan if w is None or w.queued is None else w.queued
-        ready = math.nan if t is None or t.ready is None else t.ready
-        return ([w.share, float(w.workers), w.seconds, queued] if w else [math.nan] * 4) + \
-               ([t.low, t.high, t.wait_s, t.seconds, ready] if t else [math.nan] * 5)
-
-    @staticmethod
-    def from_values(values: Sequence[float], rank: Optional[int] = None) -> "LoaderBusy":
-        queued = None if math.isnan(values[3]) else values[3]
-        workers = WorkersBusy(values[0], int(values[1]), values[2], rank, queued) if not math.isnan(values[0]) else None
-        ready = None if math.isnan(values[8]) else values[8]
-        training = WaitBusy(*values[4:8], rank, ready) if not math.isnan(values[4]) else None
-        return LoaderBusy(workers, training)
 
 
 class LoaderWatch:

@@ -3,14 +3,13 @@ each written window taken back: listed, named to the alerts recorded for, checke
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Callable, Optional
 
 from lightning_profkit.internals import kineto_results, moved
 from lightning_profkit.monitor.alerting.advice import gpu_idle_notice
 from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD
-from lightning_profkit.monitor.exchange import exchange
+from lightning_profkit.monitor.exchange import exchange_named, figures_of, made_from, names_of
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.profiling.windows import (FIRST_JSON_PER_BYTE, FIRST_JSON_PER_BYTE_WITH_STACK,
                                                          WindowSession, learned_json_per_byte)
@@ -101,6 +100,6 @@ def slowest_rank(group: Any, summaries: list[dict[str, Any]]) -> Optional[str]:
     from lightning_profkit.trace.ranks import RankFigures, rank_figures, verdict
 
     mine = rank_figures(summaries)
-    rows = exchange(group, mine[0].as_values() if mine else [math.nan] * len(RankFigures.__dataclass_fields__))
-    found = verdict([RankFigures.from_values(row) for row in rows if not math.isnan(row[0])])  # NaN: no windows
+    rows = exchange_named(group, figures_of(mine[0]) if mine else {}, names_of(RankFigures))
+    found = verdict([f for f in (made_from(RankFigures, row) for row in rows) if f is not None])  # None: no windows
     return found.headline if found is not None else None
