@@ -67,11 +67,9 @@ def exchange_named(group: Any, figures: Mapping[str, float], names: Sequence[str
 
 
 def _fields(cls: type) -> dict[str, bool]:
-    """A dataclass's or NamedTuple's fields, each with whether it must be given."""
-    if dataclasses.is_dataclass(cls):
-        return {f.name: f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-                for f in dataclasses.fields(cls)}
-    return {name: name not in cls._field_defaults for name in cls._fields}  # type: ignore[attr-defined]
+    """A dataclass's fields, each with whether it must be given."""
+    return {f.name: f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            for f in dataclasses.fields(cls)}
 
 
 def names_of(cls: type, prefix: str = "") -> list[str]:
@@ -80,7 +78,7 @@ def names_of(cls: type, prefix: str = "") -> list[str]:
 
 
 def figures_of(obj: Any, prefix: str = "") -> dict[str, float]:
-    """The numbers of a dataclass or NamedTuple by field name (``prefix`` before each); None is left out."""
+    """The numbers of a dataclass by field name (``prefix`` before each); None is left out."""
     values = {name: getattr(obj, name) for name in _fields(type(obj))} if obj is not None else {}
     return {prefix + name: float(value) for name, value in values.items() if value is not None}
 

@@ -45,7 +45,7 @@ def test_every_rank_gets_every_ranks_values_and_a_freed_group_never_hangs():
 
 
 def test_typed_figures_travel_by_name_and_come_back_typed():
-    """A dataclass's or NamedTuple's fields as named figures and back: ints stay ints, None stays absent, and a
+    """A dataclass's fields as named figures and back: ints stay ints, None stays absent, and a
     rank that sent nothing for a needed field gives None."""
     from lightning_profkit.monitor.alerting.checks import BlockFigures
     from lightning_profkit.monitor.exchange import figures_of, made_from, names_of

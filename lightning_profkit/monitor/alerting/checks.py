@@ -9,14 +9,15 @@ steps, so a slow stretch, or a ratio that flickers around the threshold, is repo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 # TensorFlow's input-pipeline analyzer calls a step "highly input-bound" above 20% of its time waiting
 # for input; torch-tb-profiler suggests more workers from 5%, which ordinary well-fed loaders reach.
 DEFAULT_ALERT_THRESHOLD = 0.2
 
 
-class BlockFigures(NamedTuple):
+@dataclass(frozen=True)
+class BlockFigures:
     """One rank's figures for a rolling check, as exchanged across ranks."""
 
     wait_s: float  # data wait in the block
