@@ -109,11 +109,20 @@ class EpochTruth:
     def near_ratio(self, value, tolerance=0.005):
         """``value`` is the ratio to within ``tolerance``, its training time read anywhere between the truth's
         readings and those after the monitor's hooks (a busy machine may take the core away between two callbacks
-        for a time slice, 10 ms and more: 0.02 of a 0.25 s epoch)."""
+        for a time slice, 10 ms and more: 0.02 of a 0.25 s epoch), its wait at most the truth's plus the time the
+        thread waited for a CPU (:meth:`cpu_wait`)."""
         wait, start_after, end_after = sum(self.fetch_s), self.start_after or self.start, self.end_after or self.end
         low = wait / (end_after - self.start - self.validation_s)
-        high = wait / (self.end - start_after - self.validation_s)
+        high = (wait + self.cpu_wait()) / (self.end - start_after - self.validation_s)
         return low - tolerance <= value <= high + tolerance
+
+    def cpu_wait(self, first=0, last=None):
+        """Seconds the training thread waited for a CPU (another task had it), from the end of batch ``first - 1``
+        (the epoch's start, for 0) to the end of batch ``last`` (the epoch's last): the monitor's clock readings
+        around a fetch lie outside Lightning's, so a fetch it times holds Lightning's and whatever of that wait fell
+        between the two (none on a quiet machine); 0 where the OS does not say."""
+        waited = self.waited_s
+        return waited[-1 if last is None else last + 1] - waited[first] if len(waited) > 1 else 0.0
 
     @property
     def loader_ratio(self):
@@ -130,17 +139,17 @@ class EpochTruth:
         """Each step: from its fetch's start to the next step's (the last: to the epoch's end; no validation)."""
         return list(np.diff(self.starts[:self.steps] + [self.end]))
 
-    def block_ratio(self, first, last, before=None, reading="truth"):
+    def block_ratio(self, first, last, before=None, reading="truth", extra_wait=0.0):
         """The data-wait ratio of this epoch's steps ``first``-``last`` (no validation inside), from the end of
         step ``first - 1`` to the end of step ``last``. A block that opens the epoch starts at the epoch's start
         and holds the tail of the epoch ``before`` it (from its last step's end to its end, with the fetch that
         ended it), as a rolling check's block runs on across epochs. ``reading``: "truth" takes the truth's
         readings; "longest" and "shortest" read each end where that makes the block longest or shortest, the
-        truth's reading or the one after the monitor's hooks."""
+        truth's reading or the one after the monitor's hooks; ``extra_wait`` seconds are added to the wait."""
         late, long = reading == "shortest", reading == "longest"  # starts read late; ends read late
         ends, after = self.batch_ends, self.batch_ends_after or self.batch_ends
         start = (after if late else ends)[first - 1] if first else (self.start_after or self.start) if late else self.start
-        wait, time_s = sum(self.fetch_s[first:last + 1]), (after if long else ends)[last] - start
+        wait, time_s = sum(self.fetch_s[first:last + 1]) + extra_wait, (after if long else ends)[last] - start
         if not first and before is not None:
             wait += sum(before.fetch_s[before.steps:])
             tail_start = (before.batch_ends_after or before.batch_ends)[-1] if late else before.batch_ends[-1]
@@ -149,9 +158,10 @@ class EpochTruth:
 
     def near_block(self, value, first, last, before=None, tolerance=0.005):
         """``value`` is the block's ratio to within ``tolerance``, its ends read anywhere between the truth's
-        readings and those after the monitor's hooks (see :meth:`near_ratio`)."""
+        readings and those after the monitor's hooks, its wait at most the truth's plus the time the thread waited
+        for a CPU in the block (see :meth:`near_ratio`)."""
         low = self.block_ratio(first, last, before, "longest")
-        high = self.block_ratio(first, last, before, "shortest")
+        high = self.block_ratio(first, last, before, "shortest", self.cpu_wait(first, last))
         return low - tolerance <= value <= high + tolerance
 
 class Truth(Callback):
