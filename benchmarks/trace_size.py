@@ -91,7 +91,8 @@ def main() -> None:
     for layers in args.layers:
         for name, options in OPTIONS.items():
             (e1, s1), (e2, s2) = windows(layers, options, args.active)
-            print(f"| {layers} | {name} | {s1:.2f} | {e1:.2f} | {ratio(s1, e1)} | {e2:.2f} | {ratio(s2, e2)} |", flush=True)
+            print(f"| {layers} | {name} | {s1:.2f} | {e1:.2f} | {ratio(s1, e1)} | {e2:.2f} | {ratio(s2, e2)} |",
+                  flush=True)
 
 
 def ratio(json_mb: float, estimated_mb: float) -> str:

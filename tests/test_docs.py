@@ -204,5 +204,6 @@ def test_the_plan_lines_the_docs_quote_are_the_codes():
     from lightning_profkit.monitor.options import Options
 
     printed = {Options().plan("out", length)[0] for length in range(1, 40)}
-    quoted = [(page.name, line) for page in PAGES for line in re.findall(r"`(profiling (?:batch|step)[^`]*)`", text(page))]
+    quoted = [(page.name, line) for page in PAGES
+              for line in re.findall(r"`(profiling (?:batch|step)[^`]*)`", text(page))]
     assert quoted and all(line in printed or "…" in line for _, line in quoted), [q for q in quoted if q[1] not in printed]

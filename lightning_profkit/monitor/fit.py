@@ -31,7 +31,8 @@ from lightning_profkit.metric_names import EXCHANGED, PREFIX
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
 from lightning_profkit.monitor.alerting.checks import BlockFigures, RollingChecks
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
-from lightning_profkit.monitor.exchange import close_group, exchange_group, exchange_named, figures_of, made_from, names_of
+from lightning_profkit.monitor.exchange import (close_group, exchange_group, exchange_named, figures_of, made_from,
+                                                names_of)
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
 from lightning_profkit.monitor.profiling.captures import requested_steps
@@ -362,7 +363,8 @@ class FitRun:
         timer = self.timer
         timer.batch_ready = self.advice.mark(now, timer.stats, timer.batch_ready is not None)
         mine = self.checks.take_block(now, self.timer.stats.train_s, self.measure.spans.validation, step)
-        rows = [made_from(BlockFigures, row) for row in exchange_named(self.group, figures_of(mine), names_of(BlockFigures))]
+        exchanged = exchange_named(self.group, figures_of(mine), names_of(BlockFigures))
+        rows = [made_from(BlockFigures, row) for row in exchanged]
         asked = int(max(row.requested for row in rows))
         if asked:
             out.lines += self.windows.requested(step, asked, self.checks)

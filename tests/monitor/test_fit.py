@@ -236,7 +236,8 @@ def test_steps_slower_after_the_window_while_the_thread_waited_for_a_cpu_are_not
 def test_epochs_of_one_batch_record_that_batch(monkeypatch, tmp_path):
     """Lightning's bug_report_model.py: epochs of 1 batch each get a window of that batch, as the plan says."""
     fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)
-    assert fit.options.plan(str(tmp_path), 1)[0].startswith("profiling step 0 of every epoch (no warm-up; an epoch has 1 step,")
+    assert fit.options.plan(str(tmp_path), 1)[0].startswith(
+        "profiling step 0 of every epoch (no warm-up; an epoch has 1 step,")
     for epoch in range(3):
         fit.epoch(epoch, [(0.001, 0.01)])
     fit.end()
