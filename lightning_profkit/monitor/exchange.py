@@ -60,9 +60,8 @@ def _gather(group: Any, values: list[float]) -> list[list[float]]:
 def exchange_named(group: Any, figures: Mapping[str, float], names: Sequence[str]) -> list[dict[str, float]]:
     """Every rank's ``figures`` in rank order, by name: each of ``names`` that the rank has (every rank sends a
     value for each, NaN where it has none); just ours in a single process."""
-    if group is None:
-        return [{name: figures[name] for name in names if name in figures and not math.isnan(figures[name])}]
-    rows = _gather(group, [figures.get(name, math.nan) for name in names])
+    mine = [figures.get(name, math.nan) for name in names]
+    rows = [mine] if group is None else _gather(group, mine)
     return [{name: value for name, value in zip(names, row) if not math.isnan(value)} for row in rows]
 
 
