@@ -151,11 +151,16 @@ def recorded(steps: int) -> Any:
     return got[0]
 
 
+def options(**arguments: Any) -> Any:
+    """The checked options of ``PerformanceMonitor(**arguments)`` (its signature holds the defaults)."""
+    from lightning_profkit import PerformanceMonitor
+
+    return PerformanceMonitor(**arguments).options
+
+
 def make_selection(skip_first, warmup, active, steps, every_n_steps, step_filter, profile=True):
     """The selection of a PerformanceMonitor built with these arguments (checked as at construction)."""
-    from lightning_profkit.monitor.options import Options
-
-    return Options(profile=profile, skip_first=skip_first, warmup=warmup, active=active, steps=steps,
+    return options(profile=profile, skip_first=skip_first, warmup=warmup, active=active, steps=steps,
                    every_n_steps=every_n_steps, step_filter=step_filter).selection()
 
 

@@ -10,10 +10,9 @@ import warnings
 from types import SimpleNamespace
 from typing import Any, Optional, Sequence
 
-from lightning_profkit import machine
+from lightning_profkit import PerformanceMonitor, machine
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
 from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome, Place
-from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.profiling import windows
 from lightning_profkit.monitor.timing import fetch_timer
 from lightning_profkit.notices import Notices
@@ -68,7 +67,7 @@ class FakeFit:
         monkeypatch.setattr(windows, "perf_counter", self.clock)
         self.cpu_wait = lambda now: 0.0  # seconds the training thread had waited for a CPU by ``now``
         monkeypatch.setattr(machine, "waited_seconds", lambda: self.cpu_wait(self.clock()))
-        self.options = Options(**arguments)
+        self.options = PerformanceMonitor(**arguments).options
         self.checks = self.options.checks()
         self.loop = _TrainingEpochLoop()
         self.trainer = SimpleNamespace(fit_loop=SimpleNamespace(epoch_loop=self.loop), profiler=PassThroughProfiler())

@@ -12,6 +12,7 @@ import pytest
 
 from lightning_profkit.metric_names import METRICS, PREFIX, find, markdown_table
 from conftest import stop_session
+from lightning_profkit import PerformanceMonitor
 from test_metric_names import every_logged_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,9 +202,8 @@ def test_the_readme_says_what_it_is_how_to_install_use_and_look_in_that_order():
 
 def test_the_plan_lines_the_docs_quote_are_the_codes():
     """Every ``profiling …`` line quoted on a page is one the code prints for some epoch length (the defaults)."""
-    from lightning_profkit.monitor.options import Options
 
-    printed = {Options().plan("out", length)[0] for length in range(1, 40)}
+    printed = {PerformanceMonitor().options.plan("out", length)[0] for length in range(1, 40)}
     quoted = [(page.name, line) for page in PAGES
               for line in re.findall(r"`(profiling (?:batch|step)[^`]*)`", text(page))]
     assert quoted and all(line in printed or "…" in line for _, line in quoted), [q for q in quoted if q[1] not in printed]

@@ -15,7 +15,6 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.profiling.windows import Recording, WindowSession
 from lightning_profkit.monitor.timing.epoch_figures import PREFIX, reduce_ranks
 
@@ -50,7 +49,7 @@ def test_epoch_figures_are_exchanged_without_the_device(tmp_path):
 
 def session_profiler(step):
     """One window of a real profiler session recorded from ``step``; returns a weak reference to its profile."""
-    selection = Options(warmup=1, steps=f"{step + 1}-{step + 2}").selection()
+    selection = PerformanceMonitor(warmup=1, steps=f"{step + 1}-{step + 2}").options.selection()
     kept = []
     session = WindowSession(selection, step, step, 1, Recording([ProfilerActivity.CPU], {},
                                                                 lambda s, prof: kept.append(prof.profiler.kineto_results)))

@@ -52,38 +52,39 @@ DEFAULT_MAX_TRACE_MB = 500.0
 
 @dataclass(frozen=True)
 class Options:
-    """Every argument of :class:`~lightning_profkit.PerformanceMonitor` (see its docstring), checked."""
+    """Every argument of :class:`~lightning_profkit.PerformanceMonitor` (see its docstring; its signature holds the
+    defaults), checked."""
 
-    profile: bool = True
-    skip_first: int = 10
-    warmup: int = 1
-    active: int = 3
-    steps: Optional[StepRanges] = None
-    every_n_steps: Optional[int] = None
-    step_filter: Optional[Callable[[int], bool]] = None
-    ranks: Optional[Sequence[int]] = None
-    dirpath: Optional[str] = None
-    activities: Optional[Sequence[str]] = None
-    record_shapes: bool = False
-    profile_memory: bool = False
-    with_stack: bool = False
-    with_flops: bool = False
-    with_modules: bool = False
-    quiet: bool = True
-    flush_timeout: float = 60.0
-    log_metrics: bool = True
-    alert_threshold: Optional[float] = DEFAULT_ALERT_THRESHOLD
-    alert_window: int = 100
-    alert_patience: int = 2
-    alert_cooldown: int = 1000
-    alert_action: str = "warn"
-    on_alert: Optional[Callable[[DataWaitAlert], Any]] = None
-    capture_on_alert: bool = True
-    max_captures: int = 10
-    keep_last_windows: Optional[int] = None
-    max_trace_mb: Optional[float] = DEFAULT_MAX_TRACE_MB
-    validation_batches: Optional[StepRanges] = None
-    storage_options: Optional[dict[str, Any]] = field(default=None, repr=False)  # may hold credentials
+    profile: bool
+    skip_first: int
+    warmup: int
+    active: int
+    steps: Optional[StepRanges]
+    every_n_steps: Optional[int]
+    step_filter: Optional[Callable[[int], bool]]
+    ranks: Optional[Sequence[int]]
+    dirpath: Optional[str]
+    activities: Optional[Sequence[str]]
+    record_shapes: bool
+    profile_memory: bool
+    with_stack: bool
+    with_flops: bool
+    with_modules: bool
+    quiet: bool
+    flush_timeout: float
+    log_metrics: bool
+    alert_threshold: Optional[float]
+    alert_window: int
+    alert_patience: int
+    alert_cooldown: int
+    alert_action: str
+    on_alert: Optional[Callable[[DataWaitAlert], Any]]
+    capture_on_alert: bool
+    max_captures: int
+    keep_last_windows: Optional[int]
+    max_trace_mb: Optional[float]
+    validation_batches: Optional[StepRanges]
+    storage_options: Optional[dict[str, Any]] = field(repr=False)  # may hold credentials
 
     def __post_init__(self) -> None:
         for name in FLAGS:

@@ -6,7 +6,7 @@ import pytest
 
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.monitor.alerting.checks import AlertRule, CheckBlock, RollingChecks
-from lightning_profkit.monitor.options import Options
+from conftest import options
 
 
 def run(rule, ratios, every=10):
@@ -69,7 +69,7 @@ def test_rule_state_round_trips():
 def test_bad_alert_arguments(kwargs, argument):
     args = dict(threshold=0.2, window=100, patience=2, cooldown=0, action="warn") | kwargs
     with pytest.raises(ValueError, match=argument):
-        Options(**{f"alert_{name}": value for name, value in args.items()})
+        options(**{f"alert_{name}": value for name, value in args.items()})
 
 
 def test_message_names_ratio_rank_advice_and_trace():

@@ -6,16 +6,15 @@ import time
 import pytest
 import torch
 
-from conftest import read_trace, recorded
-from lightning_profkit.monitor.options import Options
+from conftest import options, read_trace, recorded
 from lightning_profkit.monitor.writing.intake import TraceIntake, cut_message, slowest_rank
 from lightning_profkit.monitor.writing.output import TraceOutput
 
 
-def intake(tmp_path, to_user=True, **options):
+def intake(tmp_path, to_user=True, **arguments):
     told = []
     output = TraceOutput(str(tmp_path), 0, 1, None, lambda message, key: told.append(key))
-    return TraceIntake(output, Options(**options), to_user, lambda message, key: told.append(key)), told
+    return TraceIntake(output, options(**arguments), to_user, lambda message, key: told.append(key)), told
 
 
 def recorded_from(first, steps):
@@ -63,13 +62,13 @@ def test_other_ranks_list_their_windows_and_log_nothing(tmp_path):
 
 
 def test_a_window_cut_short_says_what_to_change():
-    said = cut_message(Options(max_trace_mb=50, active=20, record_shapes=True), 10, 14, 29, 61e6)
+    said = cut_message(options(max_trace_mb=50, active=20, record_shapes=True), 10, 14, 29, 61e6)
     assert said.split("\n  - ") == [
         "a window ended early: its trace would pass max_trace_mb=50",
         "steps 10-29 planned, 10-14 recorded, about 61 MB of JSON (estimated from the profiler's memory)",
         "to record whole windows: raise max_trace_mb or record fewer steps (active=20, steps=)",
         "or turn off record_shapes"]
-    assert "turn off" not in cut_message(Options(max_trace_mb=50), 10, 14, 29, None)
+    assert "turn off" not in cut_message(options(max_trace_mb=50), 10, 14, 29, None)
 
 
 def test_one_process_has_no_slowest_rank():

@@ -6,7 +6,6 @@ import re
 import pytest
 
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.monitor.options import Options
 
 # (argument, invalid value, error message fragment); ValueError naming the argument unless stated
 TABLE = [
@@ -83,9 +82,9 @@ def test_every_argument_is_in_the_table():
     assert set(inspect.signature(PerformanceMonitor).parameters) == tested
 
 
-def test_the_signature_and_the_checked_options_name_the_same_arguments_with_the_same_defaults():
-    """PerformanceMonitor's signature is what Lightning's CLI (YAML) and editors read; Options checks the same
-    arguments: in the same order, with the same types and defaults."""
+def test_the_signature_holds_the_defaults_and_the_checked_options_name_the_same_arguments():
+    """PerformanceMonitor's signature is what Lightning's CLI (YAML) and editors read, and the one place of the
+    defaults; Options checks the same arguments, in the same order, with the same types, and has no defaults."""
     import dataclasses
     import inspect
     import typing
@@ -97,21 +96,22 @@ def test_the_signature_and_the_checked_options_name_the_same_arguments_with_the_
     fields = dataclasses.fields(Options)
     option_hints = typing.get_type_hints(Options)
     assert [p.name for p in signature] == [f.name for f in fields]
-    assert [p.default for p in signature] == [f.default for f in fields]
     assert [hints[p.name] for p in signature] == [option_hints[f.name] for f in fields]
+    assert all(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING for f in fields)
+    assert all(p.default is not inspect.Parameter.empty for p in signature)
 
 
 def test_the_plan_of_a_metrics_only_run_says_which_windows_it_may_still_record():
     """``profile=False`` still records a window after an alert or on request (``max_captures``): the plan says so
     (it said "no profiler windows", then recorded one after an alert)."""
-    assert Options(profile=False).plan("out", 100) == [
+    assert PerformanceMonitor(profile=False).options.plan("out", 100) == [
         "metrics only (profile=False); up to 10 windows after an alert or when asked (profkit capture)", "traces -> out"]
-    assert Options(profile=False, alert_threshold=None).plan("out", 100)[0] == (
+    assert PerformanceMonitor(profile=False, alert_threshold=None).options.plan("out", 100)[0] == (
         "metrics only (profile=False); up to 10 windows when asked (profkit capture)")
-    assert Options(profile=False, max_captures=0).plan("out", 100) == ["metrics only (profile=False)", "traces -> out"]
+    assert PerformanceMonitor(profile=False, max_captures=0).options.plan("out", 100) == ["metrics only (profile=False)", "traces -> out"]
 
 
 def test_the_plan_names_the_steps_and_ranks_and_says_when_this_rank_cannot_profile():
-    assert Options(steps="5-7", ranks=[0, 2]).plan("out", 100) == ["profiling steps 5-7 on ranks 0,2", "traces -> out"]
-    assert Options(steps="5-7").plan("out", 100, disabled=True)[0] == (
+    assert PerformanceMonitor(steps="5-7", ranks=[0, 2]).options.plan("out", 100) == ["profiling steps 5-7 on ranks 0,2", "traces -> out"]
+    assert PerformanceMonitor(steps="5-7").options.plan("out", 100, disabled=True)[0] == (
         "profiling steps 5-7 on all ranks: disabled, see the warning")
