@@ -21,11 +21,20 @@ def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def _proc(path: str) -> bytes:
+    """A small ``/proc`` file's text: one system call each to open, read and close it, no file object (read at every
+    rolling check)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
 def _stat(pid: int) -> Optional[list[bytes]]:
     """The fields of ``/proc/PID/stat`` after the command name (which may hold anything): field 3 on, from 0."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()
+        return _proc(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
 
@@ -78,8 +87,7 @@ def waited_seconds() -> Optional[float]:
 def _schedstat(path: str) -> Optional[tuple[float, float]]:
     """Seconds on a CPU and seconds waiting for one, from a ``schedstat`` file."""
     try:
-        with open(path, "rb") as f:
-            ran, waited = f.read().split()[:2]
+        ran, waited = _proc(path).split()[:2]
         return int(ran) / 1e9, int(waited) / 1e9
     except (OSError, ValueError):
         return None

@@ -14,8 +14,8 @@ ever drop a reference."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import typing
 from typing import Any, Mapping, Optional, Sequence, TypeVar
 
 import torch
@@ -65,34 +65,35 @@ def exchange_named(group: Any, figures: Mapping[str, float], names: Sequence[str
     return [{name: value for name, value in zip(names, row) if not math.isnan(value)} for row in rows]
 
 
-def _fields(cls: type) -> dict[str, bool]:
-    """A dataclass's fields, each with whether it must be given."""
-    return {f.name: f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            for f in dataclasses.fields(cls)}
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple[tuple[str, bool, bool], ...]:
+    """A dataclass's fields, each with whether it must be given and whether it is typed ``int`` (its annotation as
+    written: no evaluation, which would compile the annotations' text)."""
+    return tuple((f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                  f.type in (int, "int")) for f in dataclasses.fields(cls))
 
 
 def names_of(cls: type, prefix: str = "") -> list[str]:
     """The names :func:`figures_of` gives the fields of ``cls``."""
-    return [prefix + name for name in _fields(cls)]
+    return [prefix + name for name, _, _ in _fields(cls)]
 
 
 def figures_of(obj: Any, prefix: str = "") -> dict[str, float]:
     """The numbers of a dataclass by field name (``prefix`` before each); None is left out."""
-    values = {name: getattr(obj, name) for name in _fields(type(obj))} if obj is not None else {}
+    values = {name: getattr(obj, name) for name, _, _ in _fields(type(obj))} if obj is not None else {}
     return {prefix + name: float(value) for name, value in values.items() if value is not None}
 
 
 def made_from(cls: type[T], figures: Mapping[str, float], prefix: str = "", **given: Any) -> Optional[T]:
     """``cls`` from the figures named for its fields (those typed ``int`` made ints again) and ``given``; None
     where a field it needs is not among them."""
-    hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
-    for name, needed in _fields(cls).items():
+    for name, needed, whole in _fields(cls):
         if name in given:
             continue
         if prefix + name in figures:
             value = figures[prefix + name]
-            values[name] = int(value) if hints.get(name) is int else value
+            values[name] = int(value) if whole else value
         elif needed:
             return None
     return cls(**values, **given)

@@ -55,3 +55,22 @@ def test_what_cannot_be_read_is_reported_and_the_advice_goes_on():
     advice.loader = broken
     assert advice.advice(None, None, None, 1.0) == []
     assert told == [("reading the DataLoader's CPU failed:", "advice"), ("advice failed:", "advice")]
+
+
+def test_a_check_reads_the_cpu_only_when_a_mark_is_due_or_an_alert_asks_and_makes_one_probe_an_epoch():
+    """Rolling checks come every few tenths of a second; the CPU is read at most once in the watch's min_seconds,
+    and at an alert (its advice covers the span to the latest check); the batch-ready probe is made once an epoch."""
+    read, probes = [], []
+    advice = LoaderAdvice(lambda message, key: None)
+    advice.workers = lambda: read.append(True) or []
+    advice.ready = lambda: probes.append(True) or (lambda: False)
+    advice.mark(10.0, FetchStats(), epoch_start=True)  # the first mark: read
+    probe = advice.mark(10.2, FetchStats())
+    assert advice.mark(10.4, FetchStats(), asked=True) is probe
+    assert (len(read), len(probes)) == (1, 1)  # checks 0.2 s and 0.4 s after the mark read nothing
+    advice.advice(None, None, None, 1.0)
+    assert len(read) == 2  # an alert's advice reads the span to the latest check
+    advice.mark(11.5, FetchStats())  # 1.5 s after the mark: a new one
+    advice.mark(12.0, FetchStats(), epoch_start=True)
+    advice.mark(12.2, FetchStats())
+    assert (len(read), len(probes)) == (3, 2)  # a new epoch, a new probe

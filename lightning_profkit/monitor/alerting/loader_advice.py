@@ -11,6 +11,9 @@ from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch, WaitBusy, WorkersBusy
 
 
+UNMADE = object()
+
+
 class LoaderAdvice:
     """``loader()`` reads the training DataLoader's settings; ``workers()`` the pids of its worker processes now;
     ``report(message, key)`` is told when either fails (training goes on, with less advice). Not ``watching`` (no
@@ -22,8 +25,10 @@ class LoaderAdvice:
         self.workers: Callable[[], Sequence[int]] = tuple
         self.ready: Callable[[], Optional[Callable[[], bool]]] = lambda: None  # see internals.batch_ready
         self.watch = LoaderWatch()
-        self.busy = LoaderBusy()  # since the mark before the latest check
+        self.busy = LoaderBusy()  # since the mark before the latest check, once read
         self.waited_s = self.ready_s = 0.0  # the data wait of the fit's finished epochs, and its part with a batch ready
+        self._unread: Optional[tuple[float, float, float, bool]] = None  # the latest check's figures, CPU not read yet
+        self._probe: Any = UNMADE  # this epoch's batch-ready probe (None: its loader has none), once made
 
     def epoch_done(self, stats: FetchStats) -> None:
         """An epoch's fetches are counted (the timer starts new counters)."""
@@ -33,20 +38,40 @@ class LoaderAdvice:
     def mark(self, now: float, stats: FetchStats, asked: bool = False,
              epoch_start: bool = False) -> Optional[Callable[[], bool]]:
         """A rolling check (or an epoch's start or end, ``epoch_start``) at ``now``, on the epoch's fetches so far
-        (``asked`` at each whether a batch was ready). Returns what each fetch asks from now on: from a rolling check
-        on, whether a batch is ready (at an epoch's start or end the loader's next iterator is not made yet)."""
+        (``asked`` at each whether a batch was ready). The CPU is read now where the watch takes a new mark (at most
+        once in its ``min_seconds``), else only if an alert asks for advice. Returns what each fetch asks from now on:
+        from a rolling check on, whether a batch is ready (at an epoch's start or end the loader's next iterator is
+        not made yet)."""
         if not self.watching:
             return None
+        self._unread = (now, self.waited_s + stats.train_s, self.ready_s + stats.ready_s, asked)
+        last = self.watch.mark
+        if last is None or now - last[0] >= self.watch.min_seconds:
+            self._read()
+        if epoch_start:
+            self._probe = UNMADE
+            return None
+        if self._probe is UNMADE:
+            try:
+                self._probe = self.ready()
+            except Exception as err:
+                self._probe = None
+                self.report(f"reading the DataLoader's CPU failed:\n  {err!r}", "advice")
+        return self._probe
+
+    def _read(self) -> None:
+        """How busy the loading was from the watch's mark to the latest check."""
+        at, self._unread = self._unread, None
+        if at is None:
+            return
         try:
-            self.busy = self.watch.busy(self.workers(), now, self.waited_s + stats.train_s,
-                                        self.ready_s + stats.ready_s, asked)
-            return None if epoch_start else self.ready()
+            self.busy = self.watch.busy(self.workers(), *at)
         except Exception as err:
             self.report(f"reading the DataLoader's CPU failed:\n  {err!r}", "advice")
-            return None
 
     def advice(self, group: Any, worst_rank: Optional[int], startup_s: Optional[float], train_s: float) -> list[str]:
         """What to try, from how busy the worst rank's loading was (an exchange in ``group``: every rank calls it)."""
+        self._read()
         busy = self.busy
         if group is not None:
             rank = worst_rank or 0
