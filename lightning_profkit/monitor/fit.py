@@ -130,7 +130,7 @@ class FitRun:
         self.intake: Optional[TraceIntake] = None
         self.windows = FitWindows(None, None, self.report)  # none until training starts
         self.live: Optional[capture_request.LiveRun] = None
-        # the DataLoader's CPU, marked at every check, for an alert's advice (where alerts are on)
+        # the DataLoader's CPU, marked at the checks, for an alert's advice (where alerts are on)
         self.advice = LoaderAdvice(self.report, watching=self.checks.rule is not None)
         self.broken = False
         self.epoch = 0
@@ -146,7 +146,7 @@ class FitRun:
             ready: Callable[[], Optional[Callable[[], bool]]] = lambda: None) -> None:
         """Training starts (or starts again after loops that ran without us): ``timer`` times its fetches;
         ``loader()`` reads the training DataLoader's settings, for advice; ``workers()``, only the pids of its worker
-        processes now (read at every rolling check); ``ready()``, what tells whether a batch its workers made is
+        processes now (read when the advice marks them); ``ready()``, what tells whether a batch its workers made is
         waiting (:func:`~lightning_profkit.internals.batch_ready`)."""
         o = self.options
         self.timer, self.advice.loader, self.advice.workers, self.advice.ready = timer, loader, workers, ready

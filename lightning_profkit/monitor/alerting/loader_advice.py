@@ -1,5 +1,6 @@
 """An alert's advice in a running fit: how busy the DataLoader's workers and the training thread were between
-rolling checks (read at each check), the worst rank's figures taken from every rank, and what to try from them."""
+rolling checks (read at most once a second, and at an alert), the worst rank's figures taken from every rank, and
+what to try from them."""
 
 from __future__ import annotations
 
