@@ -22,8 +22,8 @@ def usable_cpus() -> int:
 
 
 def _proc(path: str) -> bytes:
-    """A small ``/proc`` file's text: one system call each to open, read and close it, no file object (read at every
-    rolling check)."""
+    """A small ``/proc`` file's text: one system call each to open, read and close it, no file object (read at the
+    rolling checks)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return os.read(fd, 4096)

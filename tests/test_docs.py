@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from lightning_profkit import PerformanceMonitor
 from lightning_profkit.metric_names import METRICS, PREFIX, find, markdown_table
 from conftest import stop_session
-from lightning_profkit import PerformanceMonitor
 from test_metric_names import every_logged_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,7 +202,6 @@ def test_the_readme_says_what_it_is_how_to_install_use_and_look_in_that_order():
 
 def test_the_plan_lines_the_docs_quote_are_the_codes():
     """Every ``profiling …`` line quoted on a page is one the code prints for some epoch length (the defaults)."""
-
     printed = {PerformanceMonitor().options.plan("out", length)[0] for length in range(1, 40)}
     quoted = [(page.name, line) for page in PAGES
               for line in re.findall(r"`(profiling (?:batch|step)[^`]*)`", text(page))]

@@ -108,10 +108,12 @@ def test_the_plan_of_a_metrics_only_run_says_which_windows_it_may_still_record()
         "metrics only (profile=False); up to 10 windows after an alert or when asked (profkit capture)", "traces -> out"]
     assert PerformanceMonitor(profile=False, alert_threshold=None).options.plan("out", 100)[0] == (
         "metrics only (profile=False); up to 10 windows when asked (profkit capture)")
-    assert PerformanceMonitor(profile=False, max_captures=0).options.plan("out", 100) == ["metrics only (profile=False)", "traces -> out"]
+    assert PerformanceMonitor(profile=False, max_captures=0).options.plan("out", 100) == [
+        "metrics only (profile=False)", "traces -> out"]
 
 
 def test_the_plan_names_the_steps_and_ranks_and_says_when_this_rank_cannot_profile():
-    assert PerformanceMonitor(steps="5-7", ranks=[0, 2]).options.plan("out", 100) == ["profiling steps 5-7 on ranks 0,2", "traces -> out"]
+    assert PerformanceMonitor(steps="5-7", ranks=[0, 2]).options.plan("out", 100) == [
+        "profiling steps 5-7 on ranks 0,2", "traces -> out"]
     assert PerformanceMonitor(steps="5-7").options.plan("out", 100, disabled=True)[0] == (
         "profiling steps 5-7 on all ranks: disabled, see the warning")

@@ -46,8 +46,7 @@ class LoaderAdvice:
         if not self.watching:
             return None
         self._unread = (now, self.waited_s + stats.train_s, self.ready_s + stats.ready_s, asked)
-        last = self.watch.mark
-        if last is None or now - last[0] >= self.watch.min_seconds:
+        if self.watch.due(now):
             self._read()
         if epoch_start:
             self._probe = UNMADE

@@ -86,6 +86,10 @@ class LoaderWatch:
         # now, the data wait, the thread's CPU, the workers' (CPU, queued) seconds, the wait with a batch ready
         self.mark: Optional[tuple[float, float, float, dict[int, tuple[float, Optional[float]]], float]] = None
 
+    def due(self, now: float) -> bool:
+        """Whether a call at ``now`` takes a new mark (none yet, or ``min_seconds`` since the last)."""
+        return self.mark is None or now - self.mark[0] >= self.min_seconds
+
     def busy(self, pids: Sequence[int], now: float, wait_s: float, ready_s: float = 0.0,
              asked: bool = False) -> LoaderBusy:
         """How busy the workers ``pids`` and the training thread (``wait_s``: its data wait so far, ``ready_s`` the
@@ -94,7 +98,7 @@ class LoaderWatch:
         cpu = {pid: seconds for pid in pids if (seconds := self.read(pid)) is not None}
         mine = self.thread_busy()
         last = self.mark
-        if last is None or now - last[0] >= self.min_seconds:
+        if self.due(now):
             self.mark = (now, wait_s, mine, cpu, ready_s)
         if last is None or now <= last[0]:
             return LoaderBusy()
