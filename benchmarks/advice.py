@@ -60,7 +60,7 @@ class Setup:
     epochs: int = 1
 
     def loader(self) -> DataLoader:
-        data = Stream(self) if self.iterable else Samples(self)
+        data = (ShardedStream if self.sharded else Stream)(self) if self.iterable else Samples(self)
         extra = dict(persistent_workers=self.persistent, prefetch_factor=self.prefetch,
                      worker_init_fn=_starting(self.start_s)) if self.workers else {}
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.workers, **extra)
@@ -92,12 +92,22 @@ class Samples(Dataset):
 
 
 class Stream(IterableDataset):
+    """Every sample in each worker: an ``__iter__`` that never asks ``get_worker_info()``."""
+
     def __init__(self, setup: Setup) -> None:
         self.setup = setup
 
     def __iter__(self):
+        for i in range(self.setup.samples):
+            yield _sample(self.setup, i)
+
+
+class ShardedStream(Stream):
+    """Each worker its own samples."""
+
+    def __iter__(self):
         info = get_worker_info()
-        first, step = (info.id, info.num_workers) if info is not None and self.setup.sharded else (0, 1)
+        first, step = (info.id, info.num_workers) if info is not None else (0, 1)
         for i in range(first, self.setup.samples, step):
             yield _sample(self.setup, i)
 
@@ -178,7 +188,7 @@ def follow(setup: Setup, line: str) -> Optional[Setup]:
         changes["stacked"] = True
     if "__getitem__ cheaper" in line:
         changes.update(burn=setup.burn / 2, wait=setup.wait / 2)
-    if "its own shard" in line:
+    if "shard it first" in line:
         changes["sharded"] = True
     return dataclasses.replace(setup, **changes) if changes else None
 

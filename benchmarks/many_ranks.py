@@ -31,7 +31,7 @@ sys.path.insert(0, HERE)
 from summary_speed import ENV, TRACES, installed_copy, run  # noqa: E402
 
 SOURCE = os.path.join(TRACES, "hta", "trace_diff_control", "control.json.gz")
-WINDOW = "step=001009-001009-epoch=0"
+WINDOW = "epoch=0000-batch=001009"
 QUERY = "SELECT rank FROM ranks ORDER BY step_ms DESC LIMIT 1"
 
 

@@ -19,8 +19,9 @@ class DataWaitAlert:
     ratio: float  # data-wait ratio of the check that fired (the worst rank's, with several ranks)
     threshold: float
     epoch: int
-    step: int  # global step at which the check fired
-    checked: str  # what was measured: "steps A-B (epoch E)" or "(epochs E-F)" (a rolling check), or "epoch E"
+    step: int  # the fit's step (its batches counted from 0 across epochs) at which the check fired
+    checked: str  # what was measured: "epoch E, batches A-B" (a rolling check; "epoch E batch A to epoch F batch B"
+    # where it spans epochs), or "epoch E"
     worst_rank: Optional[int] = None  # with several ranks
     advice: list[str] = field(default_factory=list)
     trace_dir: Optional[str] = None  # the window captured after the alert, once its trace is written
@@ -45,7 +46,8 @@ class DataWaitAlert:
         if self.trace_dir:
             return f"Trace of the steps after the alert: {self.trace_dir}"
         if self.recording:
-            return f"Recording steps {self.recording[0]}-{self.recording[1]}; their trace is named when written"
+            steps = self.recording[1] - self.recording[0] + 1
+            return f"Recording {steps} steps after it; their trace is named when written"
         return ""
 
     @property

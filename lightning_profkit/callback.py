@@ -10,13 +10,12 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert
-from lightning_profkit.internals import state_key
-from lightning_profkit.internals import SET_WHILE_NEEDED, batch_ready, rehook, skipped, unhook
+from lightning_profkit.internals import SET_WHILE_NEEDED, SKIPPED, rehook, state_key, unhook
 from lightning_profkit.lightning_glue import (alert_to_tensorboard, apply, check_monitors_come_after, cuda_uuid,
-    epoch_length, guarded, last_step, log_step, own_trace_dir, rank_of, runs_pytorch_profiler, trace_dir, train_loader,
-    worker_pids)
+    epoch_length, guarded, last_step, log_step, own_trace_dir, rank_of, runs_pytorch_profiler, saved_credentials,
+    trace_dir, train_loader, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
-from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome, Place
+from lightning_profkit.monitor.fit import FitRun, Outcome
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.profiling.selection import StepRanges
 from lightning_profkit.monitor.timing import fetch_timer
@@ -28,11 +27,13 @@ class PerformanceMonitor(Callback):
     r"""Profile selected training steps with ``torch.profiler``, stream each window's trace, and log where the
     training time went.
 
-    A *step* is one training batch, numbered from 0 across epochs; the trace's ``ProfilerStep#N`` markers carry
-    it. Metrics are logged at the step Lightning logs ``self.log`` at. One window per epoch by default; outside
-    windows no profiler session exists. Each window goes to
-    ``<run dir>/profiler/step=AAAAAA-BBBBBB-epoch=E/<host>_rank<R>.<ns>.pt.trace.json.gz`` (the run dir: the
-    first TensorBoardLogger's or CSVLogger's ``log_dir``; with no such logger, each run gets
+    A *step* is one training batch; a window is found by its epoch and its batches in it (Lightning's
+    ``batch_idx``), as the plan line and the window's folder say; ``steps``, ``every_n_steps`` and ``step_filter``
+    count the fit's steps from 0 across epochs, as the trace's ``ProfilerStep#N`` markers do. Metrics are logged at
+    the step Lightning logs ``self.log`` at. One window per epoch by default; outside windows no profiler session
+    exists. Each window goes to
+    ``<run dir>/profiler/epoch=EEEE-batch=AAAAAA-BBBBBB/<host>_rank<R>.<ns>.pt.trace.json.gz`` (the run dir: the
+    first TensorBoardLogger's ``log_dir``, else the first logger's where that is a CSVLogger; otherwise each run gets
     ``<trainer.log_dir>/profiler/run=YYYYmmdd-HHMMSS.ffffff-xxxxxx``), so ``tensorboard --logdir <run dir>``
     shows every window in the PyTorch Profiler tab. Metrics go to the trainer's loggers under ``profkit/``
     (the documentation's Metrics page names each, with its unit). A data-wait alert is a
@@ -42,14 +43,18 @@ class PerformanceMonitor(Callback):
     Args:
         profile: record profiler windows; ``False`` keeps only the per-epoch metrics.
         skip_first: batches skipped at the start of every epoch before the window (default mode).
-        warmup: steps the profiler runs before recording, so start-up cost stays out of the trace.
-        active: steps recorded per window (default mode and ``every_n_steps``).
-        steps: explicit global steps to record, e.g. ``"100-102,500-502"`` or ``[[100, 102], 500]``.
+        warmup: batches the profiler runs before recording, so start-up cost stays out of the trace.
+        active: batches recorded per window (default mode and ``every_n_steps``).
+        steps: the fit's steps to record (its batches counted from 0 across epochs), e.g. ``"100-102,500-502"``
+            or ``[[100, 102], 500]``.
         every_n_steps: record ``active`` steps from every multiple of this many steps.
         step_filter: record the steps where ``step_filter(step)`` is true (asked ahead of time: a pure function).
         ranks: global ranks that profile (default: all).
-        dirpath: folder for the window folders, used as given (default: a folder of the run's own, see above).
-        activities: ``"cpu"``, ``"cuda"`` (default: CPU, plus CUDA when the model is on a CUDA device).
+        dirpath: folder for the window folders (default: a folder of the run's own, see above); where another fit
+            writes there now or an earlier fit's windows are in it (a local folder), a ``run=…`` folder of this fit's
+            own under it.
+        activities: a list of ``"cpu"`` and/or ``"cuda"``, e.g. ``["cpu"]`` (default: CPU, plus CUDA when the model
+            is on a CUDA device).
         record_shapes: ``torch.profiler``'s: record operator input shapes (adds cost to profiled steps).
         profile_memory: ``torch.profiler``'s: record allocations (adds cost; gives ``window/peak_memory_mb``).
         with_stack: ``torch.profiler``'s: record Python stacks (adds cost).
@@ -70,9 +75,11 @@ class PerformanceMonitor(Callback):
         capture_on_alert: record a window (``warmup`` + ``active`` steps) right after an alert.
         max_captures: the most windows recorded per ``fit`` after alerts and on request.
         keep_last_windows: keep only the newest this many window folders (our own files; ``None``: keep all).
-        max_trace_mb: end a window early once its trace's JSON would pass this many MB (``None``: no limit).
+        max_trace_mb: end a window early, before the step that would take its trace's JSON past this many MB
+            (10^6 bytes), by the JSON a step of the fit's latest written window of its kind (training, validation);
+            the first of each kind records all its steps, with a warning if it passed (``None``: no limit).
         validation_batches: batches of each validation run's first dataloader to record, e.g. ``"0-2"``, in
-            windows ``step=SSSSSS-val-batch=AAAAAA-BBBBBB-epoch=E`` of their own (after training step S).
+            windows ``epoch=EEEE-batch=SSSSSS-val-batch=AAAAAA-BBBBBB`` of their own (after training batch S).
         storage_options: for a trace folder on object storage, fsspec's options (``key``, ``secret``,
             ``client_kwargs`` …, as Lightning's loggers take them), given to the processes that reach the store
             through a pipe; never shown. URLs are shown with their user and password as ``***``.
@@ -89,9 +96,9 @@ class PerformanceMonitor(Callback):
 
     # Lightning skips these per-batch hooks, and the instance's SET_WHILE_NEEDED but while needed: `on_train_batch_end`
     # on the steps with work (`_wake`), the validation batch hooks with `validation_batches`.
-    on_train_batch_start = on_before_backward = on_after_backward = skipped()  # type: ignore[assignment]
-    on_before_optimizer_step = on_before_zero_grad = skipped()  # type: ignore[assignment]
-    on_test_batch_start = on_test_batch_end = on_predict_batch_start = on_predict_batch_end = skipped()  # type: ignore[assignment]
+    on_train_batch_start = on_before_backward = on_after_backward = SKIPPED  # type: ignore[assignment]
+    on_before_optimizer_step = on_before_zero_grad = SKIPPED  # type: ignore[assignment]
+    on_test_batch_start = on_test_batch_end = on_predict_batch_start = on_predict_batch_end = SKIPPED  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -123,6 +130,7 @@ class PerformanceMonitor(Callback):
             return
         check_monitors_come_after(trainer, self)
         self._end(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
+        fetch_timer.require_fetch_pair(trainer)
         fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
         chosen = self.options.dirpath or trace_dir(trainer)
         folder, why = own_trace_dir(trainer, chosen)
@@ -130,9 +138,12 @@ class PerformanceMonitor(Callback):
         if why:
             self._notices(f"{why}; this fit writes to its own folder, so that they never mix:\n  {folder}", "shared_dir")
         check_trace_dir(folder, self.options.storage_options)
-        effects = Effects(self._notices, lambda alert: alert_to_tensorboard(trainer, alert), self._wake)
-        place = Place(folder, rank_of(trainer), runs_pytorch_profiler(trainer), trainer.fit_loop)
-        self._fit = FitRun(self.options, Kept(self._checks, self.traces, self.alerts), place, effects)
+        if stored := saved_credentials(trainer, self.options.storage_options):
+            self._notices(stored, "credentials")
+        self._fit = FitRun(self.options, self._checks, self.traces, self.alerts, folder, self._notices,
+                           rank=rank_of(trainer), other_profiler=runs_pytorch_profiler(trainer),
+                           fit_loop=trainer.fit_loop, to_loggers=lambda alert: alert_to_tensorboard(trainer, alert),
+                           wake=self._wake)
 
     @guarded
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -159,10 +170,10 @@ class PerformanceMonitor(Callback):
     @guarded
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:  # on the steps we were woken for
-        self.on_train_batch_end = skipped()  # type: ignore[assignment]
+        self.on_train_batch_end = SKIPPED  # type: ignore[assignment]
         loop = trainer.fit_loop.epoch_loop
         apply(trainer, self._fit.step_end(loop.total_batch_idx, batch_idx, loop.batch_progress.is_last_batch,
-                                           lambda: loop.done, log_step(trainer)))
+                                           lambda: loop.done, log_step(trainer), batch))
 
     @guarded
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -187,7 +198,7 @@ class PerformanceMonitor(Callback):
 
     @guarded
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.on_train_batch_end = skipped()  # type: ignore[assignment]
+        self.on_train_batch_end = SKIPPED  # type: ignore[assignment]
         loop = trainer.fit_loop.epoch_loop
         apply(trainer, self._fit.epoch_end(loop.total_batch_idx, loop.batch_progress.total.completed,
                                            log_step(trainer, epoch_end=True)))
@@ -220,14 +231,14 @@ class PerformanceMonitor(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         """Configuration and resumable state; not the running fit's machinery, which a copy neither shares nor disturbs."""
-        return dict(self.__dict__, _fit=None, _trainer=None, **dict.fromkeys(SET_WHILE_NEEDED, skipped()))
+        return dict(self.__dict__, _fit=None, _trainer=None, **dict.fromkeys(SET_WHILE_NEEDED, SKIPPED))
 
     def _arm(self, trainer: Trainer, on_cuda: bool) -> None:
         """Timer and machinery in place when training starts, not at ``setup``: a failing tuner's loop skips teardown."""
         processes = self._fit.rank.processes_per_node
-        self._fit.arm(fetch_timer.install(trainer, self._notices), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
+        self._fit.arm(fetch_timer.install(trainer), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
                       lambda: loader_facts(train_loader(trainer), on_cuda, processes, worker_pids(trainer)),
-                      lambda: worker_pids(trainer), lambda: batch_ready(trainer.fit_loop))
+                      lambda: worker_pids(trainer))
         if self._fit.windows.validation is not None:  # the validation batch hooks exist only then: else they cost nothing
             rehook(self, "on_validation_batch_start", "on_validation_batch_end")
         self._fit.windows.last_step, self._trainer = last_step(trainer), trainer

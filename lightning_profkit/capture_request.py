@@ -13,7 +13,6 @@ removed at exit, whatever became of the fit.
 from __future__ import annotations
 
 import atexit
-import errno
 import json
 import os
 import secrets
@@ -24,13 +23,13 @@ from typing import Any, Optional
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.machine import process_start
+from lightning_profkit.opener import FileRefused, open_regular
 from lightning_profkit.printable import printable
 
 REQUEST = "capture.request"
 MARKER = ".profkit-run"
 MAX_BYTES = 4096  # the most of a marker or a request that is read
 MAX_STEPS = 100  # the most steps one request may ask for: a window that long is already a large trace
-_READ = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)  # never a link, never blocking on a pipe
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:
@@ -79,14 +78,10 @@ def running(trace_dir: str) -> Optional[dict[str, Any]]:
     """The marker of the run writing to ``trace_dir``, or None (also where it is not a plain file this process's user
     made: another user's marker neither stops nor steers a fit)."""
     try:
-        fd = os.open(os.path.join(trace_dir, MARKER), _READ)
-    except OSError:
+        with open_regular(os.path.join(trace_dir, MARKER), MAX_BYTES) as f:
+            return marker_of(f.read(MAX_BYTES)) if _ours(os.fstat(f.fileno())) else None
+    except (OSError, FileRefused):
         return None
-    with os.fdopen(fd, "rb") as f:
-        try:
-            return marker_of(f.read(MAX_BYTES)) if _ours(os.fstat(fd)) else None
-        except OSError:
-            return None
 
 
 def _ours(st: os.stat_result) -> bool:
@@ -153,19 +148,15 @@ def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
     path = os.path.join(trace_dir, REQUEST)
     refused, data = None, {}
     try:
-        fd = os.open(path, _READ)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        if err.errno != errno.ELOOP:  # the folder, not the request (gone, no longer a folder, unreadable)
-            raise
-        refused = f"{path}: a symbolic link"
+        f = open_regular(path, MAX_BYTES)  # an OSError: the folder, not the request (gone, unreadable)
+    except FileRefused as err:
+        if not os.path.lexists(path):
+            return None
+        refused = str(err)
     else:
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                refused = f"{path}: not a plain file"
-            elif hasattr(os, "getuid") and st.st_uid != os.getuid():
+        with f:
+            st = os.fstat(f.fileno())
+            if hasattr(os, "getuid") and st.st_uid != os.getuid():
                 refused = f"{path}: made by user id {st.st_uid}, not by this run's user ({os.getuid()})"
             else:
                 try:

@@ -11,10 +11,12 @@ idle is the share of the steps, as the GPU ran them, without device activity, av
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Optional, Sequence
 
-MB = 2**20
+from lightning_profkit.idle_causes import share_name
+
+MB = 10**6  # bytes: the MB of every figure and argument named *_mb
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class HostFigures:
     blocking_sync_us_by_call: dict[str, float] = field(default_factory=dict)
     gpu_busy_share: Optional[float] = None
     gpu_idle_share: Optional[float] = None
+    # the idle share by what the training process was doing (idle_causes.CAUSES): they sum to gpu_idle_share
+    gpu_idle_by_cause: dict[str, float] = field(default_factory=dict)
     peak_memory: dict[str, MemoryPeak] = field(default_factory=dict)  # per device "type:id"
 
     def per_step(self) -> dict[str, float]:
@@ -51,12 +55,19 @@ class HostFigures:
                 out[f"sync_ms_per_step/{call}"] = us / self.steps / 1000
         if self.gpu_idle_share is not None:
             out["gpu_idle_share"] = self.gpu_idle_share
+        out.update((share_name(cause), share) for cause, share in self.gpu_idle_by_cause.items())
         for device, peak in self.peak_memory.items():
             out[f"peak_memory_mb/{device}"] = peak.allocated_bytes / MB
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """As JSON values (``dataclasses.asdict`` without its deep copies: a trace may name many devices)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["blocking_sync_us_by_call"] = dict(self.blocking_sync_us_by_call)
+        out["gpu_idle_by_cause"] = dict(self.gpu_idle_by_cause)
+        out["peak_memory"] = {device: {"allocated_bytes": peak.allocated_bytes, "reserved_bytes": peak.reserved_bytes}
+                              for device, peak in self.peak_memory.items()}
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "HostFigures":

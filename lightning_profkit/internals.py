@@ -5,8 +5,8 @@ the caller gets None (or False) and takes its fallback, and :func:`moved` is the
 not found in which installed version. Where a public hook gives the same fact, it is the fallback:
 
 - Lightning's loops call ``_on_before_fetch``/``_on_after_fetch`` around every fetch; the fetch timer puts its
-  own pair there. Fallback: the public ``trainer.profiler``, whose ``start``/``stop`` the pair calls with the
-  fetch's action name (one Python call more a fetch).
+  own pair there. Fallback: none; a Lightning without them is refused at ``setup`` (2.5 and 2.6, the versions
+  tested, have them).
 - The fit loop's ``setup_data`` (a public method of the private ``_FitLoop``), where Lightning makes the training
   DataLoader and its first iterator, whose workers start before ``on_train_start``: the loader's start-up timer
   wraps it on the loop. Fallback: epoch 0's start-up before training is not counted (later epochs' is).
@@ -21,9 +21,8 @@ not found in which installed version. Where a public hook gives the same fact, i
   steps are then numbered from 0); the session is freed by the garbage collector.
 - torch's ``profile.profiler.kineto_results``: a finished session's results, saved by the writer thread. Fallback:
   none; the window is reported as not written.
-- Lightning calls a callback's hook only where it is callable (``_call_callback_hooks``), so a per-batch hook the
-  callback does not need is :func:`skipped` (None): a lookup, not a call (about 7 µs). Fallback: where that test is
-  not in the installed Lightning's source, a function that does nothing.
+- Lightning calls a callback's hook only where it is callable (``_call_callback_hooks``, in 2.5 and 2.6), so a
+  per-batch hook the callback does not need is :data:`SKIPPED` (None): a lookup, not a call (about 7 µs).
 - Lightning's ``Callback._generate_state_key``: the checkpoint key Lightning's callbacks use. Fallback: the same
   text made here.
 - ``torch.autograd.profiler._is_profiler_enabled``: whether another session runs. Fallback: starting ours fails,
@@ -34,8 +33,6 @@ not found in which installed version. Where a public hook gives the same fact, i
 
 from __future__ import annotations
 
-import functools
-import inspect
 import sys
 from importlib import metadata
 from typing import Any, Callable, Optional
@@ -83,63 +80,25 @@ def loader_workers(fit_loop: Any) -> list[int]:
             if getattr(w, "pid", None) is not None]
 
 
-def batch_ready(fit_loop: Any) -> Optional[Callable[[], bool]]:
-    """For the one training DataLoader's iterator with workers: a function that says whether a batch its workers made
-    waits to be taken now (in its queue of results, or of pinned results); None where there is no such iterator
-    or its queues cannot say."""
-    iterators = _loader_iterators(fit_loop)
-    if len(iterators) != 1:
-        return None
-    found = (getattr(iterators[0], name, None) for name in ("_data_queue", "_worker_result_queue"))
-    sizes = list({id(q): q.qsize for q in found if callable(getattr(q, "qsize", None))}.values())
-    try:
-        if not sizes or any(size() < 0 for size in sizes):
-            return None
-    except (NotImplementedError, OSError, ValueError):  # macOS's multiprocessing queues have no size
-        return None
-
-    def ready() -> bool:
-        try:
-            return any(size() > 0 for size in sizes)
-        except (NotImplementedError, OSError, ValueError):  # a queue closed under us: not known, never an error
-            return False
-
-    return ready
-
-
 def batches_that_stepped(epoch_loop: Any) -> Optional[int]:
     """The batches that stepped an optimizer (the step Lightning logs ``self.log`` at); None if not found."""
     return getattr(epoch_loop, "_batches_that_stepped", None)
 
 
-def _skipped(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def skipped() -> Optional[Callable[..., None]]:
-    """What a hook the callback does not need is set to: None where the loaded Lightning skips a hook that is not
-    callable (read from its ``_call_callback_hooks``, loaded before any callback), else a function that does
-    nothing."""
-    call = sys.modules.get("lightning.pytorch.trainer.call")
-    try:
-        source = inspect.getsource(call._call_callback_hooks)  # type: ignore[union-attr]
-    except (AttributeError, OSError, TypeError):
-        return _skipped
-    return None if "callable(fn)" in source else _skipped
+SKIPPED = None  # a hook the callback does not need: Lightning calls a callback's hook only where it is callable
 
 
 SET_WHILE_NEEDED = ("on_train_batch_end", "on_validation_batch_start", "on_validation_batch_end")
 
 
 def unhook(callback: Any) -> None:
-    """:func:`skipped` again for each of :data:`SET_WHILE_NEEDED`: Lightning calls them only while needed."""
+    """:data:`SKIPPED` again for each of :data:`SET_WHILE_NEEDED`: Lightning calls them only while needed."""
     for hook in SET_WHILE_NEEDED:
-        setattr(callback, hook, skipped())
+        setattr(callback, hook, SKIPPED)
 
 
 def rehook(callback: Any, *hooks: str) -> None:
-    """Lightning calls these hooks of the callback's class again (the instance's :func:`skipped` is removed)."""
+    """Lightning calls these hooks of the callback's class again (the instance's :data:`SKIPPED` is removed)."""
     for hook in hooks:
         vars(callback).pop(hook, None)
 
@@ -185,7 +144,5 @@ def profiler_running() -> bool:
 
 def thread_frame(ident: Optional[int]) -> Any:
     """The running frame of the thread ``ident`` (Python's ``sys._current_frames``), or None."""
-    import sys
-
     frames = getattr(sys, "_current_frames", None)
     return frames().get(ident) if callable(frames) and ident is not None else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import re
 import secrets
 import time
 from typing import Any, Callable, Optional
@@ -20,7 +21,7 @@ from lightning_profkit.internals import batches_that_stepped, loader_workers
 from lightning_profkit.metric_names import PREFIX
 from lightning_profkit.monitor.fit import Outcome, Rank
 from lightning_profkit.printable import redact
-from lightning_profkit.store import is_url, join
+from lightning_profkit.store import credential_keys, is_url, join
 
 
 def guarded(hook: Callable) -> Callable:
@@ -166,6 +167,11 @@ def run_folder_name(trainer: Trainer) -> str:
     return trainer.strategy.broadcast(name)
 
 
+# a window's folder, as this version names it (epoch=0001-batch=…) and as earlier builds did (step=000051-…); not
+# Lightning's checkpoints (epoch=3-step=400.ckpt), which may share the folder
+WINDOW_FOLDER = re.compile(r"epoch=\d+-batch=\d|step=\d")
+
+
 def own_trace_dir(trainer: Trainer, folder: str) -> tuple[str, Optional[str]]:
     """``folder``, or a run folder of this fit's own under it, and why: another fit is writing to it now (its live-run
     marker there names a process that may still run), or an earlier fit's windows are in it (decided on rank zero).
@@ -175,7 +181,8 @@ def own_trace_dir(trainer: Trainer, folder: str) -> tuple[str, Optional[str]]:
         other = other_fit(folder)
         if other:
             why = f"another fit ({other}) writes there"
-        elif os.path.isdir(folder) and any(name.startswith("step=") for name in os.listdir(folder)):
+        elif os.path.isdir(folder) and any(entry.is_dir(follow_symlinks=False) and WINDOW_FOLDER.match(entry.name)
+                                           for entry in os.scandir(folder)):
             why = "an earlier fit's traces are there"
     why = trainer.strategy.broadcast(why)
     return (join(folder, run_folder_name(trainer)), why) if why else (folder, None)
@@ -196,3 +203,15 @@ def last_step(trainer: Trainer) -> Optional[int]:
     if trainer.max_steps is not None and trainer.max_steps >= 0:
         bounds.append(trainer.max_steps * trainer.accumulate_grad_batches)
     return min(bounds) - 1 if bounds else None
+
+
+def saved_credentials(trainer: Trainer, storage_options: Optional[dict[str, Any]]) -> Optional[str]:
+    """Why credentials of ``storage_options`` are about to be stored in the run folder (LightningCLI's
+    ``SaveConfigCallback`` writes every argument of the config to ``config.yaml``), in words; None where they are
+    not."""
+    keys = credential_keys(storage_options)
+    if not keys or not any(type(c).__name__ == "SaveConfigCallback" for c in trainer.callbacks):
+        return None
+    return (f"`storage_options` holds credentials ({', '.join(keys)}), and LightningCLI saves its config, these "
+            "included, as config.yaml in the run folder: give them through the environment or the store's profile "
+            "(AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS) instead")

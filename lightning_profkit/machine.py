@@ -70,11 +70,11 @@ def scheduled_seconds_of(pid: int) -> Optional[tuple[float, Optional[float]]]:
     return scheduled
 
 
-def thread_busy_seconds() -> float:
-    """Seconds the calling thread has run on a CPU or waited for one while ready to run, from
-    ``/proc/thread-self/schedstat`` (Linux); elsewhere its CPU time."""
+def thread_scheduled_seconds() -> tuple[float, Optional[float]]:
+    """Seconds the calling thread has run on a CPU, and waited for one while ready to run, from
+    ``/proc/thread-self/schedstat`` (Linux); elsewhere its CPU time and None."""
     scheduled = _schedstat("/proc/thread-self/schedstat")
-    return sum(scheduled) if scheduled is not None else time.thread_time()
+    return scheduled if scheduled is not None else (time.thread_time(), None)
 
 
 def waited_seconds() -> Optional[float]:

@@ -58,7 +58,7 @@ METRICS: tuple[Metric, ...] = (
            "workers' start), before training starts"),
     Metric("samples_per_s", "1/s", EPOCH, "batches x `batch_size` / training time, where the loader has a `batch_size`"),
     Metric("val_data_wait_ratio", "fraction", EPOCH, "the data-wait ratio of the validation runs inside the epoch"),
-    Metric("peak_memory_mb", "MiB", EPOCH, "peak CUDA memory allocated in the epoch (CUDA only)", "max"),
+    Metric("peak_memory_mb", "MB", EPOCH, "peak CUDA memory allocated in the epoch (CUDA only)", "max"),
     Metric("gpu_idle_ratio", "fraction", EPOCH,
            "1 - mean NVML utilization over the epoch's training time (CUDA with the `nvml` extra)"),
     Metric("overhead/profiled_step_ratio", "ratio", EPOCH,
@@ -102,7 +102,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("window/gpu_idle_share", "fraction", WINDOW,
            "1 - share of the window's steps, as the GPU ran them, with kernels, memcpy or memset on the GPU, "
            "averaged over its GPUs (GPU only)", ""),
-    Metric("window/peak_memory_mb/<device>", "MiB", WINDOW, "peak memory allocated, with `profile_memory=True`", ""),
+    Metric("window/gpu_idle_<cause>_share", "fraction", WINDOW,
+           "the part of `gpu_idle_share` during which the training process was, first match wins: `data_wait` in a "
+           "DataLoader fetch, `blocking_sync` in a blocking CUDA call, `cpu_ops` running any other recorded CPU "
+           "operator, annotation or Python function (on any of its threads), `other` none of these; the four sum to "
+           "`gpu_idle_share` (GPU only)", ""),
+    Metric("window/peak_memory_mb/<device>", "MB", WINDOW, "peak memory allocated, with `profile_memory=True`", ""),
     Metric("val_window/<figure>", "as window/", WINDOW,
            "the window figures of a validation window (`validation_batches`), at the training step it followed", ""),
 )

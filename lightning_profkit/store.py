@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from lightning_profkit.companions import with_companions
+from lightning_profkit.opener import fd_path, open_regular
 from lightning_profkit.printable import redact
 
 _OPTIONS: dict[str, Any] = {}  # fsspec's storage options (credentials, endpoint) for this process: use_options()
@@ -94,6 +96,22 @@ def _without_secrets(text: str, url: str) -> str:
     return text
 
 
+_CREDENTIAL = re.compile(r"secret|password|token|key|credential|sas|connection_string", re.IGNORECASE)
+
+
+def credential_keys(options: Any, above: str = "") -> list[str]:
+    """The keys of ``options`` (nested dicts too, as ``client_kwargs.aws_secret_access_key``) named as credentials
+    are (``key``, ``secret``, ``token``, ``password``...)."""
+    if not isinstance(options, dict):
+        return []
+    found = []
+    for key, value in options.items():
+        name = f"{above}{key}"
+        found += credential_keys(value, name + ".") if isinstance(value, dict) else (
+            [name] if isinstance(key, str) and _CREDENTIAL.search(key) and value else [])
+    return found
+
+
 def _strings(options: Any) -> Iterator[str]:
     """Every string value in ``options``, nested dicts and lists too (``client_kwargs``, a token), but the
     endpoint's URL, which errors name to say where."""
@@ -109,17 +127,18 @@ def _strings(options: Any) -> Iterator[str]:
 
 
 def upload(local: str, url: str) -> None:
-    """Put the complete file ``local`` at ``url`` (visible only once whole)."""
-    with _store_errors(url):
+    """Put the complete file ``local`` at ``url`` (visible only once whole): a regular file, never through a link
+    (:class:`~lightning_profkit.opener.FileRefused` before the store is reached)."""
+    with open_regular(local) as f, _store_errors(url):
         fs, path = filesystem(url)
-        fs.put_file(local, path)
+        fs.put_file(fd_path(f), path)
 
 
 def upload_with_companions(local: str, url: str) -> None:
     """:func:`upload` the local trace ``local`` to ``url``, its companions that are there first (see
     :func:`~lightning_profkit.companions.with_companions`)."""
     for path, at in zip(with_companions(local), with_companions(url)):
-        if path == local or os.path.exists(path):
+        if path == local or os.path.lexists(path):
             upload(path, at)
 
 

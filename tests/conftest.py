@@ -212,7 +212,7 @@ def read_terminal(main: int) -> bytes:
 
 def records(events: list) -> list:
     """The trace records of parsed event dicts, decoded as the text of a trace file is."""
-    from lightning_profkit.trace.events import decode_json
+    from lightning_profkit.trace.load import decode_json
 
     return decode_json("events", json.dumps({"traceEvents": events}).encode()).traceEvents
 
@@ -460,3 +460,37 @@ def stop_fsspec_io():
     loop.run_until_complete(loop.shutdown_default_executor())
     loop.close()
     fsspec.asyn.loop[0] = fsspec.asyn.iothread[0] = None
+
+
+PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
+# `profkit` run in a process of its own that prints, last on stderr, its peak memory in MiB: the command's own (VmHWM:
+# this process after exec, which a child's ru_maxrss is not) or that of its largest worker
+_MEASURED = ("import resource, sys\nfrom lightning_profkit.cli import main\ncode = main(sys.argv[1:])\n"
+             "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+             "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+             "print(max(hwm, kids) / 1024, file=sys.stderr)\nsys.exit(code)")
+
+
+def measured_profkit(*args: str, env: Optional[dict] = None, timeout: float = 120):
+    """``profkit ARGS`` as a process of its own: its exit code, stdout, stderr's lines, CPU seconds (its own and its
+    workers', from os.wait4) and peak memory in MiB. A command that hangs is killed after ``timeout`` s (code -9)."""
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-c", _MEASURED, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    errors: list[bytes] = []
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()))
+    reader.start()
+    try:
+        out = proc.stdout.read()
+        reader.join()
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        killer.cancel()
+    err = errors[0]
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    lines = err.decode(errors="replace").strip().splitlines()
+    peak = float(lines.pop()) if lines and lines[-1].replace(".", "", 1).isdigit() else float("nan")
+    return proc.returncode, out, lines, usage.ru_utime + usage.ru_stime, peak

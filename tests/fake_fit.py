@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 from lightning_profkit import PerformanceMonitor, machine
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
-from lightning_profkit.monitor.fit import Effects, FitRun, Kept, Outcome, Place
+from lightning_profkit.monitor.fit import FitRun, Outcome
 from lightning_profkit.monitor.profiling import windows
 from lightning_profkit.monitor.timing import fetch_timer
 from lightning_profkit.notices import Notices
@@ -82,8 +82,8 @@ class FakeFit:
         self._catch = warnings.catch_warnings(record=True)
         self._caught = self._catch.__enter__()
         warnings.simplefilter("always")
-        self.run = FitRun(self.options, Kept(self.checks, self.traces, self.alerts), Place(trace_dir),
-                          Effects(Notices(), wake=self._wake, clock=self.clock))
+        self.run = FitRun(self.options, self.checks, self.traces, self.alerts, trace_dir, Notices(), wake=self._wake,
+                          clock=self.clock)
         self.run.arm(fetch_timer.FetchTimer(self.trainer).install(), False, batch_size, lambda: loader)
 
     def _wake(self) -> None:

@@ -38,10 +38,12 @@ def test_a_request_that_is_a_link_or_not_a_file_is_refused_and_its_target_left_a
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     (tmp_path / REQUEST).symlink_to(victim)
-    assert take_request(str(tmp_path)) == {"refused": f"{tmp_path / REQUEST}: a symbolic link"}
+    assert take_request(str(tmp_path)) == {
+        "refused": f"{tmp_path / REQUEST}: a symbolic link, not read (link its folder, or copy the file)"}
     assert victim.read_text() == "keep me"
     os.mkfifo(tmp_path / REQUEST)
-    assert take_request(str(tmp_path)) == {"refused": f"{tmp_path / REQUEST}: not a plain file"}  # and no hang
+    assert take_request(str(tmp_path)) == {  # and no hang
+        "refused": f"{tmp_path / REQUEST}: a pipe, not a file: not read"}
 
 
 def test_a_trace_folder_that_became_a_file_is_unreadable_not_a_refused_request(tmp_path):

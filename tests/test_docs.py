@@ -2,6 +2,7 @@
 errors, every metric name they mention is one the code logs (and the Metrics page lists every one), every relative
 link resolves, and every code block marked ``<!-- runnable -->`` runs, as does the callback's docstring example."""
 
+import inspect
 import os
 import re
 import subprocess
@@ -41,9 +42,12 @@ def test_the_site_builds_offline_with_warnings_as_errors_and_shows_the_callbacks
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     api = (site / "api" / "index.html").read_text(encoding="utf-8")
-    for argument in ("skip_first", "alert_threshold", "validation_batches", "storage_options"):
-        assert argument in api, argument
-    assert "consecutive checks over the threshold before an alert" in api  # alert_patience's line in the docstring
+    # the Arguments table (docs/arguments.py makes it): a row per argument of the signature, in its order
+    arguments = api.split('id="arguments"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>\s*<td><code>(\w+)</code></td>", arguments)
+    assert rows == list(inspect.signature(PerformanceMonitor).parameters), rows
+    assert "consecutive checks over the threshold before an alert" in arguments  # alert_patience's line in the docstring
+    assert "<td><code>1000</code></td>" in arguments and 'href="../alerts/#capture-on-demand"' in arguments
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "Quick start" in home and 'href="metrics/"' in home  # the README, its links made the site's
 
@@ -64,14 +68,14 @@ def test_the_profkit_page_holds_every_commands_help_and_the_exit_codes():
 
 
 def test_the_api_pages_arguments_are_the_signatures():
-    """The API page's table of arguments (type, default, meaning) is made from the signature and the docstring's Args:
-    the docstring names every argument, in order."""
-    import inspect
+    """The API page's table of arguments (type, default, meaning) is made from the signature and the docstring's Args
+    (docs/arguments.py): the docstring names every argument, in order."""
+    import importlib.util
 
-    from lightning_profkit.callback import PerformanceMonitor
-
-    args = PerformanceMonitor.__doc__.split("Args:", 1)[1].split("Example::", 1)[0]
-    documented = re.findall(r"^        (\w+): ", args, re.M)
+    spec = importlib.util.spec_from_file_location("arguments", DOCS / "arguments.py")  # the hook's own reading
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    documented = list(hook.documented(PerformanceMonitor.__doc__))
     assert documented == list(inspect.signature(PerformanceMonitor).parameters)
 
 
@@ -155,8 +159,8 @@ def test_the_callbacks_docstring_example_runs(tmp_path):
     (tmp_path / "example.py").write_text(example)
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "profiling steps 11-13 of every epoch" in done.stdout + done.stderr
-    assert list((tmp_path / "lightning_logs" / "version_0" / "profiler").glob("step=000011-000013-epoch=0/*.pt.trace.json.gz"))
+    assert "profiling batches 11-13 of every epoch" in done.stdout + done.stderr
+    assert list((tmp_path / "lightning_logs" / "version_0" / "profiler").glob("epoch=0000-batch=000011-000013/*.pt.trace.json.gz"))
 
 
 def nav_groups() -> dict[str, list[str]]:
@@ -187,6 +191,22 @@ def test_the_site_has_five_groups_and_the_user_pages_tell_no_story_of_the_projec
     assert sorted(listed) == sorted(p.name for p in DOCS.glob("*.md"))  # every page in one group
     user = [ROOT / "README.md"] + [DOCS / page for name, pages in groups.items() if name != "Project" for page in pages]
     told = [(page.name, m[0]) for page in user for m in NARRATION.finditer(text(page))]
+    assert not told, told
+
+
+# how the project knows what a user page says (a date, "this machine", a test's name or file, what changed since;
+# not Lightning's own test_step, test_dataloader ...):
+# Performance (measurements), Development (how it is tested) and the changelog hold that; the user page links there
+TOLD_ELSEWHERE = re.compile(r"\b\d{4}-\d\d-\d\d\b|\bthis (shared )?machine\b|\b(changed|not) since\b"
+                            r"|\btest_(?!step|dataloader|epoch|batch)\w+|(?<![\w/.-])tests/", re.I)
+
+
+def test_the_user_pages_leave_dates_machines_and_tests_to_the_project_pages():
+    """Outside code blocks (a pasted output may say "this machine"): what a user reads teaches, and links to the
+    Project pages for the measurements and the tests."""
+    groups = nav_groups()
+    user = [ROOT / "README.md"] + [DOCS / page for name, pages in groups.items() if name != "Project" for page in pages]
+    told = [(page.name, m[0]) for page in user for m in TOLD_ELSEWHERE.finditer(prose(page))]
     assert not told, told
 
 

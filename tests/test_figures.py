@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from lightning_profkit.figures import MB, HostFigures, MemoryPeak
+from lightning_profkit.figures import HostFigures, MemoryPeak
 
 
 def test_per_step_figures_say_their_units_and_leave_out_what_the_trace_lacks():
     figures = HostFigures(steps=4, step_time_us=40_000.0, data_wait_us=10_000.0, data_wait_share=0.25,
                           blocking_sync_us=2_000.0, blocking_sync_us_by_call={"cudaStreamSynchronize": 2_000.0},
-                          gpu_idle_share=0.5, peak_memory={"1:0": MemoryPeak(3 * MB, 4 * MB)})
+                          gpu_idle_share=0.5, peak_memory={"1:0": MemoryPeak(3_000_000, 4_000_000)})
     assert figures.per_step() == {"host_step_ms": 10.0, "data_wait_share": 0.25, "blocking_sync_ms_per_step": 0.5,
                                   "sync_ms_per_step/cudaStreamSynchronize": 0.5, "gpu_idle_share": 0.5,
                                   "peak_memory_mb/1:0": 3.0}

@@ -1,20 +1,18 @@
 """The private names of Lightning and torch sit in lightning_profkit/internals.py alone, the installed versions
-have each of them, and where Lightning's fetch pair is gone fetches are still timed, through the public
-``trainer.profiler``."""
+have each of them, and a Lightning without the fetch pair is refused at setup."""
 
 import ast
 import os
 import re
 import warnings
 
+import pytest
 from conftest import Recorder, SleepDataset, TinyModel, fetch_timing_removed, make_trainer
 from lightning.pytorch import Callback
-from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
 from torch.utils.data import DataLoader
 from test_layers import PACKAGE, sources
 
 from lightning_profkit import PerformanceMonitor, internals
-from lightning_profkit.monitor.timing import fetch_timer
 
 STDLIB = {"_exit", "_replace", "_asdict", "_fields"}  # os._exit; a NamedTuple's own
 
@@ -71,8 +69,6 @@ class Reads(Callback):
                              lightnings=internals.lightnings_fetch_pair(loop),
                              stepped=internals.batches_that_stepped(loop), workers=internals.loader_workers(trainer.fit_loop),
                              setup=internals.has_loader_setup(trainer.fit_loop))
-            ready = internals.batch_ready(trainer.fit_loop)
-            self.seen["ready"] = ready() if ready is not None else None
 
 
 def test_the_installed_lightning_and_torch_have_every_private_name_the_package_uses(tmp_path):
@@ -82,7 +78,6 @@ def test_the_installed_lightning_and_torch_have_every_private_name_the_package_u
     assert seen["pair"] is not None and seen["val_pair"] is not None and seen["lightnings"] and seen["setup"]
     assert seen["stepped"] == 2  # batches 0 and 1; batch 2's optimizer step is counted after this hook
     assert len(seen["workers"]) == 2 and all(isinstance(pid, int) for pid in seen["workers"])
-    assert isinstance(seen["ready"], bool)  # the loader's queues say whether a batch waits (Linux)
     import torch
 
     profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
@@ -95,27 +90,15 @@ def test_the_installed_lightning_and_torch_have_every_private_name_the_package_u
     assert internals.state_key(PerformanceMonitor(), a=1) == PerformanceMonitor()._generate_state_key(a=1)
 
 
-def test_without_lightnings_fetch_pair_fetches_are_timed_through_the_trainers_profiler(tmp_path, monkeypatch):
+def test_a_lightning_without_the_fetch_pair_is_refused_at_setup_naming_its_version(tmp_path, monkeypatch):
     """A Lightning whose loops have no ``_on_before_fetch`` (the names the adapter looks for are made ones that
-    no loop has): one line says so, every epoch's data wait is at least the time its samples slept, the user's
-    profiler still sees every fetch, and the trainer gets its own profiler back."""
+    no loop has): the fit stops at setup, before any step, with the installed version and the name it lacks."""
     monkeypatch.setattr(internals, "FETCH_PAIR", ("_on_before_fetch_gone", "_on_after_fetch_gone"))
-    recorder, delay, samples = Recorder(), 0.004, 16
-    user_profiler = SimpleProfiler(dirpath=str(tmp_path), filename="simple")  # its summary to a file
-    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False, alert_threshold=None)], logger=recorder,
-                           max_epochs=2, profiler=user_profiler, limit_val_batches=2)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        trainer.fit(ValidatedModel(SleepDataset(samples, delay=delay)))
-    said = [str(w.message) for w in caught if "has no `_on_before_fetch`" in str(w.message)]
-    assert len(said) == 1 and "fetches are timed through trainer.profiler" in said[0]
-    epochs = [m for _, m in recorder.rows if "profkit/step_time_ms_mean" in m]
-    assert len(epochs) == 2
-    assert all(m["profkit/data_wait_s"] >= samples * delay for m in epochs)
-    assert all(m["profkit/val_data_wait_ratio"] > 0 for m in epochs)
-    assert trainer.profiler is user_profiler and fetch_timing_removed(trainer)
-    fetches = [name for name in user_profiler.recorded_durations if name.endswith(fetch_timer.TRAIN_FETCH)]
-    assert fetches and len(user_profiler.recorded_durations[fetches[0]]) >= 2 * samples // 2
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False)])
+    with pytest.raises(RuntimeError, match=r"lightning \d+\.\d+\S* has no `_on_before_fetch") as raised:
+        trainer.fit(TinyModel(SleepDataset(8)))
+    assert "needs a Lightning 2.5 or later" in str(raised.value)
+    assert trainer.global_step == 0 and fetch_timing_removed(trainer)
 
 
 def test_without_the_fit_loops_setup_data_epoch_0s_startup_before_training_is_left_out(tmp_path, monkeypatch):
@@ -133,13 +116,3 @@ def test_without_the_fit_loops_setup_data_epoch_0s_startup_before_training_is_le
     assert "setup_data" not in vars(trainer.fit_loop) and "setup_data_gone" not in vars(trainer.fit_loop)
     epochs = [m["profkit/dataloader_startup_s"] for _, m in recorder.rows if "profkit/dataloader_startup_s" in m]
     assert len(epochs) == 2 and all(s >= 0 for s in epochs)
-
-
-def test_a_fetch_profiler_left_by_a_fit_that_ended_without_us_is_taken_off_at_setup(tmp_path, monkeypatch):
-    monkeypatch.setattr(internals, "FETCH_PAIR", ("_on_before_fetch_gone", "_on_after_fetch_gone"))
-    trainer = make_trainer(tmp_path, [])
-    fetch_timer.install(trainer, say=lambda line: None)
-    fetch_timer.install(trainer, say=lambda line: None)
-    assert isinstance(trainer.profiler.wrapped, fetch_timer.FetchProfiler)
-    fetch_timer.uninstall_stale(trainer)
-    assert isinstance(trainer.profiler, PassThroughProfiler)

@@ -23,9 +23,14 @@ def test_the_trace_folder_is_the_first_loggers_run_folder_or_one_of_its_own(tmp_
 def test_a_folder_with_an_earlier_fits_windows_gets_a_run_folder_under_it(tmp_path):
     trainer = make_trainer(tmp_path, [])
     assert own_trace_dir(trainer, str(tmp_path / "traces")) == (str(tmp_path / "traces"), None)
-    (tmp_path / "traces" / "step=000010-000012-epoch=0").mkdir(parents=True)
-    folder, why = own_trace_dir(trainer, str(tmp_path / "traces"))
-    assert os.path.dirname(folder) == str(tmp_path / "traces") and why == "an earlier fit's traces are there"
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "epoch=3-step=400.ckpt").write_bytes(b"")  # a checkpoint of Lightning's is not a window
+    assert own_trace_dir(trainer, str(tmp_path / "traces")) == (str(tmp_path / "traces"), None)
+    for window in ("epoch=0000-batch=000010-000012", "step=000010-000012-epoch=0"):  # as named now, and before
+        (tmp_path / "traces" / window).mkdir()
+        folder, why = own_trace_dir(trainer, str(tmp_path / "traces"))
+        assert os.path.dirname(folder) == str(tmp_path / "traces") and why == "an earlier fit's traces are there"
+        (tmp_path / "traces" / window).rmdir()
 
 
 def test_the_last_step_is_known_from_max_epochs_or_max_steps(tmp_path):

@@ -5,8 +5,12 @@ import subprocess
 import sys
 import time
 
-from lightning_profkit.machine import (cpu_seconds_of, process_start, scheduled_seconds_of, thread_busy_seconds,
+from lightning_profkit.machine import (cpu_seconds_of, process_start, scheduled_seconds_of, thread_scheduled_seconds,
                                        usable_cpus)
+
+
+def thread_busy_seconds():
+    return sum(s for s in thread_scheduled_seconds() if s is not None)
 
 # a command name with the characters that would break a naive read of /proc/PID/stat
 BURN = "open('/proc/self/comm', 'w').write('a) b (c 1 2');\nwhile True: pass"

@@ -13,6 +13,7 @@ from lightning_profkit.report.run_data import EPOCH_METRICS
 EVERY_FIGURE = HostFigures(steps=2, step_time_us=10.0, data_wait_us=1.0, data_wait_share=0.1, blocking_sync_us=2.0,
                            blocking_sync_share=0.2, blocking_sync_us_by_call={"cudaStreamSynchronize": 2.0},
                            gpu_busy_share=0.5, gpu_idle_share=0.5,
+                           gpu_idle_by_cause={"data_wait": 0.2, "blocking_sync": 0.1, "cpu_ops": 0.15, "other": 0.05},
                            peak_memory={"cuda:0": MemoryPeak(2**20, 2**21)})
 
 

@@ -30,3 +30,10 @@ def test_secrets_nested_in_storage_options_are_hidden_in_store_errors():
     finally:
         store.use_options({})
     assert said == "failed with ***, *** and *** at http://127.0.0.1:9000"
+
+
+def test_the_arabic_letter_mark_and_names_that_are_not_utf8():
+    from lightning_profkit.printable import name_text
+
+    assert printable("a\u061cb") == "a\\u061cb"  # a bidirectional mark: shown as its escape
+    assert name_text(b"\xffx".decode("utf-8", "surrogateescape")) == "\\xffx"

@@ -26,9 +26,9 @@ from typing import Optional, Sequence
 
 from lightning_profkit.cli import capture, report, sql, summary, upload
 from lightning_profkit.cli.shared import LEFT_OUT, CommandError
+from lightning_profkit.opener import FileRefused
 from lightning_profkit.printable import printable, redact
 from lightning_profkit.store import StoreError
-from lightning_profkit.trace.file import TraceError
 
 
 INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
@@ -60,7 +60,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser()[0].parse_args(argv)
     try:
         return args.handler(args)
-    except (CommandError, TraceError, StoreError) as err:
+    except (CommandError, FileRefused, StoreError) as err:
         print(f"profkit: {printable(redact(str(err)))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `profkit summary ... | head`

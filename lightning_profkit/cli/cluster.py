@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
 from typing import Any, Optional
 
+from lightning_profkit.cli.shared import say
 from lightning_profkit.trace.file import natural
 
 CONNECT_TIMEOUT_S = 10  # a scheduler that has not answered by then is taken as not there
@@ -62,7 +62,7 @@ def cluster_summaries(url: str, scheduler: str, suffixes: tuple[str, ...], left_
     if is_url(url):
         found = survey(url, suffixes)
         if found.unread:
-            print(f"profkit: {found.unread}", file=sys.stderr)
+            say(found.unread)
         out = [sidecar.with_place(found.fs.unstrip_protocol(p), s) for p, s in found.known.items()]
         todo = [found.fs.unstrip_protocol(p) for p in found.found if p not in found.known]
     else:  # a local path: the sidecars read here

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from lightning_profkit.atomic_files import write_atomic
-from lightning_profkit.cli.shared import CommandError, add_jobs, exit_status, trace_dir_of
+from lightning_profkit.cli.shared import CommandError, add_jobs, exit_status, say, trace_dir_of
 from lightning_profkit.cli.summary import read_here
 from lightning_profkit.store import is_url
-from lightning_profkit.trace.file import TraceError
+from lightning_profkit.opener import FileRefused
 
 
 def add(sub: Any) -> None:
@@ -28,7 +27,7 @@ def report(args: argparse.Namespace) -> int:
     trace_dir = trace_dir_of(args.run_dir)
     try:
         windows, left_out = read_here(trace_dir, args.jobs)
-    except TraceError:  # no trace: a run without windows still has its epochs
+    except FileRefused:  # no trace: a run without windows still has its epochs
         windows, left_out = [], []
     from lightning_profkit.report.page import page
     from lightning_profkit.report.run_data import read_run
@@ -37,6 +36,7 @@ def report(args: argparse.Namespace) -> int:
     data = read_run(args.run_dir)
     if data.source is None and os.path.abspath(trace_dir) == os.path.abspath(args.run_dir):  # given the profiler/ folder
         data = read_run(os.path.dirname(os.path.abspath(args.run_dir)))
+    left_out += data.left_out
     if not data.epochs and not windows:
         exit_status(left_out)
         raise CommandError(f"{args.run_dir}: nothing to report: no epoch metrics of PerformanceMonitor in a logger's "
@@ -44,10 +44,9 @@ def report(args: argparse.Namespace) -> int:
     out = os.path.abspath(args.output)
     text = page(args.run_dir, data, windows, ranks_section(windows), os.path.dirname(out), trace_dir)
     try:
-        write_atomic(out, text.encode("utf-8"))
+        write_atomic(out, text.encode("utf-8", "backslashreplace"))  # a file name that is not UTF-8: escaped
     except OSError as err:  # named by the user's path, not the temporary one written first
         named = args.output if os.path.abspath(args.output) == args.output else f"{args.output} ({out})"
         raise CommandError(f"{named}: cannot write the report: {err.strerror or err}") from None
-    print(f"profkit: wrote {args.output}: {len(data.epochs)} epoch(s), {len(windows)} trace(s), "
-          f"{data.alert_count} alert(s)", file=sys.stderr)
+    say(f"wrote {args.output}: {len(data.epochs)} epoch(s), {len(windows)} trace(s), {data.alert_count} alert(s)")
     return exit_status(left_out)

@@ -35,10 +35,13 @@ def add_jobs(parser: argparse.ArgumentParser) -> None:
 
 
 def trace_dir_of(path: str) -> str:
-    """The folder a run's PerformanceMonitor writes to: ``PATH/profiler`` for a run folder, else PATH."""
+    """The folder a run's PerformanceMonitor writes to: ``PATH/profiler`` for a run folder, else PATH; a
+    ``profiler`` that is a link is not followed (a folder is read only where it lies)."""
     if not os.path.isdir(path):
         raise CommandError(f"{path}: no such folder")
     nested = os.path.join(path, "profiler")
+    if os.path.islink(nested):
+        raise CommandError(f"{nested}: a symbolic link, not followed (give the folder it points to)")
     return nested if os.path.isdir(nested) else path
 
 

@@ -14,6 +14,7 @@ from lightning_profkit.cli.progress import Progress
 from lightning_profkit.cli.shared import SQL_NEEDS, CommandError, add_jobs, exit_status, trace_dir_of
 from lightning_profkit.companions import EVENTS
 from lightning_profkit.machine import usable_cpus
+from lightning_profkit.opener import FileRefused, fd_path
 from lightning_profkit.store import StoreError, copy_here, is_url, put
 from lightning_profkit.trace.file import TRACE_SUFFIXES, TraceError, find_traces, natural
 from lightning_profkit.trace.folder import has_table, read_folder, write_table
@@ -43,13 +44,16 @@ def sql(args: argparse.Namespace) -> int:
 
     left_out: list[str] = []
     # a store's tables are copied here many at a time (DuckDB reads through fsspec one request at a time)
-    with tempfile.TemporaryDirectory(prefix="profkit-") if is_url(args.run) else contextlib.nullcontext("") as local:
-        objects = _readable(args.run, local, left_out)
+    with tempfile.TemporaryDirectory(prefix="profkit-") if is_url(args.run) else contextlib.nullcontext("") as local, \
+            contextlib.ExitStack() as held:
+        objects = _opened(_readable(args.run, local, left_out), held, left_out)
+        if not objects:
+            raise CommandError(f"{args.run}: none of its events tables could be read: {'; '.join(left_out)}")
 
-        def named(err: Exception) -> str:  # DuckDB's first line, with each copy named by its object
+        def named(err: Exception) -> str:  # DuckDB's first line, with each file named by its path or object
             why = str(err).splitlines()[0]
-            for copy, name in objects.items():
-                why = why.replace(copy, name)
+            for read in sorted(objects, key=len, reverse=True):  # /dev/fd/12 before /dev/fd/1
+                why = why.replace(read, objects[read])
             return why
 
         try:
@@ -61,6 +65,25 @@ def sql(args: argparse.Namespace) -> int:
         except duckdb.Error as err:
             raise CommandError(f"the query failed: {named(err)}") from None
     return exit_status(left_out)
+
+
+def _opened(tables: dict[str, str], held: contextlib.ExitStack, left_out: list[str]) -> dict[str, str]:
+    """The events ``tables`` (each file and the name it goes by) that are ours, opened (held open by ``held``): each as
+    the path DuckDB reads it by (the file this process opened) and its name; the others named in ``left_out``."""
+    from lightning_profkit.trace.event_table import labels, open_table
+
+    objects = {}
+    for path, name in tables.items():
+        try:
+            table = held.enter_context(open_table(path))
+        except FileRefused as err:
+            left_out.append(f"{name}: {str(err).partition(': ')[2]}")
+            continue
+        if labels(table):
+            objects[fd_path(table)] = name
+        else:
+            left_out.append(f"{name}: not an events table of this version of profkit (`profkit export` writes it)")
+    return objects
 
 
 def _readable(run: str, local: str, left_out: list[str]) -> dict[str, str]:

@@ -4,7 +4,6 @@ folder (local, on object storage, or parsed on a Dask cluster)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -51,14 +50,13 @@ def add(sub: Any) -> None:
 def summary(args: argparse.Namespace) -> int:
     left_out: list[str] = []
     traces = summaries(args.path, args.jobs, left_out, args.scheduler)
-    from lightning_profkit.cli.text import summary_text, use_color, write
+    from lightning_profkit.cli.text import json_text, summary_text, use_color, write
     from lightning_profkit.trace.ranks import ranks_section
     from lightning_profkit.trace.summary import UNITS, aggregate
 
     agg, ranks = aggregate(traces), ranks_section(traces)
     if args.json:
-        write(json.dumps({"units": UNITS, "traces": traces, "aggregate": agg, "ranks": ranks, "left_out": left_out},
-                         indent=1))
+        write(json_text({"units": UNITS, "traces": traces, "aggregate": agg, "ranks": ranks, "left_out": left_out}))
     else:
         write(summary_text(traces, agg, use_color(sys.stdout), ranks))
     return exit_status(left_out)
@@ -67,12 +65,12 @@ def summary(args: argparse.Namespace) -> int:
 def compare_paths(args: argparse.Namespace) -> int:
     left_out: list[str] = []
     a, b = summaries(args.a, args.jobs, left_out), summaries(args.b, args.jobs, left_out)
-    from lightning_profkit.cli.text import compare_text, use_color, write
+    from lightning_profkit.cli.text import compare_text, json_text, use_color, write
     from lightning_profkit.trace.summary import UNITS, aggregate, compare
 
     result = compare(aggregate(a), aggregate(b))
     if args.json:
-        write(json.dumps({"units": UNITS, **result, "left_out": left_out}, indent=1))
+        write(json_text({"units": UNITS, **result, "left_out": left_out}))
     else:
         write(compare_text(result, use_color(sys.stdout)))
     return exit_status(left_out)

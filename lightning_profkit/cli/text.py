@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections import Counter
 from typing import Any, Callable, Optional, Sequence, TextIO
 
+from lightning_profkit.idle_causes import CAUSES, share_name, verdict
 from lightning_profkit.printable import printable, redact
 from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.headline import short_name
-from lightning_profkit.trace.ranks import BALANCED_SHARE, named, ranks_to_show
-from lightning_profkit.trace.step_breakdown import ROLES
+from lightning_profkit.trace.ranks import BALANCED_SHARE, RankFigures, named, ranks_to_show
+from lightning_profkit.trace.vocabulary import STEP_ROLES
 from lightning_profkit.trace.summary import key_figures, unit
 
 HOST = ("data_wait_share", "gpu_idle_share", "blocking_sync_ms_per_step", "hta/idle", "hta/compute", "hta/non_compute")
@@ -55,13 +57,15 @@ def trace_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
 
 
 RANK_COLUMNS = ("traces", "step_time_ms", "own_ms_per_step", "data_ms_per_step", "host_ms_per_step",
-                "compute_ms_per_step", "communication_ms_per_step", "gpu_idle_share", "blocking_sync_ms_per_step")
+                "compute_ms_per_step", "communication_ms_per_step", "gpu_idle_share", "blocking_sync_ms_per_step",
+                "gpu_idle_largest")
 
 
 def ranks_text(ranks: dict[str, Any], color: bool = False) -> list[str]:
     """The per-rank table and the verdict line."""
     picked, left = ranks_to_show(ranks)
-    rows = [[str(r["rank"])] + [str(r["traces"])] + [fmt(k)(r[k]) for k in RANK_COLUMNS[1:]] for r in picked]
+    rows = [[str(r["rank"]), str(r["traces"]), *(fmt(k)(r[k]) for k in RANK_COLUMNS[1:-1]),
+             RankFigures(**r).gpu_idle_largest or ABSENT] for r in picked]
     out = ["", _title("Ranks, ms per step (own: the step less communication, where a rank waits for the others)", color),
            table(["rank", *RANK_COLUMNS], rows, color)]
     if left:
@@ -88,7 +92,7 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
     """``profkit summary``'s tables: each trace's step time and host figures, the ranks, the blocking calls and
     peak memory, the top operators, and the traces' notes."""
     labels = trace_labels(summaries)
-    out = _step_tables(labels, summaries, agg, color)
+    out = _step_tables(labels, summaries, agg, color) + _idle_lines(labels, summaries, agg, color)
     if ranks is not None:
         out += ranks_text(ranks, color)
     out += _device_tables(agg["figures"], color) + _operator_tables(agg, color)
@@ -107,7 +111,7 @@ def _step_tables(labels: list[str], summaries: Sequence[dict[str, Any]], agg: di
     ]
     if len(summaries) > 1:
         lines.append(("mean", "", agg["figures"]))
-    roles = list(ROLES + ("Other",))
+    roles = list(STEP_ROLES + ("Other",))
     shares = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in roles]
               for label, n, fig in lines]
     host = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
@@ -117,6 +121,24 @@ def _step_tables(labels: list[str], summaries: Sequence[dict[str, Any]], agg: di
         "", _title("Host steps and GPU, % or ms per step (hta/: HolisticTraceAnalysis's temporal breakdown)", color),
         table(["trace", *HOST], host, color),
     ]
+
+
+def _idle_lines(labels: list[str], summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool) -> list[str]:
+    """Why the GPU idled: per trace (and their mean), the idle share by what the training process was doing, and
+    what to do about the largest part; nothing where no trace has GPU activity."""
+    figures = agg["figures"]
+    if figures.get("gpu_idle_share") is None:
+        return []
+    lines = [(label, key_figures(s)) for label, s in zip(labels, summaries)]
+    if len(summaries) > 1:
+        lines.append(("mean", figures))
+    rows = [[label, _pct(fig["gpu_idle_share"]), *(_pct(fig[share_name(c)]) for c in CAUSES)] for label, fig in lines]
+    by_call = {k.split("/", 1)[1]: v for k, v in figures.items() if k.startswith("sync_ms_per_step/") and v}
+    said = verdict(figures["gpu_idle_share"], {c: figures[share_name(c)] for c in CAUSES}, by_call)
+    return ["", _title("Why the GPU idled, % of the profiled steps as the GPU ran them, by what the training process "
+                       "was doing", color),
+            table(["trace", "gpu_idle_share", *map(share_name, CAUSES)], rows, color),
+            *(f"Verdict: {said[0]}", *(f"  {line}" for line in said[1:]))]
 
 
 def _device_tables(figures: dict[str, Any], color: bool) -> list[str]:
@@ -151,11 +173,11 @@ def _operator_tables(agg: dict[str, Any], color: bool) -> list[str]:
 
 
 def fmt(key: str) -> Callable[[Optional[float]], str]:
-    """How a figure is printed, by its unit: fractions as %, times in ms, memory in MiB."""
+    """How a figure is printed, by its unit: fractions as %, times in ms, memory in MB."""
     kind = unit(key)
     if kind == "fraction":
         return _pct
-    if kind == "MiB":
+    if kind == "MB":
         return lambda v: ABSENT if v is None else f"{v:.1f}"
     return _ms
 
@@ -189,6 +211,17 @@ def compare_text(cmp: dict[str, Any], color: bool = False) -> str:
 
 def _div(us: Optional[float]) -> Optional[float]:
     return None if us is None else us / 1000
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON, one key a line (``json.dumps(value, indent=1)``'s text, encoded in C: a summary of many
+    operators or devices is millions of values)."""
+    import msgspec
+
+    try:
+        return msgspec.json.format(msgspec.json.encode(value), indent=1).decode()
+    except UnicodeEncodeError:  # a file name that is not UTF-8: its bytes as escapes
+        return json.dumps(value, indent=1)
 
 
 def write(text: str, stream: Optional[TextIO] = None) -> None:

@@ -6,13 +6,13 @@ import argparse
 import contextlib
 import os
 import stat
-import sys
 from typing import Any
 
-from lightning_profkit.cli.shared import CommandError
-from lightning_profkit.printable import printable, redact
+from lightning_profkit.cli.shared import CommandError, exit_status, say
+from lightning_profkit.opener import FileRefused, missing
+from lightning_profkit.printable import redact
 from lightning_profkit.store import STAGING_PREFIX, StoreError, is_url, join
-from lightning_profkit.trace.file import TRACE_SUFFIXES, find_traces, missing
+from lightning_profkit.trace.file import TRACE_SUFFIXES, find_traces
 
 
 def add(sub: Any) -> None:
@@ -37,18 +37,27 @@ def upload_kept(args: argparse.Namespace) -> int:
     if not found:
         raise CommandError(f"{args.local}: no trace files (*.pt.trace.json[.gz]) there")
     staged = is_staging(args.local)
-    for done, path in enumerate(found):
+    left_out: list[str] = []
+    for path in found:
+        key = os.path.relpath(path, args.local).replace(os.sep, "/")
+        if not key.isprintable() or key != key.encode("utf-8", "surrogateescape").decode("utf-8", "replace"):
+            left_out.append(f"{path}: a name that is not printable UTF-8 cannot be an object's key: not uploaded")
+            continue
         try:
-            upload_with_companions(path, join(args.url, os.path.relpath(path, args.local).replace(os.sep, "/")))
+            upload_with_companions(path, join(args.url, key))
         except StoreError as err:
+            done = found.index(path) - len(left_out)
             raise CommandError(f"{err}; {done} of {len(found)} trace(s) uploaded, the others are still in {args.local}")
+        except (FileRefused, OSError) as err:  # a link, a pipe, a socket, unreadable: named, never followed
+            left_out.append(str(err) if isinstance(err, FileRefused) else f"{path}: {err.strerror or err}")
+            continue
         if staged:
             remove_local(path)
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.dirname(path))  # a window's folder, once empty
     kept = "" if staged else f"; their files stay in {args.local}, which is not a staging folder a fit kept"
-    print(printable(f"profkit: uploaded {len(found)} trace(s) to {redact(args.url)}{kept}"), file=sys.stderr)
-    return 0
+    say(f"uploaded {len(found) - len(left_out)} trace(s) to {redact(args.url)}{kept}")
+    return exit_status(left_out)
 
 
 def is_staging(folder: str) -> bool:

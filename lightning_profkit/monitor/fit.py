@@ -5,8 +5,8 @@ of the trainer it needs (step, batch index, epoch, whether the batch is the epoc
 here. What the trainer must do in return (log metrics at a step, print a line on rank zero, stop, raise an
 alert) comes back as an :class:`Outcome`. Metrics are logged on one step axis, the one Lightning logs the user's
 own ``self.log`` metrics on (``log_step``: the batches that stepped an optimizer, not ``global_step``, which counts
-optimizer steps); the steps the fit's logic counts are batches. Every other effect goes through
-:class:`Effects`; time is read from its ``clock`` (``time.perf_counter`` by default, the clock the fetch timer
+optimizer steps); the steps the fit's logic counts are batches. Every other effect goes through the functions
+it is given; time is read from its ``clock`` (``time.perf_counter`` by default, the clock the fetch timer
 reads), so that tests drive a fit with a fake one.
 
 A FitRun coordinates: it owns the step scheduler (:meth:`FitRun._schedule`: the one place that knows the next step
@@ -20,7 +20,7 @@ profiler windows (:class:`~lightning_profkit.monitor.profiling.fit_windows.FitWi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from time import perf_counter
+from time import perf_counter, thread_time
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -75,57 +75,33 @@ class Rank:
         return self.rank == 0
 
 
-@dataclass
-class Kept:
-    """What a PerformanceMonitor keeps across its fits: its rolling checks (alert episode, capture budget), its
-    trace files (oldest first) and its alerts."""
-
-    checks: RollingChecks
-    traces: list[str] = field(default_factory=list)
-    alerts: list[DataWaitAlert] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Effects:
-    """How a fit reaches outside itself, besides its :class:`Outcome`: ``report(message, key)`` warns once per kind
-    of problem; ``to_loggers(alert)`` writes an alert where the run's loggers show text; ``wake()`` asks the trainer
-    to call :meth:`FitRun.step_end` at the end of the step now beginning (the fetch timer calls it at the first fetch
-    of a step with work); ``clock()`` reads the time (the fetch timer's clock)."""
-
-    report: Callable[..., None]
-    to_loggers: Callable[[DataWaitAlert], None] = lambda alert: None
-    wake: Callable[[], None] = lambda: None
-    clock: Callable[[], float] = perf_counter
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a fit runs: the folder it writes to, this process's rank, whether Lightning's PyTorchProfiler runs too
-    (torch allows one profiler session at a time) and Lightning's fit loop, whose loader start-up is timed."""
-
-    trace_dir: str
-    rank: Rank = Rank()
-    other_profiler: bool = False
-    fit_loop: Any = None
-
-
 class FitRun:
-    """One fit on one rank, at ``place``."""
+    """One fit on one rank. What a PerformanceMonitor keeps across its fits: ``checks`` (the rolling checks' alert
+    episode and capture budget), ``traces`` (its trace files, oldest first) and ``alerts``. Where the fit runs:
+    ``trace_dir``, ``rank``, ``other_profiler`` (Lightning's PyTorchProfiler runs too: torch allows one profiler
+    session at a time) and ``fit_loop``, Lightning's, whose loader start-up is timed. How it reaches outside itself
+    besides its :class:`Outcome`: ``report(message, key)`` warns once per kind of problem; ``to_loggers(alert)``
+    writes an alert where the run's loggers show text; ``wake()`` asks the trainer to call :meth:`step_end` at the
+    end of the step now beginning (the fetch timer calls it at the first fetch of a step with work); ``clock()``
+    reads the time (the fetch timer's clock)."""
 
-    def __init__(self, options: Options, kept: Kept, place: Place, effects: Effects) -> None:
-        self.options, self.trace_dir, self.rank = options, place.trace_dir, place.rank
-        self.checks, self.traces, self.alerts = kept.checks, kept.traces, kept.alerts
-        self.report, self.wake, self.clock = effects.report, effects.wake, effects.clock
-        self.other_profiler = place.other_profiler
-        self.delivery = AlertDelivery(options.on_alert, self.report, effects.to_loggers)
-        self.delivery.to_user = place.rank.is_zero
-        self.group = exchange_group(place.rank.world_size)
+    def __init__(self, options: Options, checks: RollingChecks, traces: list[str], alerts: list[DataWaitAlert],
+                 trace_dir: str, report: Callable[..., None], *, rank: Rank = Rank(), other_profiler: bool = False,
+                 fit_loop: Any = None, to_loggers: Callable[[DataWaitAlert], None] = lambda alert: None,
+                 wake: Callable[[], None] = lambda: None, clock: Callable[[], float] = perf_counter) -> None:
+        self.options, self.trace_dir, self.rank = options, trace_dir, rank
+        self.checks, self.traces, self.alerts = checks, traces, alerts
+        self.report, self.wake, self.clock = report, wake, clock
+        self.other_profiler = other_profiler
+        self.delivery = AlertDelivery(options.on_alert, self.report, to_loggers)
+        self.delivery.to_user = rank.is_zero
+        self.group = exchange_group(rank.world_size)
         self.checks.start_fit()
-        if place.other_profiler and options.profiles_rank(place.rank.rank) and place.rank.is_zero:
+        if other_profiler and options.profiles_rank(rank.rank) and rank.is_zero:
             warn("PerformanceMonitor: no windows in this run: the Trainer's PyTorchProfiler holds torch's one profiler "
                  "session", UserWarning)
         self.timer: Optional[FetchTimer] = None
-        self.measure = EpochMeasure(self.report, place.fit_loop)
+        self.measure = EpochMeasure(self.report, fit_loop)
         self.output: Optional[TraceOutput] = None
         self.intake: Optional[TraceIntake] = None
         self.windows = FitWindows(None, None, self.report)  # none until training starts
@@ -136,20 +112,22 @@ class FitRun:
         self.epoch = 0
         self.in_epoch = False
         self.epoch_first_step = 0
+        self.epoch_offset = 0
+        self.epoch_length: Optional[int] = None  # batches in the running epoch, where known
         self.log_step = 0  # the axis value of the latest step we were called at (see the module's docstring)
         self.validation_after = 0  # the training step the running validation follows
         self.step_ms: Optional[float] = None  # the last epoch's step_time_ms_mean (over ranks), for the end-of-fit line
 
     # ------------------------------------------------------------------ arming and closing
     def arm(self, timer: FetchTimer, on_cuda: bool, batch_size: Optional[int],
-            loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Callable[[], Sequence[int]] = tuple,
-            ready: Callable[[], Optional[Callable[[], bool]]] = lambda: None) -> None:
-        """Training starts (or starts again after loops that ran without us): ``timer`` times its fetches;
-        ``loader()`` reads the training DataLoader's settings, for advice; ``workers()``, only the pids of its worker
-        processes now (read when the advice marks them); ``ready()``, what tells whether a batch its workers made is
-        waiting (:func:`~lightning_profkit.internals.batch_ready`)."""
+            loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Callable[[], Sequence[int]] = tuple) -> None:
+        """Training starts (or starts again after loops that ran without us): ``timer`` times its fetches (and, where
+        alerts are on, the training thread's CPU in them, for the advice); ``loader()`` reads the training
+        DataLoader's settings, for advice; ``workers()``, only the pids of its worker processes now (read when the
+        advice marks them)."""
         o = self.options
-        self.timer, self.advice.loader, self.advice.workers, self.advice.ready = timer, loader, workers, ready
+        self.timer, self.advice.loader, self.advice.workers = timer, loader, workers
+        timer.cpu_clock = thread_time if self.advice.watching else None
         self.measure.arm(on_cuda, batch_size)
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
                                   o.storage_options)
@@ -160,16 +138,18 @@ class FitRun:
             intake.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
 
-            def opener(trace_ready: Callable) -> Callable:
+            def opener(trace_ready: Callable, validating: bool = False) -> Callable:
                 recording = Recording(activities, o.profiler_options(), trace_ready, o.quiet, limit)
-                return session_opener(recording, self.report, lambda: intake.json_per_byte, intake.room)
+                per_step = lambda: intake.bytes_per_step.get(validating)  # noqa: E731
+                return session_opener(recording, self.report, per_step, intake.room)
 
             runner = WindowRunner(o.selection(), opener(
                 lambda session, prof: intake.submit(session, prof, self.epoch, self.log_step)))
             batches = o.validation_selection()
             if batches is not None:
                 validation = ValidationWindows(batches, opener(lambda session, prof: intake.submit(
-                    session, prof, self.epoch, self.log_step, validation_after=self.validation_after)))
+                    session, prof, self.epoch, self.log_step, validation_after=self.validation_after,
+                    after_batch=max(self.validation_after - self.epoch_offset, 0)), True))
         self.windows = FitWindows(runner, validation, self.report)
         if self.rank.is_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
             self.live = capture_request.LiveRun(self.output.local_dir)
@@ -230,23 +210,25 @@ class FitRun:
         now = self.clock()
         self.in_epoch = True
         self.measure.epoch_start(now)
-        self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch)
-        timer = self.timer  # the epoch's first check measures from here
-        timer.batch_ready = self.advice.mark(now, timer.stats, timer.batch_ready is not None, epoch_start=True)
+        self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch, step - batch_idx)
+        self.advice.mark(now, self.timer.stats)  # the epoch's first check measures from here
         self.epoch_first_step = step
+        self.epoch_offset = step - batch_idx  # the fit's step of the epoch's batch 0
+        self.epoch_length = epoch_length
         self.windows.epoch_start(step, batch_idx, epoch_length)
         if self.windows.recording:
             self.measure.cpu_waits.mark(now)
         self._schedule()
 
     def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool,
-                 log_step: Optional[int] = None) -> Outcome:
+                 log_step: Optional[int] = None, batch: Any = None) -> Outcome:
         """The end of a step we were woken for (``stopping()``: training ends after it; ``log_step``: its value on
-        the logging axis, ``step`` where not given)."""
+        the logging axis, ``step`` where not given; ``batch``: its batch, whose tensors the advice counts once)."""
         out = Outcome()
         now = self.clock()
         self.log_step = step if log_step is None else log_step
         if self.checks.due(step):
+            self.advice.see(batch)
             self._rolling_check(out, now, step)  # every rank at the same step: it may exchange figures
         if self.live is not None and now >= self.live.next_poll:
             steps, lines = requested_steps(self.live, now, self.options.active, self.report)
@@ -254,7 +236,7 @@ class FitRun:
             if steps and self.rank.world_size > 1:
                 self.checks.requested = steps  # all ranks start it together at the next rolling check
             elif steps:
-                out.lines += self.windows.requested(step, steps, self.checks)
+                out.lines += self._requested(step, steps)
         if self.output is not None and self.output.has_written:
             self._take_written(out)
         if step >= self.windows.due:
@@ -267,6 +249,17 @@ class FitRun:
                 self.fail("on_train_batch_end", err)
         self._schedule()
         return out
+
+    def _requested(self, step: int, steps: int) -> list[str]:
+        """Record ``steps`` steps after ``step``, as asked from outside (``profkit capture``); the line that says
+        where, by epoch and batch."""
+        window = self.windows.capture(step, steps, self.checks)
+        if window is None:
+            return []
+        first, length = window[0] - self.epoch_offset, self.epoch_length
+        where = (f"from batch {first} of epoch {self.epoch}" if length is None or first < length
+                 else f"from batch {first - length} of epoch {self.epoch + 1}")
+        return [f"recording {window[1] - window[0] + 1} steps {where} (requested from outside)"]
 
     def validation_start(self, after_step: int, log_step: Optional[int] = None) -> None:
         """A validation run begins after training step ``after_step`` (``log_step`` on the logging axis): no
@@ -305,8 +298,7 @@ class FitRun:
                 self.report(notice, "after_window")
             self.step_ms = metrics.get(PREFIX + "step_time_ms_mean", self.step_ms)
             if self.checks.rule is not None:
-                timer = self.timer
-                timer.batch_ready = self.advice.mark(end, timer.stats, timer.batch_ready is not None, epoch_start=True)
+                self.advice.mark(end, self.timer.stats)
                 ratio = metrics.get(PREFIX + "data_wait_ratio_max", metrics.get(PREFIX + "data_wait_ratio"))
                 if ratio is not None:
                     worst = metrics.get(PREFIX + "data_wait_worst_rank")
@@ -360,14 +352,13 @@ class FitRun:
         """This block's data wait on every rank (exchanged off the device), then the rule."""
         assert self.timer is not None
         checked = self.checks.span(step)
-        timer = self.timer
-        timer.batch_ready = self.advice.mark(now, timer.stats, timer.batch_ready is not None)
+        self.advice.mark(now, self.timer.stats)
         mine = self.checks.take_block(now, self.timer.stats.train_s, self.measure.spans.validation, step)
         exchanged = exchange_named(self.group, figures_of(mine), names_of(BlockFigures))
         rows = [made_from(BlockFigures, row) for row in exchanged]
         asked = int(max(row.requested for row in rows))
         if asked:
-            out.lines += self.windows.requested(step, asked, self.checks)
+            out.lines += self._requested(step, asked)
         if self.options.log_metrics and self.rank.is_zero:  # the curve grows while a long epoch runs
             metrics = rolling_metrics(rows, self.options.alert_window)
             if metrics:
@@ -391,7 +382,7 @@ class FitRun:
             recording = self.windows.capture(step, o.active, self.checks)
             last = self.windows.last_step
             if recording is None and last is not None and step >= last:
-                out.lines.append(f"data-wait alert at step {step}, the fit's last: no steps are left to record for it")
+                out.lines.append("data-wait alert at the fit's last step: no steps are left to record for it")
         alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, advice,
                               log_step=self.log_step, recording=recording)
         self.alerts.append(alert)

@@ -7,21 +7,27 @@ from __future__ import annotations
 import datetime
 import html
 import math
+import operator
 import os
 import re
 import urllib.parse
 from typing import Any, Optional, Sequence
 
 from lightning_profkit.alerts import MARKDOWN_ESCAPABLE
+from lightning_profkit.idle_causes import CAUSES, share_name
 from lightning_profkit.report.run_data import Epoch, RunData
 from lightning_profkit.trace.ranks import NAMED_WAITING, ranks_to_show
-from lightning_profkit.trace.step_breakdown import ROLES
+from lightning_profkit.trace.vocabulary import STEP_ROLES
 from lightning_profkit.trace.summary import key_figures
 
-PARTS = ROLES + ("Other",)
+PARTS = STEP_ROLES + ("Other",)
 COLORS = dict(zip(PARTS, ("#4e79a7", "#f28e2b", "#edc948", "#b07aa1", "#76b7b2", "#e15759", "#59a14f", "#bab0ac")))
 SERIES_COLORS = ("#e15759", "#4e79a7", "#59a14f", "#f28e2b")
 TOP_OPERATORS = 5
+TICKS = 20  # epoch numbers on a chart's axis at most
+DOTTED = 60  # points of a series drawn as dots, at most (more: the line alone)
+EPOCH_ROWS = 100  # epochs in the table at most: the first and the last half of them, with how many lie between
+SHOWN_ALERTS = 50  # alerts on the page at most, the first of them
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#222;max-width:980px;margin:24px auto;padding:0 16px}
@@ -71,18 +77,36 @@ def line_chart(title: str, xs: Sequence[int], series: dict[str, Sequence[Optiona
         value = y_max * k / 4
         out.append(f"<line x1='{left}' x2='{width - right}' y1='{y(value):.1f}' y2='{y(value):.1f}' stroke='#eee'/>"
                    f"<text x='{left - 6}' y='{y(value) + 4:.1f}' text-anchor='end'>{value:.3g}</text>")
-    for e in sorted(set(xs)):
+    shown = sorted(set(xs))
+    for e in shown[::max(1, math.ceil(len(shown) / TICKS))]:
         out.append(f"<text x='{x(e):.1f}' y='{height - 10}' text-anchor='middle'>{e}</text>")
     out.append(f"<text x='{left}' y='{height - 0}' class='muted'>epoch; {_e(unit)}</text>")
     for color, (name, values) in zip(SERIES_COLORS, series.items()):
-        pts = [(x(e), y(v * scale)) for e, v in zip(xs, values) if v is not None]
+        pts = [(x(e), y(v * scale)) for e, v in _thinned([(e, v) for e, v in zip(xs, values) if v is not None],
+                                                           width - left - right)]
         if len(pts) > 1:
             out.append(f"<polyline class='series' fill='none' stroke='{color}' stroke-width='2' "
                        f"points='{' '.join(f'{a:.1f},{b:.1f}' for a, b in pts)}'/>")
-        out += [f"<circle cx='{a:.1f}' cy='{b:.1f}' r='3' fill='{color}'><title>{_e(name)}</title></circle>" for a, b in pts]
+        if len(pts) <= DOTTED:
+            out += [f"<circle cx='{a:.1f}' cy='{b:.1f}' r='3' fill='{color}'><title>{_e(name)}</title></circle>"
+                    for a, b in pts]
     out.append("</svg>")
     legend = "".join(f"<span><i style='background:{c}'></i>{_e(n)}</span>" for c, n in zip(SERIES_COLORS, series))
     return f"<h3>{_e(title)}</h3>" + "".join(out) + f"<div class='legend'>{legend}</div>"
+
+
+def _thinned(points: list[tuple[float, float]], pixels: int) -> list[tuple[float, float]]:
+    """``points`` (in x order) as drawn on ``pixels`` columns: where there are more, the lowest and the highest of
+    each column's share of them, so that the line keeps every spike and costs the page a few kB whatever the
+    epochs."""
+    if len(points) <= 2 * pixels:
+        return points
+    value = operator.itemgetter(1)
+    out = []
+    for k in range(pixels):
+        column = points[k * len(points) // pixels:(k + 1) * len(points) // pixels]
+        out += sorted({min(column, key=value), max(column, key=value)})
+    return out
 
 
 def stacked_bar(shares: dict[str, Optional[float]], width: int = 640, height: int = 22) -> str:
@@ -108,7 +132,7 @@ _ESCAPED = re.compile(f"\\\\([{MARKDOWN_ESCAPABLE}])")  # what alerts.as_text es
 def _inline(text: str) -> str:
     """One line of an alert's Markdown: ``**bold**`` and ```code```; backslash escapes and HTML entities (how
     the alert writes any text as it is) shown as the characters they stand for, escaped for HTML."""
-    kept = _ESCAPED.sub(lambda m: f"\x00{ord(m.group(1))}\x00", html.unescape(text))
+    kept = _ESCAPED.sub(lambda m: f"\x00{ord(m.group(1))}\x00", html.unescape(text).replace("\x00", ""))
     shown = re.sub(r"`([^`]+)`", r"<code>\1</code>", re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _e(kept)))
     return re.sub("\x00(\\d+)\x00", lambda m: _e(chr(int(m.group(1)))), shown)
 
@@ -142,7 +166,12 @@ def _epochs(epochs: list[Epoch]) -> str:
         f"<table><tr><th>epoch</th><th>{mean}</th>{worst}<th>GPU-idle ratio</th><th>step time, mean</th>"
         "<th>step time, p90</th><th>data-wait alert</th></tr>",
     ]
-    for e in epochs:
+    half = EPOCH_ROWS // 2
+    between = len(epochs) - 2 * half
+    for k, e in enumerate(epochs if between <= 0 else epochs[:half] + epochs[-half:]):
+        if between > 0 and k == half:
+            parts.append(f"<tr><td colspan='8' class='muted'>{between} more epochs; the logger's file holds every one"
+                         "</td></tr>")
         alert = "-" if e.data_wait_alert is None else ("yes" if e.data_wait_alert else "no")
         rank = _n(e.data_wait_worst_rank, ".0f")
         cells = f"<td>{_pct(e.data_wait_ratio_max)}</td><td>{rank}</td>" if ranks else ""
@@ -152,14 +181,15 @@ def _epochs(epochs: list[Epoch]) -> str:
 
 
 def _alerts(data: RunData) -> str:
+    more = lambda n: f"<p class='muted'>{n - SHOWN_ALERTS} more alerts</p>" if n > SHOWN_ALERTS else ""  # noqa: E731
     if data.alerts:
-        return "".join(f"<div class='alert'><div class='muted'>step {a.step}</div>{markdown(a.markdown)}</div>"
-                       for a in data.alerts)
+        return "".join(f"<div class='alert'>{markdown(a.markdown)}</div>"
+                       for a in data.alerts[:SHOWN_ALERTS]) + more(len(data.alerts))
     flagged = [e for e in data.epochs if e.data_wait_alert]
     if flagged:  # a run without TensorBoard: the epochs, without the alert's text
         return "".join(f"<div class='alert'>Epoch {e.epoch}: data-wait alert, {_pct(e.data_wait_ratio)} of the "
                        "training time waiting for the DataLoader (the advice was in the run's console warning; "
-                       "a TensorBoardLogger keeps it)</div>" for e in flagged)
+                       "a TensorBoardLogger keeps it)</div>" for e in flagged[:SHOWN_ALERTS]) + more(len(flagged))
     return "<p>No data-wait alert.</p>"
 
 
@@ -172,21 +202,20 @@ def _inside(path: str, folder: str) -> bool:
 def _href(path: str, here: str) -> str:
     """A relative URL to the file ``path`` from the folder ``here``: percent-encoded and starting with ``./`` or
     ``../``, so that no part of a file name can be read as a scheme (``javascript:``) or a query."""
-    quoted = urllib.parse.quote(os.path.relpath(path, here).replace(os.sep, "/"))
+    quoted = urllib.parse.quote(os.fsencode(os.path.relpath(path, here).replace(os.sep, "/")))  # its bytes, as named
     return quoted if quoted.startswith("../") else "./" + quoted
 
 
 def _window(summary: dict[str, Any], here: str, run_dir: str) -> str:
     figures = key_figures(summary)
-    steps = (summary.get("step_breakdown") or {}).get("steps") or []
-    numbered = [s for s in steps if s is not None]
-    span = f"steps {min(numbered)}-{max(numbered)}" if numbered else f"{len(steps)} step(s)"
+    steps = len((summary.get("step_breakdown") or {}).get("steps") or [])  # its folder names them
+    span = f"{steps} step" + ("" if steps == 1 else "s")
     rank = "" if summary.get("rank") is None else f", rank {summary['rank']}"
     name = _e(os.path.basename(summary["path"]))
     link = f"<a href='{_e(_href(summary['path'], here))}'>{name}</a>" if _inside(summary["path"], run_dir) else name
     out = [f"<div class='window'><h3>{_e(summary.get('window'))}{_e(rank)}</h3>",
            f"<p>{_e(span)}; profiled step time {_ms(figures.get('step_time_ms'))}; data wait {_pct(figures.get('data_wait_share'))}; "
-           f"GPU idle {_pct(figures.get('gpu_idle_share'))}. Trace: {link}</p>"]
+           f"GPU idle {_pct(figures.get('gpu_idle_share'))}{_idle(figures)}. Trace: {link}</p>"]
     out += [f"<p class='note'>{_e(note)}</p>" for note in summary.get("notes", [])]  # an incomplete trace among them
     if summary.get("step_breakdown"):
         out.append(stacked_bar({p: figures.get(f"share/{p}") for p in PARTS}))
@@ -197,6 +226,13 @@ def _window(summary: dict[str, Any], here: str, run_dir: str) -> str:
                 f"<td>{_n(o.get('self_us'), scale=1e-3)}</td></tr>" for o in ops]
         out.append("</table>")
     return "".join(out) + "</div>"
+
+
+def _idle(figures: dict[str, Any]) -> str:
+    """The GPU idle time by what the training process was doing, where the trace has a GPU: ``(data_wait 33.4%, ...)``."""
+    parts = [(cause, figures.get(share_name(cause))) for cause in CAUSES]
+    shown = ", ".join(f"{cause} {_pct(share)}" for cause, share in parts if share is not None)
+    return f" ({_e(shown)})" if shown else ""
 
 
 def _ranks(ranks: Optional[dict[str, Any]]) -> str:

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import csv
 import glob
+import io
 import math
 import os
-from dataclasses import dataclass, field
-from typing import Any, Optional
+import struct
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterator, Optional
+
+from google.protobuf.message import DecodeError
 
 from lightning_profkit.metric_names import PREFIX
+from lightning_profkit.opener import FileRefused, open_regular, read_regular
 
-EPOCH_METRICS = ("data_wait_ratio", "gpu_idle_ratio", "step_time_ms_mean", "step_time_ms_p90", "data_wait_alert",
-                 "data_wait_alerts", "data_wait_ratio_max", "data_wait_worst_rank")
 ALERT_TAG = "profkit/alerts/text_summary"  # what add_text("profkit/alerts") writes
 
 
-@dataclass
+@dataclass(slots=True)
 class Epoch:
     """One epoch's logged figures (None where the run did not log one: GPU idle on CPU, for instance)."""
 
@@ -33,6 +36,8 @@ class Epoch:
     data_wait_worst_rank: Optional[float] = None
 
 
+EPOCH_METRICS = tuple(f.name for f in fields(Epoch))[2:]  # each logged as profkit/<name>
+
 @dataclass
 class Alert:
     step: int
@@ -44,6 +49,7 @@ class RunData:
     source: Optional[str]  # the file the metrics came from
     epochs: list[Epoch] = field(default_factory=list)
     alerts: list[Alert] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # a line for each file that could not be read: its path, why
 
     @property
     def alert_count(self) -> int:
@@ -62,58 +68,120 @@ def _number(text: Any) -> Optional[float]:
         value = float(text)
     except (TypeError, ValueError):
         return None
-    return value if math.isfinite(value) else None
+    return value if math.isfinite(value) and abs(value) <= LARGEST else None
+
+
+LARGEST = 1e15  # a logged figure beyond this is none a fit logs (a ratio, ms, s): absent, as NaN is
+METRICS_BYTES = 16 * 10**6  # a CSVLogger's metrics.csv read at most (a row every 50 steps of 4 million steps)
+MOST_EPOCHS = 100_000  # epochs read from a logger's files at most, the first ones
+EVENTS_BYTES = 10 * 10**6  # a TensorBoard event file read at most (5 values every 50 steps of 1.5 million steps)
+_RECORD = struct.Struct("<Q")
+_OUR_TAGS = PREFIX.encode()
 
 
 def from_csv(path: str) -> RunData:
     """Epochs from a CSVLogger's ``metrics.csv``: the rows that carry ``profkit/data_wait_ratio``."""
     data = RunData(path)
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            ratio = _number(row.get(PREFIX + "data_wait_ratio", ""))
-            if ratio is None:
+    with io.TextIOWrapper(open_regular(path, METRICS_BYTES), newline="", errors="replace") as f:
+        rows = csv.reader(f)
+        column = {name: i for i, name in enumerate(next(rows, []))}
+        wanted = [column.get(name, -1) for name in ("epoch", "step", *(PREFIX + k for k in EPOCH_METRICS))]
+        ratio = wanted[2]
+        if ratio < 0:
+            return data
+        width = max(wanted) + 1
+        for row in rows:
+            if len(row) <= ratio or not row[ratio]:  # the user's own rows: no ratio of ours
                 continue
-            values = {k: _number(row.get(PREFIX + k, "")) for k in EPOCH_METRICS}
-            epoch = _number(row.get("epoch", ""))
-            data.epochs.append(Epoch(int(epoch) if epoch is not None else len(data.epochs),
-                                     int(_number(row.get("step", "")) or 0), **values))
+            row += [""] * (width - len(row))
+            epoch, step, *values = [_number(row[i]) if i >= 0 else None for i in wanted]
+            if values[0] is None:
+                continue
+            if len(data.epochs) == MOST_EPOCHS:
+                data.left_out.append(f"{path}: the epochs after the first {MOST_EPOCHS:,}")
+                break
+            data.epochs.append(Epoch(int(epoch) if epoch is not None else len(data.epochs), int(step or 0), *values))
     return data
 
 
-def from_events(folder: str) -> RunData:
-    """Epochs and alerts from the TensorBoard event files in ``folder``."""
-    from tensorboard.backend.event_processing import event_accumulator as ea
+def _value(value: Any) -> Optional[float]:
+    """A summary value's number (a scalar, or a scalar tensor of floats), or None."""
+    if value.HasField("simple_value"):
+        return value.simple_value
+    tensor = value.tensor
+    return (list(tensor.float_val) or list(tensor.double_val) or [None])[0]
 
-    events = ea.EventAccumulator(folder, size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
-    events.Reload()
-    tags = events.Tags()
-    scalars = {t: {e.step: e.value for e in events.Scalars(t)} for t in tags.get("scalars", []) if t.startswith(PREFIX)}
+
+def _events_of_ours(text: bytes) -> Iterator[Any]:
+    """The events of the TensorBoard event file ``text`` that name our metrics or the epoch (the others are not
+    decoded); a record cut short at the end (a file still being written) is left out."""
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    at = 0
+    while at + 12 <= len(text):  # TFRecord: length (8 bytes), its CRC (4), the record, its CRC (4)
+        start = at + 12
+        end = start + _RECORD.unpack_from(text, at)[0]
+        at = end + 4
+        if at > len(text):
+            return
+        if text.find(_OUR_TAGS, start, end) >= 0 or text.find(b"epoch", start, end) >= 0:
+            yield Event.FromString(text[start:end])
+
+
+def from_events(folder: str, files: list[str]) -> RunData:
+    """Epochs and alerts from the TensorBoard event ``files`` in ``folder``, read in order (each at most
+    :data:`EVENTS_BYTES`; one that is not read is named in ``left_out``). Only the records that name our metrics or
+    the epoch are decoded."""
+    data = RunData(folder)
+    scalars: dict[str, dict[int, tuple[float, float]]] = {}  # tag: step: (wall time, value), the last of a step
+    epochs: dict[int, list[tuple[float, float]]] = {}  # step: (wall time, value), each logged
+    for path in files:
+        try:
+            for event in _events_of_ours(read_regular(path, EVENTS_BYTES)):
+                for value in event.summary.value:
+                    if value.tag == ALERT_TAG and value.tensor.string_val:
+                        data.alerts.append(Alert(event.step, value.tensor.string_val[0].decode("utf-8", "replace")))
+                    elif value.tag == "epoch" and (number := _value(value)) is not None:
+                        epochs.setdefault(event.step, []).append((event.wall_time, number))
+                    elif value.tag.startswith(PREFIX) and (number := _value(value)) is not None:
+                        scalars.setdefault(value.tag, {})[event.step] = (event.wall_time, number)
+        except FileRefused as err:
+            data.left_out.append(str(err))
+        except OSError as err:
+            data.left_out.append(f"{path}: {err.strerror or err}")
+        except DecodeError:  # protobuf's: a record that is not an event
+            data.left_out.append(f"{path}: not a TensorBoard event file (a record that is not an event)")
     # `epoch` is logged by every stage (a test run after the fit too, at the fit's last step): ours is the one
     # written with our figures, the nearest in time at the same step
-    epochs: dict[int, list] = {}
-    for e in events.Scalars("epoch") if "epoch" in tags.get("scalars", []) else []:
-        epochs.setdefault(e.step, []).append(e)
-    data = RunData(folder)
-    ratio = PREFIX + "data_wait_ratio"
-    ours = {e.step: e for e in events.Scalars(ratio)} if ratio in scalars else {}  # the last one of a step
-    for k, step in enumerate(sorted(ours)):
-        values = {m: _number(scalars.get(PREFIX + m, {}).get(step)) for m in EPOCH_METRICS}
-        if values["data_wait_ratio"] is None:  # not a number: no epoch of ours, as in a CSV file
+    ours = scalars.get(PREFIX + "data_wait_ratio", {})
+    if len(ours) > MOST_EPOCHS:
+        data.left_out.append(f"{folder}: the epochs after the first {MOST_EPOCHS:,}")
+    tables = [scalars.get(PREFIX + m, {}) for m in EPOCH_METRICS]
+    for k, step in enumerate(sorted(ours)[:MOST_EPOCHS]):
+        values = [_number(table[step][1]) if step in table else None for table in tables]
+        if values[0] is None:  # not a number: no epoch of ours, as in a CSV file
             continue
         same = epochs.get(step)
-        epoch = _number(min(same, key=lambda e: abs(e.wall_time - ours[step].wall_time)).value) if same else None
-        data.epochs.append(Epoch(k if epoch is None else int(epoch), step, **values))
-    if ALERT_TAG in tags.get("tensors", []):
-        for e in events.Tensors(ALERT_TAG):
-            text = e.tensor_proto.string_val[0].decode("utf-8", "replace") if e.tensor_proto.string_val else ""
-            data.alerts.append(Alert(e.step, text))
+        epoch = _number(min(same, key=lambda e: abs(e[0] - ours[step][0]))[1]) if same else None
+        data.epochs.append(Epoch(k if epoch is None else int(epoch), step, *values))
     return data
 
 
 def read_run(run_dir: str) -> RunData:
     """The run's metrics: TensorBoard event files where there are any (they also hold the alerts), else
-    ``metrics.csv``; an empty RunData for a run that logged neither."""
-    if glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*")):
-        return from_events(run_dir)
+    ``metrics.csv``; an empty RunData for a run that logged neither. A file that cannot be read is named in
+    ``left_out``."""
+    files = sorted(glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*")))
+    if files:
+        return from_events(run_dir, files)
     path = os.path.join(run_dir, "metrics.csv")
-    return from_csv(path) if os.path.isfile(path) else RunData(None)
+    if not os.path.lexists(path):
+        return RunData(None)
+    try:
+        return from_csv(path)
+    except FileRefused as err:
+        return RunData(None, left_out=[str(err)])
+    except OSError as err:
+        return RunData(None, left_out=[f"{path}: {err.strerror or err}"])
+    except csv.Error as err:  # a field over the csv module's limit, a NUL byte
+        return RunData(None, left_out=[f"{path}: not a CSVLogger's metrics file ({err})"])

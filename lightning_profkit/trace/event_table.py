@@ -19,12 +19,14 @@ import functools
 import importlib
 import io
 import os
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
+from lightning_profkit.opener import FileRefused, open_regular
+from lightning_profkit.printable import name_text
 from lightning_profkit.trace import vocabulary as v
-from lightning_profkit.trace.columns import Columns
+from lightning_profkit.trace.columns import Columns, launcher
 
 VERSION = 1  # of the columns below: kept in each file's metadata
 # column -> its type, in DuckDB's words (what `profkit sql` shows)
@@ -54,18 +56,60 @@ def run_of(trace: str) -> str:
     name = parts[-1] if parts else ""
     if name == "profiler" and len(parts) > 1:
         name = parts[-2]
-    return name[len("run="):] if name.startswith("run=") else name
+    return name_text(name[len("run="):] if name.startswith("run=") else name)
+
+
+MAX_BYTES = 4 * 10**9  # an events table read at most (a 1 GB trace's is about 60 MB)
+MAX_FOOTER = 10**6  # bytes of a table's footer (its schema and the places of its pages) at most: ours hold a few kB
+_MAGIC = b"PAR1"
+
+
+def open_table(path: str) -> BinaryIO:
+    """The events table at ``path`` opened for reading (see :func:`~lightning_profkit.opener.open_regular`), if it
+    ends as a Parquet file does with a footer of at most :data:`MAX_FOOTER` bytes: else a
+    :class:`~lightning_profkit.opener.FileRefused`, before any reader parses it."""
+    f = open_regular(path, MAX_BYTES)
+    size = os.fstat(f.fileno()).st_size
+    if size >= 12:
+        f.seek(size - 8)
+        tail = f.read(8)
+        if tail[4:] == _MAGIC and int.from_bytes(tail[:4], "little") <= min(MAX_FOOTER, size - 12):
+            f.seek(0)
+            return f
+    f.close()
+    raise FileRefused(f"{path}: not a Parquet file, or one whose footer is over {MAX_FOOTER // 10**6} MB: not read")
+
+
+_ARROW = {"VARCHAR": ("string", "dictionary<values=string, indices=int32, ordered=0>"), "BIGINT": ("int64",),
+          "DOUBLE": ("double",)}  # the types pyarrow reads each of SCHEMA's as, in the tables to_parquet writes
+
+
+def labels(f: BinaryIO) -> dict[bytes, bytes]:
+    """The labels of the events table ``f`` (opened by :func:`open_table`): empty where it is none of ours (or
+    not a Parquet file pyarrow can read, or one whose columns are not :data:`SCHEMA`'s, which would fail every
+    query over the run's tables)."""
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(f)
+    except (OSError, ValueError):  # pyarrow's errors are both
+        return {}
+    finally:
+        f.seek(0)
+    meta = schema.metadata or {}
+    types = {field.name: str(field.type) for field in schema}
+    if any(types.get(column) not in _ARROW[kind] for column, kind in SCHEMA.items()):
+        return {}
+    return meta if meta.get(b"profkit_events") == str(VERSION).encode() else {}
 
 
 def fresh(path: str, trace_bytes: int) -> bool:
     """Whether the Parquet file at ``path`` is this code's table of a trace of ``trace_bytes`` bytes."""
-    import pyarrow.parquet as pq
-
     try:
-        meta = pq.read_schema(path).metadata or {}
-    except (OSError, ValueError):  # pyarrow's errors are both
+        with open_table(path) as f:
+            return labels(f).get(b"trace_bytes") == str(trace_bytes).encode()
+    except (OSError, FileRefused):
         return False
-    return meta.get(b"profkit_events") == str(VERSION).encode() and meta.get(b"trace_bytes") == str(trace_bytes).encode()
 
 
 def _integers(values: list[Any]) -> np.ndarray:
@@ -79,20 +123,17 @@ def steps_of(c: Columns) -> np.ndarray:
     marker = ~device & c.name_mask(v.is_step)
     order = np.argsort(c.ts[marker], kind="stable")
     starts, ends = c.ts[marker][order], c.end[marker][order]
-    numbers = np.array([v.step_number(c.names[code]) or -1 for code in c.name[marker]], dtype=np.int64)[order]
+    numbers = np.array([-1 if (n := v.step_number(c.names[code])) is None else n for code in c.name[marker]],
+                       dtype=np.int64)[order]
     step = np.full(c.ts.size, -1, dtype=np.int64)
     if starts.size:
         at = np.searchsorted(starts, c.ts, side="right") - 1
         inside = (at >= 0) & (c.ts < ends[np.maximum(at, 0)])
         step[inside] = numbers[at[inside]]
-    launch = c.cat_mask(*v.HOST_CUDA) & (c.corr >= 0)
-    by_corr = np.argsort(c.corr[launch], kind="stable")
-    corr, launched = c.corr[launch][by_corr], step[launch][by_corr]
-    gpu = np.flatnonzero(device & (c.corr >= 0))
-    if corr.size and gpu.size:
-        at = np.minimum(np.searchsorted(corr, c.corr[gpu]), corr.size - 1)
-        found = corr[at] == c.corr[gpu]
-        step[gpu[found]] = launched[at[found]]
+    gpu = np.flatnonzero(device)
+    launches = np.flatnonzero(c.cat_mask(*v.HOST_CUDA))
+    by = launcher(c, gpu, launches)
+    step[gpu[by >= 0]] = step[launches[by[by >= 0]]]
     return step
 
 
@@ -119,25 +160,50 @@ def event_table(c: Columns, run: str, window: str, rank: Optional[int], worker: 
 
 
 def to_parquet(table: dict[str, Any], trace_bytes: int) -> bytes:
-    """The table of a trace of ``trace_bytes`` bytes as a Parquet file (zstd; names, categories and the labels
-    dictionary-encoded)."""
+    """The table of a trace of ``trace_bytes`` bytes as a Parquet file (zstd; the strings dictionary-encoded)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     n = table["start_us"].size
-    arrays = {}
+    arrays = []
     for column in SCHEMA:
         value = table[column]
         if isinstance(value, tuple):  # codes and the strings they point to
-            codes, strings = value
-            arrays[column] = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(strings, pa.string()))
+            arrays.append(pa.DictionaryArray.from_arrays(_arrow(np.asarray(value[0], np.int32)), _strings(value[1])))
         elif isinstance(value, str):
-            arrays[column] = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value]))
-        elif isinstance(value, int):
-            arrays[column] = pa.array(np.full(n, value, np.int64))
+            arrays.append(pa.DictionaryArray.from_arrays(_arrow(np.zeros(n, np.int32)), _strings([value])))
         else:
-            arrays[column] = pa.array(value)
+            arrays.append(_arrow(np.full(n, value, np.int64) if isinstance(value, int) else value))
+    schema = pa.schema([(column, a.type) for column, a in zip(SCHEMA, arrays)],
+                       metadata={"profkit_events": str(VERSION), "trace_bytes": str(trace_bytes)})
     out = io.BytesIO()
-    schema = pa.table(arrays).schema.with_metadata({"profkit_events": str(VERSION), "trace_bytes": str(trace_bytes)})
-    pq.write_table(pa.table(arrays, schema=schema), out, compression="zstd")
+    # dictionaries for the strings only: one built for a column of distinct numbers (a time, a hostile file's
+    # thread ids) held about 7 bytes a row for nothing, and the files are smaller without
+    strings = [column for column, kind in SCHEMA.items() if kind == "VARCHAR"]
+    pq.write_table(pa.Table.from_arrays(arrays, schema=schema), out, compression="zstd", use_dictionary=strings)
     return out.getvalue()
+
+
+# Arrow arrays made from buffers: pyarrow.array() imports pandas where it is installed (0.4 s and 45 MB a process)
+
+
+def _arrow(values: np.ndarray) -> Any:
+    """The numbers ``values`` as an Arrow array (no copy)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), values.size, [None, pa.py_buffer(values)])
+
+
+def _strings(values: list[str]) -> Any:
+    """The strings ``values`` as an Arrow array."""
+    import pyarrow as pa
+
+    data = "".join(values).encode()  # one copy: a bytes object a string held about 100 bytes a name more
+    lengths = np.fromiter(map(len, values), np.int64, len(values))
+    if lengths.sum() != len(data):  # not all ASCII: each one's length in bytes
+        lengths = np.fromiter((len(s.encode()) for s in values), np.int64, len(values))
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(pa.large_string(), len(values),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)]).cast(pa.string())

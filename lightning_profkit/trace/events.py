@@ -2,19 +2,14 @@
 
 Decoding into these records is several times faster and smaller than ``json.loads`` into dicts, which is
 what lets ``profkit summary`` read a trace in a fraction of the time HTA needs. Traces whose fields have
-unexpected types fall back to the standard library and a tolerant conversion.
+unexpected types take a tolerant path that is bounded the same way (see :data:`LOOSE_BYTES`).
 """
 
 from __future__ import annotations
 
-import json
-import re
-import sys
 from typing import Any, Optional, Union
 
 import msgspec
-
-from lightning_profkit.trace.file import TraceError
 
 Number = Union[int, float, None]
 Scalar = Union[int, float, str, None]
@@ -73,6 +68,13 @@ class TraceDoc(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(TraceDoc)
 
 
+# The tolerant path: a document whose events have fields of unexpected types (a time written as a string, an id as
+# a list, a phase no format defines, an element that is not an object) is decoded into Python objects and each
+# event converted. Those objects cost up to about 40 times their text (`{"":{}},` repeated), so the tolerant path
+# takes at most LOOSE_BYTES of text at a time: load.py cuts a larger piece between events first.
+LOOSE_BYTES = 10**6
+
+
 def _tolerant(event: Any) -> Union[Event, Instant, None]:
     """A complete or instant event from a dict with odd field types; None for anything else."""
     if not isinstance(event, dict) or event.get("ph") not in ("X", "i"):
@@ -85,7 +87,7 @@ def _tolerant(event: Any) -> Union[Event, Instant, None]:
             return None
 
     def scalar(v: Any) -> Scalar:
-        return v if v is None or isinstance(v, (int, float, str)) else str(v)
+        return v if v is None or isinstance(v, (int, float, str)) else str(v)[:_SHOWN]
 
     raw_args = event.get("args") if isinstance(event.get("args"), dict) else {}
     args = Args(**{f: scalar(raw_args[a]) for f, a in _ARG_NAMES.items() if a in raw_args})
@@ -99,6 +101,11 @@ def _tolerant(event: Any) -> Union[Event, Instant, None]:
 
 
 _ARG_NAMES = {f.name: f.encode_name for f in msgspec.structs.fields(Args)}
+_SHOWN = 256  # characters kept of a field that should be a number or a string and is a list or an object
+
+
+class TooLoose(ValueError):
+    """A text of more than :data:`LOOSE_BYTES` whose events need the tolerant path: to be cut first."""
 
 
 def decode_strict(raw: bytes) -> TraceDoc:
@@ -108,11 +115,19 @@ def decode_strict(raw: bytes) -> TraceDoc:
 
 
 def decode(raw: bytes) -> TraceDoc:
-    """A trace document from JSON bytes; raises ValueError for JSON that is not a trace."""
+    """A trace document from JSON bytes; raises ValueError for JSON that is not a trace (:class:`TooLoose` for a
+    text over :data:`LOOSE_BYTES` with events of unexpected types)."""
     try:
         return decode_strict(raw)
     except msgspec.ValidationError:
-        data = json.loads(raw)
+        pass
+    except msgspec.DecodeError as err:
+        raise ValueError(str(err)) from None
+    if len(raw) > LOOSE_BYTES:
+        raise TooLoose(f"events of unexpected types in over {LOOSE_BYTES / 1e6:.0f} MB of JSON without a boundary "
+                       "between events")
+    try:
+        data = msgspec.json.decode(raw)
     except msgspec.DecodeError as err:
         raise ValueError(str(err)) from None
     if isinstance(data, list):
@@ -123,24 +138,3 @@ def decode(raw: bytes) -> TraceDoc:
     info = data.get("distributedInfo")
     meta = data.get("profkit")
     return TraceDoc(events, info if isinstance(info, dict) else None, meta if isinstance(meta, dict) else None)
-
-
-def decode_json(path: str, raw: bytes) -> TraceDoc:
-    """The trace document in ``raw``, the JSON text of ``path``; a :class:`TraceError` if it is not one."""
-    try:
-        return decode(raw)
-    except RecursionError:
-        raise TraceError(f"{path}: JSON nested deeper than {sys.getrecursionlimit()} levels (a profiler trace nests "
-                         "a few): not a profiler trace") from None
-    except UnicodeDecodeError as err:
-        raise TraceError(f"{path}: not JSON ({err})") from None
-    except ValueError as err:
-        text = str(err).splitlines()[0]
-        if "traceEvents" in text:
-            raise TraceError(f"{path}: JSON without a traceEvents list, not a profiler trace") from None
-        at = re.search(r"\(byte (\d+)\)", text)
-        if at and re.match(rb"-?(NaN|Infinity)", raw[int(at.group(1)):int(at.group(1)) + 9]):
-            raise TraceError(f"{path}: a damaged trace: a number that is not one (NaN or Infinity) at byte "
-                             f"{at.group(1)}, which JSON does not allow") from None
-        raise TraceError(f"{path}: not JSON ({text})") from None
-

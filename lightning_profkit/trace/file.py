@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
-import errno
+import io
 import os
 import re
-import stat
-from typing import Any, BinaryIO, Iterator, Optional
+from typing import Any, Iterator, Optional
+
+from lightning_profkit.opener import FileRefused, missing, open_regular
 
 try:  # ISA-L inflates about twice as fast as zlib
     from isal.isal_zlib import decompressobj as _inflater
@@ -23,27 +24,14 @@ _GZIP = 31  # wbits: a gzip header and trailer
 # ALWAYS_INFLATED bytes: beyond, it is a gzip bomb (whitespace or one huge string: 1000x and more), refused before
 # its text is held. PROFKIT_MAX_INFLATION raises the ratio.
 MAX_INFLATION = 100
-ALWAYS_INFLATED = 64 * 2**20
+ALWAYS_INFLATED = 64 * 10**6
 
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 JSON_SUFFIXES = (".json", ".json.gz")
 
 
-class TraceError(ValueError):
+class TraceError(FileRefused):
     """A path that is not a readable trace, with a message fit for one line."""
-
-
-def missing(path: str) -> str:
-    """Why ``path`` is neither a file nor a folder, in words."""
-    try:
-        os.stat(path)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            return f"{path}: a loop of symbolic links"
-        if os.path.islink(path):
-            return f"{path}: a symbolic link to nothing ({os.readlink(path)})"
-        return f"{path}: no such file or folder"
-    return f"{path}: not a file or folder (a pipe or a device)"
 
 
 def _ratio() -> int:
@@ -59,44 +47,25 @@ def inflation_limit(compressed: int) -> int:
 
 
 def _bomb(path: str, compressed: int) -> TraceError:
-    return TraceError(f"{path}: inflates past {inflation_limit(compressed) / 2**20:.0f} MB of JSON from "
-                      f"{compressed / 2**20:.1f} MB of gzip (a profiler trace inflates about 10-15x; the limit is "
-                      f"{_ratio()}x, and at least {ALWAYS_INFLATED // 2**20} MB): refused as a gzip bomb, unread; "
+    return TraceError(f"{path}: inflates past {inflation_limit(compressed) / 1e6:.0f} MB of JSON from "
+                      f"{compressed / 1e6:.1f} MB of gzip (a profiler trace inflates about 10-15x; the limit is "
+                      f"{_ratio()}x, and at least {ALWAYS_INFLATED / 1e6:.0f} MB): refused as a gzip bomb, unread; "
                       "PROFKIT_MAX_INFLATION=<ratio> raises it")
 
 
 def read_json(path: str, limit: Optional[int] = None) -> bytes:
     """The trace's JSON text, gunzipped where needed (within :func:`inflation_limit`); a text over ``limit`` bytes
     is a :class:`TraceError` before more than that is held."""
-    parts, held = [], 0
+    text = io.BytesIO()  # its value is its buffer, not a copy: a list of blocks joined held the text twice
     for block, _ in json_blocks(path, 2**20):
-        held += len(block)
-        if limit is not None and held > limit:
-            raise TraceError(f"{path}: over {limit / 2**20:.0f} MB of JSON that cannot be read in pieces (no "
+        if limit is not None and text.tell() + len(block) > limit:
+            raise TraceError(f"{path}: over {limit / 1e6:.0f} MB of JSON that cannot be read in pieces (no "
                              "boundary between its events where one was expected): not read")
-        parts.append(block)
-    return b"".join(parts)
+        text.write(block)
+    return text.getvalue()
 
 
 _FEED = 2**16  # compressed bytes given to the inflater at a time: what each gzip member's end copies, at most
-
-
-def open_plain(path: str) -> BinaryIO:
-    """``path`` opened for reading if it is a plain file: never through a symbolic link we did not make, never
-    waiting on a pipe."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as err:
-        if err.errno in (errno.ELOOP, errno.ENOENT) and not os.path.exists(path):
-            raise TraceError(missing(path)) from None
-        if err.errno == errno.ELOOP:
-            raise TraceError(f"{path}: a symbolic link, not read (link its folder, or copy the file)") from None
-        raise
-    f = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        f.close()
-        raise TraceError(missing(path))
-    return f
 
 
 def json_blocks(path: str, size: int) -> Iterator[tuple[bytes, int]]:
@@ -104,7 +73,7 @@ def json_blocks(path: str, size: int) -> Iterator[tuple[bytes, int]]:
     :func:`inflation_limit`), each with how many bytes of the file have been read so far: the whole text is
     never held, and the work is linear in the file whatever its gzip members."""
     try:
-        with open_plain(path) as f:
+        with open_regular(path) as f:
             compressed = os.fstat(f.fileno()).st_size
             if compressed == 0:
                 raise TraceError(f"{path}: empty file")
@@ -137,13 +106,38 @@ def json_blocks(path: str, size: int) -> Iterator[tuple[bytes, int]]:
                 raise TraceError(f"{path}: not a complete gzip file (it ends inside its compressed stream)")
     except _GunzipError as err:
         raise TraceError(f"{path}: not a complete gzip file ({err})") from None
+    except TraceError:
+        raise
+    except FileRefused as err:
+        raise TraceError(str(err)) from None
     except OSError as err:
         raise TraceError(f"{path}: {err.strerror or err}") from None
 
 
 def natural(path: str) -> list:
-    """Sort key that orders numbers by value: ``step=75`` before ``step=101``."""
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", path)]
+    """Sort key that orders numbers by value: ``batch=75`` before ``batch=101``."""
+    return [(0, int(t), "") if i % 2 else (1, 0, t) for i, t in enumerate(re.split(r"([0-9]{1,18})", path))]
+
+
+DEEPEST = 32  # folders below the one given that are looked in (a run's traces are 1-3 deep: profiler/run=…/epoch=…)
+
+
+def files_under(path: str) -> Iterator[tuple[str, str]]:
+    """(folder, name) of everything but folders under the folder ``path``, down to :data:`DEEPEST` folders below it:
+    a loop, not a recursion (a tree a thousand folders deep ended the command), never into a linked folder."""
+    todo = [(path, 0)]
+    while todo:
+        folder, depth = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue  # gone, or not ours to read
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if depth < DEEPEST:
+                    todo.append((entry.path, depth + 1))
+            else:
+                yield folder, entry.name
 
 
 def find_traces(path: str) -> list[str]:
@@ -154,14 +148,13 @@ def find_traces(path: str) -> list[str]:
     if not os.path.isdir(path):
         raise TraceError(missing(path))
     found: dict[bool, list[str]] = {True: [], False: []}
-    for folder, _, files in os.walk(path):
-        for name in files:
-            if name.startswith("."):
-                continue  # our temporary files
-            if name.endswith(TRACE_SUFFIXES):
-                found[True].append(os.path.join(folder, name))
-            elif name.endswith(JSON_SUFFIXES):
-                found[False].append(os.path.join(folder, name))
+    for folder, name in files_under(path):
+        if name.startswith("."):
+            continue  # our temporary files
+        if name.endswith(TRACE_SUFFIXES):
+            found[True].append(os.path.join(folder, name))
+        elif name.endswith(JSON_SUFFIXES):
+            found[False].append(os.path.join(folder, name))
     traces = sorted(found[True] or found[False], key=natural)
     if not traces:
         raise TraceError(f"{path}: no trace files (*.pt.trace.json[.gz]) in this folder")

@@ -10,6 +10,7 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.companions import EVENTS
 from lightning_profkit.trace import sidecar
+from lightning_profkit.opener import FileRefused
 from lightning_profkit.trace.file import TraceError, find_traces, natural
 
 
@@ -47,7 +48,7 @@ def read_folder(path: str, jobs: int, known: Optional[dict[str, dict[str, Any]]]
             continue
         try:
             _read(p, jobs, summary, tables, progress, done)
-        except TraceError as err:  # its text starts with the path
+        except FileRefused as err:  # its text starts with the path
             done.left_out.append(str(err))
             continue
         except (KeyboardInterrupt, MemoryError):
@@ -62,8 +63,8 @@ def read_folder(path: str, jobs: int, known: Optional[dict[str, dict[str, Any]]]
                 progress.done()
         if summary is None:
             try:
-                sidecar.keep(p, done.summaries[-1])
-                done.kept.append(sidecar.sidecar_of(p))
+                if sidecar.keep(p, done.summaries[-1]):
+                    done.kept.append(sidecar.sidecar_of(p))
             except OSError as err:
                 done = done._replace(unkept=done.unkept or f"{sidecar.sidecar_of(p)}: {err.strerror or err}")
     name_windows(done.summaries)
@@ -104,8 +105,8 @@ def write_table(trace: str, summary: dict[str, Any], loaded: Any, name: Optional
 
 
 def name_windows(found: list[dict[str, Any]]) -> None:
-    """Window names that tell runs apart: a folder of runs (``profiler/run=…/step=…``) names each window by its
-    path below the folder all the runs share, so that two runs' windows of the same steps never merge."""
+    """Window names that tell runs apart: a folder of runs (``profiler/run=…/epoch=…``) names each window by its
+    path below the folder all the runs share, so that two runs' windows of the same batches never merge."""
     parents = [os.path.dirname(os.path.abspath(s["path"])) for s in found]
     if len(set(parents)) > 1:
         root = os.path.commonpath([os.path.dirname(p) for p in parents])

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from lightning_profkit.idle_causes import CAUSES, advice, largest, share_name
 from lightning_profkit.printable import printable
-from lightning_profkit.trace.step_breakdown import ROLES
+from lightning_profkit.trace.vocabulary import STEP_ROLES
 
 ABSENT = "-"
 
@@ -27,8 +28,15 @@ def fit_line(agg: dict[str, Any]) -> list[str]:
     head = f"a profiled step took {fig['step_time_ms']:.1f} ms, data wait {percent(fig['data_wait_share'])}"
     if fig["gpu_idle_share"] is not None:
         head += f", GPU idle {percent(fig['gpu_idle_share'])}"
-    shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in ROLES + ("Other",)), reverse=True)
+    shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in STEP_ROLES + ("Other",)), reverse=True)
     lines = [head, "its time: " + ", ".join(f"{role} {100 * v:.0f}%" for v, role in shares if v >= 0.005)]
+    idle = {cause: fig.get(share_name(cause)) for cause in CAUSES}
+    cause = largest(idle)
+    if cause is not None and (fig["gpu_idle_share"] or 0.0) >= 0.005:  # why the GPU idled, and what to do
+        split = ", ".join(f"{c} {percent(v)}" for c, v in sorted(idle.items(), key=lambda kv: -(kv[1] or 0.0))
+                          if (v or 0.0) >= 0.0005)
+        by_call = {k.split("/", 1)[1]: v for k, v in fig.items() if k.startswith("sync_ms_per_step/") and v}
+        lines += [f"GPU idle by cause: {split}", f"what to do: {advice(cause, by_call)}"]
     ops = agg["operators"]["cpu_by_self"]
     if ops:
         per_window = ops[0]["self_us"] / max(agg["traces"], 1) / 1000

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import numpy as np
 
 from lightning_profkit.figures import HostFigures, MemoryPeak
+from lightning_profkit.idle_causes import CAUSES
 from lightning_profkit.trace import intervals, vocabulary as v
 from lightning_profkit.trace.columns import Columns
 from lightning_profkit.trace.step_breakdown import on_device
@@ -24,12 +25,7 @@ from lightning_profkit.trace.step_breakdown import on_device
 
 def window_figures(c: Columns) -> HostFigures:
     """Host-step figures of one trace: data-wait share, GPU idle, blocking sync time, peak memory."""
-    peaks: dict[str, MemoryPeak] = {}
-    for code, device in enumerate(c.memory_devices):
-        at = c.memory_device == code
-        allocated, reserved = c.memory_allocated[at], c.memory_reserved[at]
-        if ((allocated >= 0) | (reserved >= 0)).any():
-            peaks[device] = MemoryPeak(int(max(allocated.max(), 0)), int(max(reserved.max(), 0)))
+    peaks = memory_peaks(c)
     device = c.cat_mask(*v.DEVICE)
     runtime = c.cat_mask(*v.HOST_CUDA)
     rest = ~device & ~runtime
@@ -43,17 +39,40 @@ def window_figures(c: Columns) -> HostFigures:
     in_steps = lambda u: intervals.overlap(u, step_union)  # noqa: E731
     share = lambda us: us / step_time if step_time else 0.0  # noqa: E731
     on_step_threads = intervals.member(c.thread, c.thread[steps])
-    sync = {name: runtime & on_step_threads & c.name_mask(lambda n, name=name: n == name) for name in v.BLOCKING_SYNC_CALLS}
+    sync = {name: runtime & on_step_threads & c.named(name) for name in v.BLOCKING_SYNC_CALLS}
+    any_sync = np.logical_or.reduce(list(sync.values()))
     data_wait = in_steps(c.spans(dataloader))
-    blocking = in_steps(c.spans(np.logical_or.reduce(list(sync.values()))))
-    busy = gpu_busy_fraction(c, device, gpu_steps(c, steps, runtime))
+    blocking = in_steps(c.spans(any_sync))
+    # what else the training process ran: on any of its threads (backward runs on autograd's), the steps left out
+    pids = {c.threads[t][0] for t in np.unique(c.thread[steps]).tolist()}
+    in_processes = np.array([pid in pids for pid, _ in c.threads], dtype=bool)[c.thread]
+    operators = c.cat_mask(*v.OPERATOR, v.USER_ANNOTATION, *v.PYTHON, *v.HOST_CUDA) & ~steps & in_processes
+    causes = [(CAUSES[0], dataloader), (CAUSES[1], any_sync), (CAUSES[2], operators)]
+    idle, by_cause = gpu_idle(c, device, gpu_steps(c, steps, runtime), causes)
     calls = runtime.any()  # a trace without CUDA (or HIP) calls cannot tell blocking time: absent, not zero
     return HostFigures(
         steps=int(steps.sum()), step_time_us=step_time, data_wait_us=data_wait, data_wait_share=share(data_wait),
         blocking_sync_us=blocking if calls else None, blocking_sync_share=share(blocking) if calls else None,
         blocking_sync_us_by_call={name: in_steps(c.spans(m)) for name, m in sync.items()} if calls else {},
-        gpu_busy_share=busy, gpu_idle_share=None if busy is None else 1.0 - busy, peak_memory=peaks,
+        gpu_busy_share=None if idle is None else 1.0 - idle, gpu_idle_share=idle, gpu_idle_by_cause=by_cause,
+        peak_memory=peaks,
     )
+
+
+OTHER = CAUSES[-1]  # idle time in no event of another cause
+MEMORY_DEVICES = 64  # devices whose peak memory is told, those with the most allocated (a process sees a few)
+
+
+def memory_peaks(c: Columns) -> dict[str, MemoryPeak]:
+    """The most memory allocated and reserved on each device of the ``[memory]`` events (one pass for all), for the
+    :data:`MEMORY_DEVICES` devices with the most."""
+    allocated = np.full(len(c.memory_devices), -1, dtype=np.int64)
+    reserved = allocated.copy()
+    np.maximum.at(allocated, c.memory_device, c.memory_allocated)
+    np.maximum.at(reserved, c.memory_device, c.memory_reserved)
+    told = np.flatnonzero((allocated >= 0) | (reserved >= 0))
+    told = np.sort(told[np.argsort(-allocated[told], kind="stable")[:MEMORY_DEVICES]])
+    return {c.memory_devices[i]: MemoryPeak(max(int(allocated[i]), 0), max(int(reserved[i]), 0)) for i in told.tolist()}
 
 
 def gpu_steps(c: Columns, steps: np.ndarray, launches: np.ndarray) -> intervals.Union:
@@ -67,14 +86,33 @@ def gpu_steps(c: Columns, steps: np.ndarray, launches: np.ndarray) -> intervals.
     return intervals.union([a for a, _ in spans], [b for _, b in spans])
 
 
-def gpu_busy_fraction(c: Columns, device: np.ndarray, steps: intervals.Union) -> Optional[float]:
-    """Share of ``steps`` during which a GPU had activity (events where ``device``), averaged over the GPUs
-    (a device event's process id is its GPU); None when the trace has no device events."""
+def gpu_idle(c: Columns, device: np.ndarray, steps: intervals.Union,
+             causes: list[tuple[str, np.ndarray]]) -> tuple[Optional[float], dict[str, float]]:
+    """The share of ``steps`` during which the GPUs had no activity (events where ``device``; a device event's
+    process id is its GPU), averaged over the GPUs, and that share by cause: each moment of the steps goes to the
+    first of ``causes`` (a name, and where the host events of that cause are) that covers it, else to ``other``.
+    None and no causes when the trace has no device events. Sorts and searches, whatever the GPUs and events."""
     total = intervals.length(steps)
     if not device.any() or total <= 0:
-        return None
+        return None, {}
     codes: dict[Any, int] = {}
     gpu_of_thread = np.array([codes.setdefault(pid, len(codes)) for pid, _ in c.threads], dtype=np.int64)
-    gpus = gpu_of_thread[c.thread]
-    shares = [intervals.overlap(c.spans(device & (gpus == gpu)), steps) for gpu in intervals.distinct(gpus[device])]
-    return sum(shares) / len(shares) / total
+    active = np.flatnonzero(device)
+    starts, ends, gpus = intervals.union_by(gpu_of_thread[c.thread[active]], c.ts[active], c.end[active])
+    count = np.unique(gpus).size
+    inside = intervals.covered_until(steps, ends) - intervals.covered_until(steps, starts)
+    idle = 1.0 - float(inside.sum()) / count / total
+    spans = [c.spans(where) for _, where in causes]
+    bounds = intervals.distinct(np.concatenate([*steps, *(x for u in spans for x in u)]))
+    left = intervals.covered(steps, bounds)  # the segments between all bounds that lie in a step, not yet given
+    parts = {}
+    for (name, _), u in zip(causes, spans):
+        parts[name] = intervals.covered(u, bounds) & left
+        left &= ~parts[name]
+    parts[OTHER] = left
+    by_cause = {}
+    for name, taken in parts.items():
+        part = intervals.union(bounds[:-1][taken], bounds[1:][taken])
+        busy = intervals.covered_until(part, ends) - intervals.covered_until(part, starts)
+        by_cause[name] = (intervals.length(part) - float(busy.sum()) / count) / total
+    return idle, by_cause

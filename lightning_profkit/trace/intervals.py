@@ -14,17 +14,61 @@ EMPTY: Union = (np.empty(0), np.empty(0))
 def union(starts: Sequence[float], ends: Sequence[float]) -> Union:
     """Merge spans ``[starts[i], ends[i])`` into sorted, disjoint spans (touching spans merge)."""
     s = np.asarray(starts, dtype=np.float64)
-    e = np.asarray(ends, dtype=np.float64)
     if s.size == 0:
         return EMPTY
     order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    return _merged(s[order], np.asarray(ends, dtype=np.float64)[order])
+
+
+def union_where(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray) -> Union:
+    """:func:`union` of the spans where ``mask`` among the columns ``starts`` and ``ends``: sorted by their places,
+    copied once (a large trace's spans are most of its rows)."""
+    at = np.flatnonzero(mask)
+    if not at.size:
+        return EMPTY
+    at = at[np.argsort(starts[at], kind="stable")]
+    s, e = starts[at], ends[at]
+    del at
+    return _merged(s, e)
+
+
+def _merged(s: np.ndarray, e: np.ndarray) -> Union:
+    """The union of spans sorted by start."""
     reach = np.maximum.accumulate(e)
-    first = np.ones(s.size, dtype=bool)
-    first[1:] = s[1:] > reach[:-1]
-    heads = np.flatnonzero(first)
+    heads = np.flatnonzero(np.append(True, s[1:] > reach[:-1]))
     tails = np.append(heads[1:] - 1, s.size - 1)
     return s[heads], reach[tails]
+
+
+def union_by(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`union` within each group at once: the merged spans' starts, ends and groups, by group then time. One
+    sort whatever the groups: times become their ranks, so that (group, time) is one number whose running maximum
+    does not cross from one group into the next."""
+    n = starts.size
+    if not n:
+        return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
+    order = np.lexsort((starts, groups))
+    g, s = groups[order].astype(np.int64), starts[order]
+    times, rank = np.unique(np.concatenate([s, ends[order]]), return_inverse=True)
+    width = np.int64(times.size)
+    reach = np.maximum.accumulate(g * width + rank[n:])
+    first = np.ones(n, dtype=bool)
+    first[1:] = g[1:] * width + rank[1:n] > reach[:-1]
+    heads = np.flatnonzero(first)
+    tails = np.append(heads[1:] - 1, n - 1)
+    return s[heads], times[reach[tails] % width], g[heads]
+
+
+def covered_until(u: Union, at: np.ndarray) -> np.ndarray:
+    """``|U ∩ (-inf, x]|`` for each ``x`` of ``at``: a search each."""
+    starts, ends = u
+    if not starts.size:
+        return np.zeros(np.shape(at))
+    widths = ends - starts
+    before = np.concatenate([[0.0], np.cumsum(widths)])
+    k = np.searchsorted(starts, at, side="right")  # the spans that start at or before x
+    last = np.maximum(k - 1, 0)
+    return np.where(k > 0, before[last] + np.clip(at - starts[last], 0.0, widths[last]), 0.0)
 
 
 def distinct(values: np.ndarray) -> np.ndarray:

@@ -21,25 +21,28 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import io
 import multiprocessing
 import os
 import re
+import sys
 import threading
 from array import array
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from lightning_profkit.trace.events import decode, decode_json
-from lightning_profkit.trace.file import json_blocks, read_json
+from lightning_profkit.trace.events import LOOSE_BYTES, TooLoose, TraceDoc, decode
+from lightning_profkit.trace.file import TraceError, json_blocks, read_json
 from lightning_profkit.trace.rows import CODED, COLUMNS, Rows, rows
 
 PIECE = 4 * 2**20  # bytes of JSON a piece: small enough to decode in the caches, large enough to send cheaply
 WHOLE_FILE = 4 * 2**20  # a file up to this size is read at once, then cut
+WHOLE_FILE_JSON = 64 * 2**20  # unless its JSON is larger (a gzip file inflates about tenfold): then as a stream
 # Text without a boundary between events (or without the list) this long: the file is read in one pass, if its
 # whole text is at most ONE_PASS bytes, else left out. Both bound what a file that cannot be cut costs.
-_NO_BOUNDARY = 64 * 2**20
-ONE_PASS = 64 * 2**20
+_NO_BOUNDARY = 16 * 10**6
+ONE_PASS = 16 * 2**20
 _OVERLAP = 256  # bytes searched again when a block arrives: the most a match may reach back
 # Between two objects, the second starting with a key: never inside a string (where every quote follows a
 # backslash). A match inside a nested list of objects makes a piece that does not decode, and the file is then
@@ -48,6 +51,12 @@ _BOUNDARY = re.compile(rb'\}\s*,\s*\{(?=\s*")')
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _OPEN, _CLOSE = b'{"traceEvents":[', b"]}"
 IN_FLIGHT = 1  # pieces handed to each worker beyond the one being appended: the pool queues one more itself
+# The events a file may hold, by its size: real traces hold at most 0.075 events a byte of gzip and 0.005 a byte of
+# JSON (tests/data/traces), an event of a few bytes costs its ~50-byte row all the same: a file of more is a flood,
+# refused once past these (at least FEWEST_EVENTS), so that a trace's memory and time follow its file's size.
+EVENTS_PER_FILE_BYTE = 0.5
+EVENTS_PER_JSON_BYTE = 0.025
+FEWEST_EVENTS = 250_000
 
 Progress = Callable[[int, int], None]  # (bytes of the file read, its size)
 
@@ -60,14 +69,15 @@ class LoadedTrace:
     pieces: int = 1  # how many pieces the JSON was decoded in
 
 
-class PieceError(Exception):
+class PieceError(ValueError):
     """A piece that did not decode as events: read the file in one pass instead."""
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a trace is hundreds of thousands of records without cycles, and
-    each collection the allocations trigger would walk all of them (about a tenth of the time). Only in a
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: a trace is hundreds of thousands of records without cycles, and its
+    figures as many rows, and each collection the allocations trigger would walk all of them (about a tenth of the
+    time reading; with an operator of each name, summarizing took 10x as long for 4x the events). Only in a
     process's main thread: the collector is the process's, and a helper thread (the training process's writer)
     must not pause the user's."""
     if threading.current_thread() is not threading.main_thread():
@@ -87,17 +97,42 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
     """The rows and labels of the trace at ``path`` (whose JSON text is ``text`` where given), read in pieces
     of about ``piece`` bytes with up to ``jobs`` worker processes; ``progress`` is told of each block read."""
     size = len(text) if text is not None else os.path.getsize(path) if os.path.exists(path) else 0
-    if text is None and 0 < size <= WHOLE_FILE:  # small: read at once
-        text = read_json(path)
     blocks = json_blocks(path, piece) if text is None else iter([(text, size)])
-    with _gc_paused():
+    if text is None and 0 < size <= WHOLE_FILE:  # small: read at once, unless it inflates past WHOLE_FILE_JSON
+        text, blocks = _whole(blocks, WHOLE_FILE_JSON)
+    with gc_paused():
         try:
             told = (lambda done: progress(min(done, size), size)) if progress else None
             return _read(path, blocks, piece, jobs, told, held=text)
         except PieceError:
             pass
-        doc = decode_json(path, read_json(path, ONE_PASS) if text is None else text)
+        # one pass, of at most ONE_PASS bytes (a text held whole and longer is let go, and read again for the error)
+        if text is None or len(text) > ONE_PASS:
+            text = blocks = None  # let go of before reading again
+            text = read_json(path, ONE_PASS)
+        doc = decode_json(path, text)
+        check_events(path, len(doc.traceEvents), os.path.getsize(path) if os.path.exists(path) else len(text),
+                     len(text))
         return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
+
+
+def _whole(blocks: Iterator[tuple[bytes, int]], limit: int) -> tuple[Optional[bytes], Iterator[tuple[bytes, int]]]:
+    """The text of ``blocks`` whole, if it is at most ``limit`` bytes (and the blocks as one); else None and the
+    blocks, those already read first."""
+    text, done = io.BytesIO(), 0  # its value is its buffer, not a copy: a list of blocks joined held the text twice
+    for block, done in blocks:
+        if text.tell() + len(block) > limit:
+            return None, _then([(text.getvalue(), done), (block, done)], blocks)
+        text.write(block)
+    return text.getvalue(), iter([(text.getvalue(), done)])
+
+
+def _then(read: list[tuple[bytes, int]], blocks: Iterator[tuple[bytes, int]]) -> Iterator[tuple[bytes, int]]:
+    """The blocks ``read``, each let go of once taken, then ``blocks``."""
+    read.reverse()
+    while read:
+        yield read.pop()
+    yield from blocks
 
 
 def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
@@ -105,13 +140,16 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
     """The pieces of ``blocks`` decoded (by a pool of ``jobs`` processes from the first cut, where ``jobs`` > 1) and
     appended in order. Workers forked from this process inherit a text ``held`` whole and are handed places in it,
     all at once; others are sent the pieces, a few ahead of the rows appended."""
+    read = [0, 0]  # bytes of the file and of its JSON read so far
+
     def text() -> Iterator[bytes]:
         for block, done in blocks:
             if progress:
                 progress(done)
+            read[0], read[1] = done, read[1] + len(block)
             yield block
 
-    appender, found = Appender(), _Found()
+    appender, found = Appender(), _Found(lambda events: check_events(path, events, *read))
     pending: collections.deque[Future] = collections.deque()
     with contextlib.ExitStack() as stack:
         pool: Optional[ProcessPoolExecutor] = None
@@ -120,6 +158,7 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
         for k, (buf, start, end, first, last) in enumerate(pieces(text(), piece)):
             if first and last:  # no cut: the whole text, by the path that gives a bad file's error
                 doc = decode_json(path, buf[start:end])
+                check_events(path, len(doc.traceEvents), *read)
                 return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
             if pool is None and jobs > 1:
                 pool, inherited = _pool(jobs, held)
@@ -131,7 +170,7 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
                 pending.append(pool.submit(_decode_inherited, start, end, first, last))
             else:
                 piece_text = buf if (start, end) == (0, len(buf)) else buf[start:end]  # one copy at most
-                pending.append(pool.submit(decode_framed, piece_text, first, last))
+                pending.append(pool.submit(decode_framed, _Sent(piece_text), first, last))
                 while len(pending) > IN_FLIGHT * jobs:
                     found.add(appender, pending.popleft().result())
         while pending:
@@ -176,20 +215,48 @@ def _decode_inherited(start: int, end: int, first: bool, last: bool) -> "_Result
     return decode_piece(framed_piece(_INHERITED, start, end, first, last))
 
 
+class _Sent:
+    """A piece's text for a worker, let go of once pickled to it (the pool pickles a call once): the pool keeps a
+    call's arguments until its result is back, and the pieces in flight were 8-12 MB of a 250 MB trace's peak."""
+
+    def __init__(self, text: bytes) -> None:
+        self.text: Optional[bytes] = text
+
+    def __reduce__(self) -> tuple[type[bytes], tuple[bytes]]:
+        text, self.text = self.text, None
+        if text is None:
+            raise RuntimeError("a piece of trace text is sent once")
+        return bytes, (text,)  # unpickled as the text itself
+
+
 def _cancel(pending: collections.deque[Future]) -> None:
     for future in pending:
         future.cancel()
 
 
+def check_events(path: str, events: int, file_bytes: int, json_bytes: int) -> None:
+    """A :class:`TraceError` where ``events`` are more than a file of ``file_bytes`` bytes read so far (``json_bytes``
+    of JSON) may hold (see :data:`EVENTS_PER_FILE_BYTE`)."""
+    most = max(FEWEST_EVENTS, int(min(EVENTS_PER_FILE_BYTE * file_bytes, EVENTS_PER_JSON_BYTE * json_bytes)))
+    if events > most:
+        raise TraceError(f"{path}: over {most:,} events in {file_bytes / 1e6:.1f} MB of file ({json_bytes / 1e6:.0f} MB "
+                         "of JSON; a profiler trace holds at most about 0.075 events a byte of gzip, 0.005 of JSON): "
+                         "refused as a flood of events")
+
+
 @dataclass
 class _Found:
-    """The labels of the first piece that has them."""
+    """The labels of the first piece that has them; ``check(events)`` is told of the events read so far."""
 
+    check: Callable[[int], None] = lambda events: None
     info: Optional[dict[str, Any]] = None
     meta: Optional[dict[str, Any]] = None
+    events: int = 0
 
     def add(self, appender: "Appender", result: "_Result") -> None:
         r, info, meta = result
+        self.events += len(r.ts) + len(r.memory_device)
+        self.check(self.events)
         appender.add(r)
         self.info = self.info if self.info is not None else info
         self.meta = self.meta if self.meta is not None else meta
@@ -209,8 +276,10 @@ def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[Any, int, int,
         if start == len(buf):
             buf, searched = block, 0
         else:  # the rest joins the block: appended in place, the pieces before dropped (both linear)
-            buf = buf if isinstance(buf, bytearray) else bytearray(buf)
-            del buf[:start]
+            if isinstance(buf, bytearray):
+                del buf[:start]
+            else:  # a block given whole: only its rest copied
+                buf = bytearray(memoryview(buf)[start:])
             buf += block
             searched, events = max(searched - start, 0), None if events is None else max(events - start, 0)
         start = 0
@@ -219,7 +288,7 @@ def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[Any, int, int,
             searched = len(buf)
             if found is None:
                 if len(buf) > _NO_BOUNDARY:
-                    raise PieceError(f"no traceEvents list in its first {_NO_BOUNDARY // 2**20} MB")
+                    raise PieceError(f"no traceEvents list in its first {_NO_BOUNDARY / 1e6:.0f} MB")
                 continue
             events = searched = found.end()
         while len(buf) - start > piece:
@@ -259,10 +328,51 @@ def decode_framed(text: bytes, first: bool, last: bool) -> _Result:
 
 def decode_piece(text: Any) -> _Result:
     try:  # a cut outside the list of events: one pass instead
-        doc = decode(text)
+        doc = decode_cut(text)
     except ValueError as err:
         raise PieceError(str(err)) from None
     return rows(doc.traceEvents), doc.distributedInfo, doc.profkit
+
+
+def decode_cut(text: Any) -> TraceDoc:
+    """The trace document of the JSON ``text``: :func:`~lightning_profkit.trace.events.decode`, of smaller pieces
+    where its events need the tolerant path (which takes at most
+    :data:`~lightning_profkit.trace.events.LOOSE_BYTES` at a time)."""
+    try:
+        return decode(text)
+    except TooLoose as err:
+        too_loose = err
+    try:
+        parts = list(pieces([text], LOOSE_BYTES // 2))
+    except PieceError:
+        parts = []
+    if len(parts) < 2:
+        raise too_loose
+    docs = [decode(framed_piece(*part)) for part in parts]
+    found = lambda key: next((d for d in (getattr(doc, key) for doc in docs) if d is not None), None)  # noqa: E731
+    return TraceDoc([e for doc in docs for e in doc.traceEvents], found("distributedInfo"), found("profkit"))
+
+
+def decode_json(path: str, raw: bytes) -> TraceDoc:
+    """The trace document in ``raw``, the JSON text of ``path``; a :class:`TraceError` if it is not one."""
+    try:
+        return decode_cut(raw)
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested deeper than {sys.getrecursionlimit()} levels (a profiler trace nests "
+                         "a few): not a profiler trace") from None
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{path}: not JSON ({err})") from None
+    except TooLoose as err:
+        raise TraceError(f"{path}: {err}: not read") from None
+    except ValueError as err:
+        text = str(err).splitlines()[0]
+        if "traceEvents" in text:
+            raise TraceError(f"{path}: JSON without a traceEvents list, not a profiler trace") from None
+        at = re.search(r"\(byte (\d+)\)", text)
+        if at and re.match(rb"-?(NaN|Infinity)", raw[int(at.group(1)):int(at.group(1)) + 9]):
+            raise TraceError(f"{path}: a damaged trace: a number that is not one (NaN or Infinity) at byte "
+                             f"{at.group(1)}, which JSON does not allow") from None
+        raise TraceError(f"{path}: not JSON ({text})") from None
 
 
 class Appender:

@@ -17,6 +17,7 @@ from statistics import median
 from typing import Any, Optional, Sequence
 
 from lightning_profkit.figures import HostFigures, percentile
+from lightning_profkit.idle_causes import CAUSES, largest, share_name
 
 # the parts of a step (torch-tb-profiler's categories) that are a rank's own work, and what each is called
 PARTS = {"data": ("DataLoader",), "host": ("CpuOp", "Runtime", "Other"), "compute": ("Kernel", "Memcpy", "Memset")}
@@ -40,6 +41,13 @@ class RankFigures:
     communication_ms_per_step: float
     gpu_idle_share: Optional[float] = None
     blocking_sync_ms_per_step: Optional[float] = None
+    gpu_idle_by_cause: Optional[dict[str, float]] = None  # the idle share by what the rank's process was doing
+
+    @property
+    def gpu_idle_largest(self) -> Optional[str]:
+        """The cause of most of the rank's GPU idle time, with its share: ``data_wait 33.4%``."""
+        cause = largest(self.gpu_idle_by_cause or {})
+        return None if cause is None else f"{cause} {100 * self.gpu_idle_by_cause[cause]:.1f}%"  # type: ignore[index]
 
     def part(self, name: str) -> float:
         return getattr(self, f"{name}_ms_per_step")
@@ -64,8 +72,9 @@ def _figures(rank: int, traces: list[dict[str, Any]]) -> RankFigures:
         return sum(values) / len(values) if values else None
 
     step, communication = mean_ms("Total"), mean_ms("Communication")
+    idle = {cause: share for cause in CAUSES if (share := mean_of(share_name(cause))) is not None}
     return RankFigures(rank, len(traces), step, step - communication, *(mean_ms(*roles) for roles in PARTS.values()),
-                       communication, mean_of("gpu_idle_share"), mean_of("blocking_sync_ms_per_step"))
+                       communication, mean_of("gpu_idle_share"), mean_of("blocking_sync_ms_per_step"), idle or None)
 
 
 def _host(summary: dict[str, Any], key: str) -> Optional[float]:

@@ -18,17 +18,24 @@ import json
 import os
 from typing import Any, Optional, Union
 
+import msgspec
+
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.companions import SIDECAR
-from lightning_profkit.trace.file import TraceError, open_plain
+from lightning_profkit.figures import HostFigures
+from lightning_profkit.opener import FileRefused, read_regular
+from lightning_profkit.printable import name_text
+from lightning_profkit.trace.vocabulary import STEP_COLUMNS
 
-MAX_BYTES = 64 * 2**20  # a sidecar larger than this is not ours: it is not read
+# A sidecar larger than this is not read (its trace is parsed) nor written: a window's is a few kB, a trace of
+# thousands of steps and operators a few MB.
+MAX_BYTES = 16 * 10**6
 _PLACE = ("path", "window")  # where the trace is: told by where it is found, never by the sidecar
 
 
 def with_place(path: str, summary: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``summary`` (or a new one) labelled with where its trace is: its path and its window (the folder's name)."""
-    out = {"path": path, "window": os.path.basename(os.path.dirname(os.path.abspath(path)))}
+    out = {"path": path, "window": name_text(os.path.basename(os.path.dirname(os.path.abspath(path))))}
     if summary is not None:
         out.update((k, v) for k, v in summary.items() if k not in out)
     return out
@@ -47,8 +54,7 @@ def version() -> str:
     for folder, names in ((os.path.join(package, "trace"), None), (package, ["figures.py"])):
         for name in sorted(names or os.listdir(folder)):
             if name.endswith(".py"):
-                with open(os.path.join(folder, name), "rb") as f:
-                    digest.update(name.encode() + b"\0" + f.read())
+                digest.update(name.encode() + b"\0" + read_regular(os.path.join(folder, name), MAX_BYTES))
     return digest.hexdigest()[:16]
 
 
@@ -60,21 +66,95 @@ def dumps(summary: dict[str, Any], trace: Union[os.stat_result, int]) -> bytes:
     return json.dumps({"version": version(), "trace_bytes": size, "trace_mtime_ns": mtime, "summary": figures}).encode()
 
 
+# What a sidecar holds, typed: decoded by msgspec (a nesting limit, nothing built beyond the schema), a sidecar
+# whose figures do not fit is unread and what the schema does not name is dropped, so that no figure of another
+# shape reaches the tables.
+_Breakdown = msgspec.defstruct("_Breakdown", [(column, float) for column in STEP_COLUMNS])
+
+
+class _Steps(msgspec.Struct):
+    steps: list[Optional[int]]
+    per_step: list[_Breakdown]  # type: ignore[valid-type]
+    avg: _Breakdown  # type: ignore[valid-type]
+    dataloader_frac: float
+
+
+class _Temporal(msgspec.Struct):
+    span_us: float
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+    idle_frac: float
+    compute_frac: float
+    non_compute_frac: float
+
+
+class _CpuRow(msgspec.Struct):
+    name: str
+    calls: int
+    total_us: float
+    self_us: float
+
+
+class _DeviceRow(msgspec.Struct):
+    name: str
+    calls: int
+    total_us: float
+
+
+class _Operators(msgspec.Struct):
+    cpu: list[_CpuRow]
+    device: list[_DeviceRow]
+
+
+class _Summary(msgspec.Struct):
+    worker: str
+    rank: Optional[int]
+    step_breakdown: Optional[_Steps]
+    temporal: Optional[_Temporal]
+    host: HostFigures
+    operators: _Operators
+    notes: list[str]
+
+
+class _Sidecar(msgspec.Struct):
+    version: str
+    trace_bytes: int
+    trace_mtime_ns: Optional[int]
+    summary: _Summary
+
+
+_DECODER = msgspec.json.Decoder(_Sidecar)
+
+
 def loads(text: bytes, trace_bytes: int, trace_mtime_ns: Optional[int] = None) -> Optional[dict[str, Any]]:
     """The summary in the sidecar ``text`` if it is fresh for a trace of ``trace_bytes`` bytes (modified at
     ``trace_mtime_ns``, where given); None if it is stale, damaged or not a sidecar (the trace is then parsed)."""
     if len(text) > MAX_BYTES:
         return None
     try:
-        doc = json.loads(text)
-    except ValueError:
+        doc = _DECODER.decode(text)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         return None
-    if not isinstance(doc, dict) or doc.get("version") != version() or doc.get("trace_bytes") != trace_bytes:
+    if doc.version != version() or doc.trace_bytes != trace_bytes:
         return None
-    if trace_mtime_ns is not None and doc.get("trace_mtime_ns") != trace_mtime_ns:
+    if trace_mtime_ns is not None and doc.trace_mtime_ns != trace_mtime_ns:
         return None
-    summary = doc.get("summary")
-    return summary if isinstance(summary, dict) else None
+    summary = msgspec.to_builtins(doc.summary)
+    summary["host"] = doc.summary.host.to_json()
+    return summary if _plausible(summary) else None
+
+
+LARGEST = 1e15  # no figure of a trace is larger (µs: 31 years; calls, bytes, ranks): a sidecar's beyond is forged
+
+
+def _plausible(value: Any) -> bool:
+    """Whether every number in ``value`` (nested dicts and lists) is one a trace's figures can be."""
+    if isinstance(value, dict):
+        return all(_plausible(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_plausible(v) for v in value)
+    return not isinstance(value, (int, float)) or -LARGEST <= value <= LARGEST
 
 
 def read(trace: str) -> Optional[dict[str, Any]]:
@@ -82,13 +162,17 @@ def read(trace: str) -> Optional[dict[str, Any]]:
     is a symbolic link, which we never make, or not a plain file)."""
     try:
         status = os.stat(trace)
-        with open_plain(sidecar_of(trace)) as f:
-            text = f.read(MAX_BYTES + 1)
-    except (OSError, TraceError):
+        text = read_regular(sidecar_of(trace), MAX_BYTES)
+    except (OSError, FileRefused):
         return None
     return loads(text, status.st_size, status.st_mtime_ns)
 
 
-def keep(trace: str, summary: dict[str, Any]) -> None:
-    """Write the sidecar of the local ``trace`` (whole, or not at all)."""
-    write_atomic(sidecar_of(trace), dumps(summary, os.stat(trace)))
+def keep(trace: str, summary: dict[str, Any]) -> bool:
+    """Write the sidecar of the local ``trace`` (whole, or not at all); False where it would be larger than a sidecar
+    may be (the trace is parsed at each look)."""
+    text = dumps(summary, os.stat(trace))
+    if len(text) > MAX_BYTES:
+        return False
+    write_atomic(sidecar_of(trace), text)
+    return True

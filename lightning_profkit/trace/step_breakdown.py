@@ -17,10 +17,8 @@ from typing import Any, Optional
 import numpy as np
 
 from lightning_profkit.trace import intervals, vocabulary as v
-from lightning_profkit.trace.columns import Columns
+from lightning_profkit.trace.columns import Columns, launcher
 
-ROLES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CpuOp")
-COLUMNS = ROLES + ("Other", "Total")
 _COMM_OPS = {f"{lib}:{op}" for lib in ("nccl", "gloo") for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")}
 _BIG, _SMALL = float(sys.maxsize), float(-sys.maxsize - 1)
 
@@ -32,7 +30,7 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
     kernel, memcpy, memset, runtime_calls = (c.cat_mask(*cats) for cats in (v.KERNEL, v.MEMCPY, v.MEMSET, v.RUNTIME))
     step = (op | annotation) & c.name_mask(v.is_step)
     host = (op | annotation | python) & ~step
-    comm = host & c.name_mask(lambda n: n in _COMM_OPS)
+    comm = host & c.named(*_COMM_OPS)
     dataloader = host & ~python & c.name_mask(v.is_dataloader_event)
     comm_kernels = kernel & intervals.member(c.ext, c.ext[comm])
     roles = {
@@ -84,19 +82,17 @@ def on_device(
 def _linked(c: Columns, steps: list[tuple[float, float]], runtime: np.ndarray,
             device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The GPU work (indices into ``device``) launched by the host calls ``runtime`` that lie inside a step,
-    and that step's index for each, by correlation id."""
+    and that step's index for each (see :func:`~lightning_profkit.trace.columns.launcher`)."""
     n = len(steps)
     s0, s1 = np.array([s for s, _ in steps]), np.array([e for _, e in steps])
-    rt_start, rt_end, rt_corr = c.ts[runtime], c.end[runtime], c.corr[runtime]
+    rt_start, rt_end = c.ts[runtime], c.end[runtime]
     k = np.searchsorted(s1, rt_start, side="right")  # the step the two-pointer walk compares it with
     kk = np.minimum(k, n - 1)
-    inside = (k < n) & (s0[kk] <= rt_start) & (rt_end <= s1[kk]) & (rt_corr >= 0)
-    order = np.argsort(c.corr[device], kind="stable")
-    sorted_corr = c.corr[device][order]
-    lo = np.searchsorted(sorted_corr, rt_corr[inside], side="left")
-    counts = np.searchsorted(sorted_corr, rt_corr[inside], side="right") - lo
-    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)  # 0.. count-1 per runtime
-    return order[np.repeat(lo, counts) + within], np.repeat(k[inside], counts)
+    inside = (k < n) & (s0[kk] <= rt_start) & (rt_end <= s1[kk])
+    by = launcher(c, device, runtime)
+    linked = np.flatnonzero(by >= 0)
+    linked = linked[inside[by[linked]]]
+    return linked, k[by[linked]]
 
 
 def _kept(launched: np.ndarray) -> int:
@@ -120,7 +116,7 @@ def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]], rol
     in_steps = intervals.covered(in_steps_union, bounds)
     taken: dict[str, np.ndarray] = {}
     slot = np.zeros(width.shape, dtype=bool)
-    for role in ROLES:
+    for role in v.STEP_ROLES:
         covered = intervals.covered(roles[role], bounds)
         if slot.any():
             taken[role] = slot & covered
@@ -140,7 +136,7 @@ def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]], rol
         row = {role: float(sums[role][k]) for role in taken}
         row["Total"] = end - start
         per_step.append(row)
-    avg = {c: sum(r[c] for r in per_step) / len(per_step) for c in COLUMNS}
+    avg = {c: sum(r[c] for r in per_step) / len(per_step) for c in v.STEP_COLUMNS}
     total = sum(r["Total"] for r in per_step)
     return {
         "steps": names,

@@ -18,13 +18,16 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from lightning_profkit.figures import HostFigures
+from lightning_profkit.idle_causes import CAUSES, share_name
+from lightning_profkit.printable import name_text, number_in
 from lightning_profkit.trace.columns import Columns, from_rows
 from lightning_profkit.trace.file import TraceError
 from lightning_profkit.trace.host_steps import window_figures
-from lightning_profkit.trace.load import LoadedTrace
+from lightning_profkit.trace.load import LoadedTrace, gc_paused
 from lightning_profkit.trace.operator_times import operator_times, top
 from lightning_profkit.trace.sidecar import with_place
-from lightning_profkit.trace.step_breakdown import ROLES, step_breakdown
+from lightning_profkit.trace.step_breakdown import step_breakdown
+from lightning_profkit.trace.vocabulary import STEP_ROLES
 from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
 
 TOP_N = 10
@@ -32,7 +35,7 @@ BESIDE_ROWS = 500_000  # events (about 140 MB of JSON) up to which the operator 
 # and from which: below, a thread's start costs more than it saves (826 events: 2.0 ms with it, 1.2 without; 75,000:
 # 25 ms against 37), and a window finished in the training process's writer thread starts none
 BESIDE_MIN_ROWS = 10_000
-_WORKER_RANK = re.compile(r"_rank(\d+)$")
+_WORKER_RANK = re.compile(r"_rank([0-9]+)$")
 # What the numbers of a summary are in, by key (JSON paths with * for any name): the "units" of
 # `profkit summary --json` and `profkit compare --json`, and what the text tables format them by.
 UNITS = {
@@ -40,9 +43,12 @@ UNITS = {
     "*_ms": "milliseconds",
     "*_ms_per_step, sync_ms_per_step/*": "milliseconds per step",
     "*_share, *_frac, share/*": "fraction of the steps' time, 0 to 1",
+    "host.gpu_idle_by_cause.*, gpu_idle_*_share": "fraction of the steps' time as the GPU ran them, 0 to 1, by what "
+                                                  "the training process did while the GPU idled; they sum to "
+                                                  "gpu_idle_share",
     "hta/*, temporal.*_frac": "fraction of the time from the first to the last GPU activity (HTA's window), 0 to 1",
     "*_bytes": "bytes",
-    "peak_memory_mb/*": "MiB (2**20 bytes)",
+    "peak_memory_mb/*": "MB (10**6 bytes)",
     "calls": "count, all traces together",
     "step_breakdown.steps": "the number of each step marker (null: the whole trace taken as one step)",
     "host.steps, traces": "count",
@@ -53,9 +59,9 @@ UNITS = {
 
 
 def unit(key: str) -> str:
-    """The kind of an aggregate figure: "fraction", "ms", "ms per step" or "MiB"."""
+    """The kind of an aggregate figure: "fraction", "ms", "ms per step" or "MB"."""
     if key.startswith("peak_memory_mb/"):
-        return "MiB"
+        return "MB"
     if key.endswith("ms_per_step") or key.startswith("sync_ms_per_step/"):
         return "ms per step"
     if key.endswith("_ms"):
@@ -97,7 +103,8 @@ def summarize_trace(path: str, trace: LoadedTrace, beside: bool = True) -> dict[
     """The summary of a loaded trace, labelled with its window, worker and rank (``beside``: see
     :func:`summarize_columns`)."""
     meta = trace.meta or {}
-    worker = meta.get("worker") or os.path.basename(path).split(".")[0]
+    worker = meta.get("worker") if isinstance(meta.get("worker"), str) else None
+    worker = worker or name_text(os.path.basename(path).split(".")[0])
     out = {**with_place(path), "worker": worker, "rank": rank_of(trace.distributed_info, worker)}
     columns = from_rows(trace.rows)
     damaged = np.flatnonzero((columns.dur < 0) | np.isinf(columns.dur) | ~np.isfinite(columns.ts))
@@ -106,7 +113,8 @@ def summarize_trace(path: str, trace: LoadedTrace, beside: bool = True) -> dict[
         raise TraceError(f"{path}: a damaged trace: {damaged.size} event(s) with a negative or infinite duration or "
                          f"time (the first: {columns.names[columns.name[first]][:80]!r} at {columns.ts[first]} µs, "
                          f"duration {columns.dur[first]} µs)")
-    out.update(summarize_columns(columns, beside))
+    with gc_paused():  # as many rows as operators: see gc_paused
+        out.update(summarize_columns(columns, beside))
     problems = meta.get("problems") if isinstance(meta.get("problems"), list) else []  # any trace may claim some
     shown = [f"incomplete trace: {p}" for p in problems[:10] if isinstance(p, str) and p.isprintable()]
     out["notes"] = shown + out["notes"]
@@ -119,10 +127,10 @@ def rank_of(distributed_info: Optional[dict[str, Any]], worker: str) -> Optional
     rank = (distributed_info or {}).get("rank")
     if isinstance(rank, int) and not isinstance(rank, bool):
         return rank
-    if isinstance(rank, str) and rank.isdigit():
-        return int(rank)
+    if isinstance(rank, str):
+        return number_in(rank)
     match = _WORKER_RANK.search(worker)
-    return int(match.group(1)) if match else None
+    return number_in(match.group(1)) if match else None
 
 
 def key_figures(summary: dict[str, Any]) -> dict[str, Optional[float]]:
@@ -131,10 +139,11 @@ def key_figures(summary: dict[str, Any]) -> dict[str, Optional[float]]:
     steps = summary.get("step_breakdown")
     avg = steps["avg"] if steps else {}
     out["step_time_ms"] = avg["Total"] / 1000 if avg else None
-    for role in ROLES + ("Other",):
+    for role in STEP_ROLES + ("Other",):
         out[f"share/{role}"] = avg[role] / avg["Total"] if avg and avg["Total"] else None
     host = HostFigures.from_json(summary.get("host") or {}).per_step()
-    for key in ("host_step_ms", "data_wait_share", "gpu_idle_share", "blocking_sync_ms_per_step"):
+    for key in ("host_step_ms", "data_wait_share", "gpu_idle_share", *map(share_name, CAUSES),
+                "blocking_sync_ms_per_step"):
         out[key] = host.pop(key, None)
     out.update((k, v) for k, v in host.items() if k.startswith("sync_ms_per_step/"))
     temporal = summary.get("temporal") or {}

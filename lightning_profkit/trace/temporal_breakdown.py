@@ -30,7 +30,7 @@ def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
         start, end = np.ceil(c.ts), np.floor(c.end)
     else:
         start, end = c.ts, c.end
-    gpu = ((c.stream >= 0) & (c.corr >= 0)) | c.name_mask(lambda n: n in _DEVICE_SYNC_NAMES)
+    gpu = ((c.stream >= 0) & (c.corr >= 0)) | c.named(*_DEVICE_SYNC_NAMES)
     steps = [i for i, n in enumerate(c.names) if v.is_step(n)]
     sel = rows & (c.stream != -1)
     if len(steps) > 1:
@@ -40,12 +40,12 @@ def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
         sel &= cpu | (gpu & intervals.member(c.corr, c.corr[cpu]))
     if not sel.any():
         return None
-    merged = intervals.union(start[sel], end[sel])
+    merged = intervals.union_where(start, end, sel)
     span = float(merged[1][-1] - merged[0][0])
     idle = span - intervals.length(merged)
     compute_names = [i for i, n in enumerate(c.names) if not _NON_COMPUTE.match(n)]
     comp = sel & code_mask(c.name, compute_names, len(c.names))
-    compute = intervals.length(intervals.union(start[comp], end[comp]))
+    compute = intervals.length(intervals.union_where(start, end, comp))
     out = {"span_us": span, "idle_us": idle, "compute_us": compute, "non_compute_us": span - idle - compute}
     for key in ("idle", "compute", "non_compute"):
         out[f"{key}_frac"] = out[f"{key}_us"] / span if span else 0.0

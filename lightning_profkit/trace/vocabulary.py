@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from lightning_profkit.printable import number_in
+
 STEP_PREFIX = "ProfilerStep#"  # torch.profiler's span of one step: ProfilerStep#<step>
 
 # event categories, lower-cased; each pair is (today's name, the 2021 format's) where they differ
@@ -28,6 +30,10 @@ DATALOADER_PREFIX = "enumerate(DataLoader)#"
 DATALOADER_SUFFIX = ".__next__"
 DATAPIPE_PREFIX = "enumerate(DataPipe)#"
 
+# torch-tb-profiler's step time breakdown: the roles time is handed out to, in priority order, then what is left
+STEP_ROLES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CpuOp")
+STEP_COLUMNS = STEP_ROLES + ("Other", "Total")
+
 # runtime calls during which the host waits for the device (cudaEventQuery only polls: not one of them)
 BLOCKING_SYNC_CALLS = (
     "cudaDeviceSynchronize",
@@ -44,8 +50,7 @@ def is_step(name: str) -> bool:
 
 def step_number(name: str) -> Optional[int]:
     """The ``N`` of ``ProfilerStep#N`` (None if it is not a number)."""
-    number = name[len(STEP_PREFIX):]
-    return int(number) if number.isdigit() else None
+    return number_in(name[len(STEP_PREFIX):])
 
 
 def is_dataloader_event(name: str) -> bool:

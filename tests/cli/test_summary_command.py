@@ -78,12 +78,12 @@ def test_summary_of_a_run_folder_lists_every_window(tmp_path):
     done = profkit("summary", "--json", tmp_path)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
-    assert sorted(t["window"] for t in got["traces"]) == ["step=000002-000003-epoch=0", "step=000008-000009-epoch=0"]
-    assert all(t["step_breakdown"]["steps"] == [int(s) for s in t["window"].split("step=")[1].split("-")[:2]] for t in got["traces"])
+    assert sorted(t["window"] for t in got["traces"]) == ["epoch=0000-batch=000002-000003", "epoch=0000-batch=000008-000009"]
+    assert all(t["step_breakdown"]["steps"] == [int(s) for s in t["window"].split("batch=")[1].split("-")[:2]] for t in got["traces"])
     assert got["aggregate"]["traces"] == 2 and got["aggregate"]["figures"]["share/DataLoader"] > 0
     assert got["aggregate"]["figures"]["gpu_idle_share"] is None  # CPU run: absent
     text = profkit("summary", tmp_path).stdout
-    assert "step=000002-000003-epoch=0/" in text and "mean" in text
+    assert "epoch=0000-batch=000002-000003/" in text and "mean" in text
 
 
 def bad_inputs(tmp_path, gpu_traces):
@@ -131,13 +131,13 @@ def test_missing_arguments_use_argparse_usage():
 
 
 def test_windows_are_listed_in_step_order(tmp_path, gpu_traces):
-    for window in ("step=000101-000103-epoch=1", "step=000075-000077-epoch=1", "step=000009-000011-epoch=0"):
+    for window in ("step=000101-000103-epoch=1", "step=000075-000077-epoch=1", "epoch=0000-batch=000009-000011"):
         (tmp_path / window).mkdir()
         shutil.copy(gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", tmp_path / window)
     done = profkit("summary", "--json", tmp_path)
     assert done.returncode == 0, done.stderr
     windows = [t["window"] for t in json.loads(done.stdout)["traces"]]
-    assert windows == ["step=000009-000011-epoch=0", "step=000075-000077-epoch=1", "step=000101-000103-epoch=1"]
+    assert windows == ["epoch=0000-batch=000009-000011", "step=000075-000077-epoch=1", "step=000101-000103-epoch=1"]
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(gpu_traces):
@@ -155,7 +155,7 @@ def test_a_damaged_trace_never_hides_the_intact_ones(tmp_path, gpu_traces):
     """One intact and two damaged traces: summary and report show the intact one, name each damaged one once
     with why, and exit with 3 (some left out); a folder of damaged traces only, or nothing to report, exits 1."""
     intact = gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-    for window in ("step=000001-000003-epoch=0", "step=000011-000013-epoch=0"):
+    for window in ("epoch=0000-batch=000001-000003", "epoch=0000-batch=000011-000013"):
         (tmp_path / "run" / "profiler" / window).mkdir(parents=True)
     windows = sorted((tmp_path / "run" / "profiler").iterdir())
     shutil.copy(intact, windows[0] / "a.pt.trace.json.gz")
@@ -167,7 +167,7 @@ def test_a_damaged_trace_never_hides_the_intact_ones(tmp_path, gpu_traces):
         assert done.returncode == 3, done.stderr
         for path in damaged:
             assert done.stderr.count(path) == 1 and f"profkit: {path}: not JSON" in done.stderr, done.stderr
-    assert "step=000001-000003-epoch=0/a" in profkit("summary", tmp_path / "run").stdout
+    assert "epoch=0000-batch=000001-000003/a" in profkit("summary", tmp_path / "run").stdout
     assert "1 trace(s)" in profkit("report", tmp_path / "run", "-o", tmp_path / "r.html").stderr
     only_damaged = profkit("summary", windows[1])
     assert only_damaged.returncode == 1 and "none of its 2 trace(s) could be read" in only_damaged.stderr
@@ -196,13 +196,13 @@ def test_a_folder_of_runs_names_each_runs_windows_apart(tmp_path, gpu_traces):
     labelled by run, and neither the table nor the rank verdict merges them."""
     trace = gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
     for run in ("run=20261204-100000.000001-aaaaaa", "run=20261204-110000.000001-bbbbbb"):
-        (tmp_path / "profiler" / run / "step=000011-000013-epoch=0").mkdir(parents=True)
-        shutil.copy(trace, tmp_path / "profiler" / run / "step=000011-000013-epoch=0" / "h_rank0.1.pt.trace.json.gz")
+        (tmp_path / "profiler" / run / "epoch=0000-batch=000011-000013").mkdir(parents=True)
+        shutil.copy(trace, tmp_path / "profiler" / run / "epoch=0000-batch=000011-000013" / "h_rank0.1.pt.trace.json.gz")
     done = profkit("summary", "--json", tmp_path)
     assert done.returncode == 0, done.stderr
     assert [t["window"] for t in json.loads(done.stdout)["traces"]] == [
-        "run=20261204-100000.000001-aaaaaa/step=000011-000013-epoch=0",
-        "run=20261204-110000.000001-bbbbbb/step=000011-000013-epoch=0"]
+        "run=20261204-100000.000001-aaaaaa/epoch=0000-batch=000011-000013",
+        "run=20261204-110000.000001-bbbbbb/epoch=0000-batch=000011-000013"]
 
 
 def test_names_from_a_trace_cannot_drive_the_terminal(tmp_path, gpu_traces):
@@ -258,15 +258,21 @@ def test_trace_bombs_are_refused_unread_and_named(tmp_path):
     gzip_stream(tmp_path / "space.pt.trace.json.gz", [b'{"traceEvents": [', *[mb] * 600, b"]}"])
     gzip_stream(tmp_path / "string.pt.trace.json.gz", [b'{"traceEvents": [{"ph": "X", "name": "', *[b"a" * 2**20] * 600,
                                                         b'", "ts": 1, "dur": 1}]}'])
-    for name in ("space", "string"):
+    events = b'{"ph": "M"}, ' * (2**20 // 13)  # events no figure reads: cut between them, nothing held
+    gzip_stream(tmp_path / "events.pt.trace.json.gz", [b'{"traceEvents": [', *[events] * 600, b'{"ph": "M"}]}'])
+    for name in ("space", "string", "events"):
         path = tmp_path / f"{name}.pt.trace.json.gz"
         status, err, peak = peak_rss_mb("summary", "--jobs", "1", path)  # one process: its own peak
         limit = re.search(re.escape(f"{path}: inflates past ") + r"(\d+) MB of JSON from [0-9.]+ MB of gzip", err)
-        assert status == 1 and limit and "gzip bomb" in err and "PROFKIT_MAX_INFLATION" in err, err
-        assert int(limit[1]) < 600 and peak < int(limit[1]) + 150, (name, peak)  # never the whole 600 MB
+        if name == "events":  # read in pieces until it inflates past the limit
+            assert status == 1 and limit and "gzip bomb" in err and "PROFKIT_MAX_INFLATION" in err, err
+            assert int(limit[1]) < 600 and peak < int(limit[1]) + 150, (name, peak)  # never the whole 600 MB
+        else:  # no boundary between events in 16 MB: refused before the limit
+            assert status == 1 and "cannot be read in pieces" in err and peak < 16 + 150, (err, peak)
     env = {**os.environ, "PROFKIT_MAX_INFLATION": "100000"}
     status, err, _ = peak_rss_mb("summary", tmp_path / "space.pt.trace.json.gz", env=env)
-    assert status == 0, err  # the limit raised: read (an empty trace)
+    # the limit raised: inflated, no longer a bomb, but 600 MB without a boundary between events is not read either
+    assert status == 1 and "gzip bomb" not in err and "cannot be read in pieces" in err, err
 
     (tmp_path / "nested.json").write_text('{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}")
     event = '{{"ph": "X", "name": "{}", "cat": "cpu_op", "ts": {}, "dur": {}, "pid": 1, "tid": 1}}'
@@ -285,7 +291,7 @@ def test_trace_bombs_are_refused_unread_and_named(tmp_path):
 
 
 def test_the_second_look_reads_the_sidecars_and_a_changed_trace_is_parsed_again(tmp_path, gpu_traces):
-    window = tmp_path / "step=000001-000003-epoch=0"
+    window = tmp_path / "epoch=0000-batch=000001-000003"
     window.mkdir()
     trace = window / "w_rank0.1.pt.trace.json.gz"
     shutil.copy(gpu_traces / WORKERS_0, trace)

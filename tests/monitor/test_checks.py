@@ -42,11 +42,18 @@ def checks_over(epoch_lengths, window):
     return said
 
 
-def test_a_check_names_the_epochs_its_steps_span():
-    assert checks_over([64, 64], 100) == ["steps 0-99 (epochs 0-1)"]
-    assert checks_over([50, 50, 50], 25)[1:3] == ["steps 25-49 (epoch 0)", "steps 50-74 (epoch 1)"]
-    assert checks_over([10, 10, 10, 10], 35) == ["steps 0-34 (epochs 0-3)"]
-    assert checks_over([30, 30, 30], 40) == ["steps 0-39 (epochs 0-1)", "steps 40-79 (epochs 1-2)"]
+def test_a_check_names_the_epochs_and_batches_its_steps_span():
+    assert checks_over([64, 64], 100) == ["epoch 0 batch 0 to epoch 1 batch 35"]
+    assert checks_over([50, 50, 50], 25)[1:3] == ["epoch 0, batches 25-49", "epoch 1, batches 0-24"]
+    assert checks_over([10, 10, 10, 10], 35) == ["epoch 0 batch 0 to epoch 3 batch 4"]
+    assert checks_over([30, 30, 30], 40) == ["epoch 0 batch 0 to epoch 1 batch 9", "epoch 1 batch 10 to epoch 2 batch 19"]
+
+
+def test_a_fit_resumed_inside_an_epoch_counts_its_batches_from_the_epochs_start():
+    checks = RollingChecks(0.2, 1, 0, 10, 1)
+    checks.start_fit()
+    checks.epoch_start(0.0, 0.0, 105, 2, 100)  # resumed at batch 5 of epoch 2, whose batch 0 was step 100
+    assert checks.due(114) and checks.span(114) == "epoch 2, batches 5-14"
 
 
 def test_rule_state_round_trips():

@@ -35,7 +35,7 @@ def test_other_ranks_decide_alike_but_say_nothing():
 
 
 def recorded(step, steps):
-    return DataWaitAlert(0.5, 0.2, 0, step, f"steps {step - 9}-{step} (epoch 0)", recording=steps)
+    return DataWaitAlert(0.5, 0.2, 0, step, f"epoch 0, batches {step - 9}-{step}", recording=steps)
 
 
 def test_an_alert_goes_at_once_and_a_line_names_its_trace_when_written():
@@ -44,15 +44,15 @@ def test_an_alert_goes_at_once_and_a_line_names_its_trace_when_written():
     first, later = recorded(19, (21, 23)), recorded(59, (61, 63))
     warned = deliver(delivery, ("send", first), ("send", later))
     assert got == [first, later] and warned == [a.message for a in (first, later)]
-    assert "Recording steps 21-23; their trace is named when written" in warned[0]
+    assert "Recording 3 steps after it; their trace is named when written" in warned[0]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ((was, named),) = delivery.window_written("/r/step=000021-000023-epoch=0/t.json.gz", 21)
+        ((was, named),) = delivery.window_written("/r/epoch=0000-batch=000021-000023/t.json.gz", 21)
     assert [str(w.message) for w in caught] == [
-        "trace of the steps after the alert at step 19:\n  /r/step=000021-000023-epoch=0"]
-    assert was is first and named == replace(first, trace_dir="/r/step=000021-000023-epoch=0")
+        "trace of the steps after the alert (epoch 0, batches 10-19):\n  /r/epoch=0000-batch=000021-000023"]
+    assert was is first and named == replace(first, trace_dir="/r/epoch=0000-batch=000021-000023")
     assert (first.trace_dir, later.trace_dir) == (None, None)  # what on_alert was handed stays as it was
-    assert "Trace of the steps after the alert: /r/step=000021-000023-epoch=0" in named.message
+    assert "Trace of the steps after the alert: /r/epoch=0000-batch=000021-000023" in named.message
     assert delivery.recording == [later] and got == [first, later]  # the hook is not called again
 
 

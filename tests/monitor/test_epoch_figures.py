@@ -16,7 +16,7 @@ def stats(waits, steps, first_fetch=None):
 
 
 def test_figures_of_an_epoch():
-    got = epoch_figures(stats([0.5, 0.5], [1.0, 3.0], first_fetch=12.0), 10.0, 20.0, 2.0, 4, 3 * 2**20, 0.25)
+    got = epoch_figures(stats([0.5, 0.5], [1.0, 3.0], first_fetch=12.0), 10.0, 20.0, 2.0, 4, 3_000_000, 0.25)
     assert got == {"train_s": 8.0, "data_wait_s": 1.0, "data_wait_ratio": 0.125, "samples_per_s": 1.0,
                    "step_time_ms_mean": 2000.0, "step_time_ms_p90": pytest.approx(2800.0),
                    "dataloader_startup_s": 2.0, "peak_memory_mb": 3.0, "gpu_idle_ratio": 0.25}

@@ -60,7 +60,7 @@ def test_rolling_checks_log_their_block_and_an_episode_alerts_once(monkeypatch, 
     # the second slow check (step 14) starts the episode; the one at step 34 starts a new episode, but within
     # the cooldown of 1000 steps: one alert in all
     (alert,) = fit.alerts
-    assert (alert.step, alert.ratio, alert.checked) == (14, pytest.approx(0.6), "steps 10-14 (epoch 0)")
+    assert (alert.step, alert.ratio, alert.checked) == (14, pytest.approx(0.6), "epoch 0, batches 10-14")
     assert any("num_workers=0" in line for line in alert.advice)
     assert sum("data wait was" in w for w in fit.warnings) == 1
     assert epoch_row(fit)[0]["profkit/data_wait_alert"] == 1.0
@@ -152,10 +152,10 @@ def test_capture_requests_are_looked_for_once_a_second_and_recorded(monkeypatch,
     fit.end()
     assert fit.woken_at[4:9] == [12, 13, 14, 15, 17]  # the window (13-15; a poll at 14, 1 s after 12), a poll at 17
     lines = [line for out in fit.outcomes for line in out.lines]
-    assert "recording steps 14-15 (requested from outside)" in lines
+    assert "recording 2 steps from batch 2 of epoch 1 (requested from outside)" in lines
     assert fit.checks.captures_left == 0
     assert any("no more captures: `max_captures=1`" in w for w in fit.warnings)
-    assert [p.split("/")[-2] for p in fit.traces] == ["step=000014-000015-epoch=1"]
+    assert [p.split("/")[-2] for p in fit.traces] == ["epoch=0001-batch=000002-000003"]  # steps 14-15: epoch 1 began at step 12
 
 
 class AdvancingProfiler:
@@ -190,7 +190,7 @@ def test_own_cost_is_the_profiled_steps_and_the_profilers_calls(monkeypatch, tmp
     after, before = sorted(times[13:])[3], sorted(times[5:9])
     assert row["profkit/overhead/after_window_ratio"] == pytest.approx(after / ((before[1] + before[2]) / 2))
     assert row["profkit/overhead/window_ms"] == pytest.approx(1000 * profiler.total)
-    assert [p.split("/")[-2] for p in fit.traces] == ["step=000010-000012-epoch=0"]
+    assert [p.split("/")[-2] for p in fit.traces] == ["epoch=0000-batch=000010-000012"]
 
 
 def test_window_ms_is_absent_from_an_epoch_without_a_window(monkeypatch, tmp_path):
@@ -237,11 +237,11 @@ def test_epochs_of_one_batch_record_that_batch(monkeypatch, tmp_path):
     """Lightning's bug_report_model.py: epochs of 1 batch each get a window of that batch, as the plan says."""
     fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, max_captures=0)
     assert fit.options.plan(str(tmp_path), 1)[0].startswith(
-        "profiling step 0 of every epoch (no warm-up; an epoch has 1 step,")
+        "profiling batch 0 of every epoch (no warm-up; an epoch has 1 batch,")
     for epoch in range(3):
         fit.epoch(epoch, [(0.001, 0.01)])
     fit.end()
-    assert [p.split("/")[-2] for p in fit.traces] == [f"step={s:06d}-epoch={s}" for s in range(3)]
+    assert [p.split("/")[-2] for p in fit.traces] == [f"epoch={s:04d}-batch=000000" for s in range(3)]
     assert [profiler_steps(read_trace(p)) for p in fit.traces] == [[s] for s in range(3)]
 
 
@@ -254,8 +254,8 @@ def test_window_ms_counts_validation_windows_too(monkeypatch, tmp_path):
     fit.epoch(0, [(0.0, 1.0)] * 20, validation={14: 0.5}, validation_batches=3)
     fit.end()
     (row,) = epoch_row(fit)
-    assert [p.split("/")[-2] for p in fit.traces] == ["step=000010-000012-epoch=0",
-                                                      "step=000014-val-batch=000000-000001-epoch=0"]
+    assert [p.split("/")[-2] for p in fit.traces] == ["epoch=0000-batch=000010-000012",
+                                                      "epoch=0000-batch=000014-val-batch=000000-000001"]
     assert row["profkit/overhead/window_ms"] == pytest.approx(1000 * profiler.total / 2)
 
 

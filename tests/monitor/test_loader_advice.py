@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats
@@ -57,20 +59,36 @@ def test_what_cannot_be_read_is_reported_and_the_advice_goes_on():
     assert told == [("reading the DataLoader's CPU failed:", "advice"), ("advice failed:", "advice")]
 
 
-def test_a_check_reads_the_cpu_only_when_a_mark_is_due_or_an_alert_asks_and_makes_one_probe_an_epoch():
+def test_a_check_reads_the_cpu_only_when_a_mark_is_due_or_an_alert_asks():
     """Rolling checks come every few tenths of a second; the CPU is read at most once in the watch's min_seconds,
-    and at an alert (its advice covers the span to the latest check); the batch-ready probe is made once an epoch."""
-    read, probes = [], []
+    and at an alert (its advice covers the span to the latest check)."""
+    read = []
     advice = LoaderAdvice(lambda message, key: None)
     advice.workers = lambda: read.append(True) or []
-    advice.ready = lambda: probes.append(True) or (lambda: False)
-    advice.mark(10.0, FetchStats(), epoch_start=True)  # the first mark: read
-    probe = advice.mark(10.2, FetchStats())
-    assert advice.mark(10.4, FetchStats(), asked=True) is probe
-    assert (len(read), len(probes)) == (1, 1)  # checks 0.2 s and 0.4 s after the mark read nothing
+    advice.mark(10.0, FetchStats())  # the first mark: read
+    advice.mark(10.2, FetchStats())
+    advice.mark(10.4, FetchStats())
+    assert len(read) == 1  # checks 0.2 s and 0.4 s after the mark read nothing
     advice.advice(None, None, None, 1.0)
     assert len(read) == 2  # an alert's advice reads the span to the latest check
     advice.mark(11.5, FetchStats())  # 1.5 s after the mark: a new one
-    advice.mark(12.0, FetchStats(), epoch_start=True)
     advice.mark(12.2, FetchStats())
-    assert (len(read), len(probes)) == (3, 2)  # a new epoch, a new probe
+    assert len(read) == 3
+
+
+def test_the_cpu_a_batch_costs_each_side_is_read_from_the_fetches_and_the_workers():
+    """Between two marks: the training thread's CPU in its fetches and the workers' CPU, each over the batches
+    fetched, as the advice compares them."""
+    seconds = iter([(1.0, 0.0), (1.6, 0.1)])  # the one worker's CPU and its wait for a CPU, at each mark
+    advice = LoaderAdvice(lambda message, key: None)
+    advice.watch.read = lambda pid: next(seconds)
+    advice.watch.thread = iter([(5.0, None), (5.9, None)]).__next__
+    advice.workers = lambda: [123]
+    stats = FetchStats()
+    advice.mark(10.0, stats)
+    stats.train_s, stats.train_count, stats.cpu_s = 1.0, 20, 0.24
+    advice.mark(11.2, stats)
+    busy = advice.busy
+    assert busy.training.cpu_ms_per_batch == pytest.approx(12.0) and busy.workers.cpu_ms_per_batch == pytest.approx(30.0)
+    assert busy.training.taking is None  # the thread's wait for a CPU not given: not known
+    assert "30.0 ms of CPU to make a batch" in str(busy.workers)

@@ -114,6 +114,6 @@ def test_the_plan_of_a_metrics_only_run_says_which_windows_it_may_still_record()
 
 def test_the_plan_names_the_steps_and_ranks_and_says_when_this_rank_cannot_profile():
     assert PerformanceMonitor(steps="5-7", ranks=[0, 2]).options.plan("out", 100) == [
-        "profiling steps 5-7 on ranks 0,2", "traces -> out"]
+        "profiling the fit's steps 5-7 on ranks 0,2", "traces -> out"]
     assert PerformanceMonitor(steps="5-7").options.plan("out", 100, disabled=True)[0] == (
-        "profiling steps 5-7 on all ranks: disabled, see the warning")
+        "profiling the fit's steps 5-7 on all ranks: disabled, see the warning")

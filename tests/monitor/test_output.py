@@ -25,7 +25,7 @@ def test_windows_are_written_whole_with_their_figures_and_retention_keeps_the_ne
     output = TraceOutput(str(tmp_path), 0, 1, keep_last=1, on_error=lambda message, key: errors.append(message))
     first = output.submit(recorded(3), 0, 0, 2, 0)
     second = output.submit(recorded(3), 1, 0, 2, 0, notes={"estimated_mb": 0.1})
-    assert os.path.basename(os.path.dirname(first)) == window_name(0, 0, 2) == "step=000000-000002-epoch=0"
+    assert os.path.basename(os.path.dirname(first)) == window_name(0, 0, 2) == "epoch=0000-batch=000000-000002"
     assert os.path.basename(first).startswith(worker_name(0) + ".") and first.endswith(".pt.trace.json.gz")
     traces, written, deadline = [], [], time.monotonic() + 120
     while len(written) < 2 and time.monotonic() < deadline:  # written off this thread: looked for as the fit does

@@ -17,16 +17,16 @@ def test_epoch_window_default_and_short_epoch():
     # an epoch of 6 batches cannot hold skip 10 + warmup 1 + active 3: the window moves to fit
     assert active_steps(sel, 6, 6) == [3, 4, 5]
     assert sel.for_epoch(6).warmup_before(2, 2) == 1
-    assert "earlier than skip_first=10, to fit an epoch of 6 steps" in sel.for_epoch(6).describe()
-    assert sel.for_epoch(100).describe() == "steps 11-13 of every epoch (after 1 warm-up step)"
+    assert "earlier than skip_first=10, to fit an epoch of 6 batches" in sel.for_epoch(6).describe()
+    assert sel.for_epoch(100).describe() == "batches 11-13 of every epoch (after 1 warm-up batch)"
 
 
 @pytest.mark.parametrize("length, recorded, warmup, said", [
-    (1, [0], 0, "step 0 of every epoch (no warm-up; an epoch has 1 step, fewer than warmup + active = 4)"),
-    (2, [1], 1, "step 1 of every epoch (after 1 warm-up step; an epoch has 2 steps"),
-    (3, [1, 2], 1, "steps 1-2 of every epoch (after 1 warm-up step; an epoch has 3 steps"),
-    (4, [1, 2, 3], 1, "steps 1-3 of every epoch (after 1 warm-up step; earlier than skip_first=10"),
-    (0, [], 0, "no steps (an epoch has 0 steps)"),
+    (1, [0], 0, "batch 0 of every epoch (no warm-up; an epoch has 1 batch, fewer than warmup + active = 4)"),
+    (2, [1], 1, "batch 1 of every epoch (after 1 warm-up batch; an epoch has 2 batches"),
+    (3, [1, 2], 1, "batches 1-2 of every epoch (after 1 warm-up batch; an epoch has 3 batches"),
+    (4, [1, 2, 3], 1, "batches 1-3 of every epoch (after 1 warm-up batch; earlier than skip_first=10"),
+    (0, [], 0, "no batches (an epoch has 0 batches)"),
 ])
 def test_an_epoch_shorter_than_the_window_records_what_it_can_and_says_so(length, recorded, warmup, said):
     """Lightning's bug_report_model.py has epochs of 1 batch: it records that batch, and the plan says so."""

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from lightning_profkit.trace.events import Event, Instant, decode, decode_json, decode_strict
+from lightning_profkit.trace.events import Event, Instant, decode, decode_strict
+from lightning_profkit.trace.load import decode_json
 from lightning_profkit.trace.file import TraceError
 
 STEP = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "ts": 10, "dur": 5, "pid": 1, "tid": 2,

@@ -3,13 +3,13 @@
 import pytest
 
 from lightning_profkit.trace.headline import fit_line, percent, short_name
-from lightning_profkit.trace.step_breakdown import ROLES
+from lightning_profkit.trace.vocabulary import STEP_ROLES
 
 
 def aggregate(step_ms, data_wait, gpu_idle, shares, top):
     """An aggregate as ``trace.summary.aggregate`` makes it, of two traces."""
     figures = {"step_time_ms": step_ms, "data_wait_share": data_wait, "gpu_idle_share": gpu_idle,
-               **{f"share/{role}": shares.get(role, 0.0) for role in ROLES + ("Other",)}}
+               **{f"share/{role}": shares.get(role, 0.0) for role in STEP_ROLES + ("Other",)}}
     return {"traces": 2, "figures": figures, "operators": {"cpu_by_self": top}}
 
 

@@ -18,3 +18,12 @@ def test_interval_math():
     assert intervals.covered(u, bounds).tolist() == [False, True, True, False, True, True]
     assert intervals.covered(intervals.EMPTY, bounds).tolist() == [False] * 6
     assert as_pairs(intervals.union([], [])) == [] and intervals.overlap(intervals.EMPTY, u) == 0
+
+
+def test_a_union_where_a_mask_is_that_of_the_spans_it_picks():
+    rng = np.random.default_rng(3)
+    starts = rng.integers(0, 50, 400).astype(float)
+    ends = starts + rng.integers(0, 6, 400)
+    mask = rng.random(400) < 0.3
+    assert as_pairs(intervals.union_where(starts, ends, mask)) == as_pairs(intervals.union(starts[mask], ends[mask]))
+    assert as_pairs(intervals.union_where(starts, ends, np.zeros(400, dtype=bool))) == []

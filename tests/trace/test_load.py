@@ -10,9 +10,11 @@ import sys
 import threading
 
 import pytest
+from conftest import measured_profkit
 
 from lightning_profkit.trace.columns import from_rows
-from lightning_profkit.trace.events import decode_json, decode_strict
+from lightning_profkit.trace.events import decode_strict
+from lightning_profkit.trace.load import decode_json
 from lightning_profkit.trace.file import TraceError, read_json
 from lightning_profkit.trace.load import load, pieces
 from lightning_profkit.trace.rows import rows
@@ -20,7 +22,6 @@ from lightning_profkit.trace.summary import summarize_columns
 
 TRACES = sorted(json.loads((GPU_TRACES_REFERENCE := __import__("conftest").GPU_TRACES / "reference.json").read_text()))
 SMALL = 16 * 1024  # bytes per piece: every GPU trace but the tiniest is cut
-PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 
 
 def read(path, **kw):
@@ -174,17 +175,9 @@ def repeated_trace(path, json_mb):
 def test_a_large_trace_is_read_in_a_fraction_of_its_size(tmp_path):
     path = tmp_path / "large.pt.trace.json"
     size = repeated_trace(path, 250)
-    # Run from a small launcher: a child's peak RSS counts the memory of the process it was forked from,
-    # and pytest's is large. The launcher prints the largest of its children (profkit and its workers).
-    launcher = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True); "
-                "sys.stderr.buffer.write(done.stderr); sys.stdout.buffer.write(done.stdout); "
-                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(done.returncode)")
-    done = subprocess.run([sys.executable, "-c", launcher, PROFKIT, "summary", "--json", "--jobs", "2", str(path)],
-                          capture_output=True, timeout=300)
-    *err, maxrss = done.stderr.decode().splitlines()
-    assert done.returncode == 0, err
-    out = done.stdout
-    peak = int(maxrss) * 1024
+    code, out, err, _, peak_mb = measured_profkit("summary", "--json", "--jobs", "2", path, timeout=300)
+    assert code == 0, err
+    peak = peak_mb * 2**20
     print(f"{size / 1e6:.0f} MB of JSON read with a peak RSS of {peak / 2**20:.0f} MiB ({peak / size:.2f}x)")
     assert peak < 0.6 * size  # the whole text alone would be 1x; the reader before this one needed 2.5x
     trace = json.loads(out)["traces"][0]
@@ -194,15 +187,15 @@ def test_a_large_trace_is_read_in_a_fraction_of_its_size(tmp_path):
 
 def test_the_collector_is_paused_only_in_a_processs_main_thread():
     """A helper thread (the training process's writer) leaves the process's collector as it is: it is the user's."""
-    from lightning_profkit.trace.load import _gc_paused
+    from lightning_profkit.trace.load import gc_paused
 
     seen = []
 
     def helper():
-        with _gc_paused():
+        with gc_paused():
             seen.append(gc.isenabled())
 
-    with _gc_paused():
+    with gc_paused():
         seen.append(gc.isenabled())
     thread = threading.Thread(target=helper)
     thread.start()
@@ -252,32 +245,10 @@ def test_a_hostile_trace_is_summarised_or_left_out_in_seconds_and_bounded_memory
         os.symlink("/etc/hostname" if os.path.exists("/etc/hostname") else sys.executable, trace)
     else:
         trace.write_bytes(_hostile()[name])
-    before = _children_cpu()  # CPU of the children this test process has reaped: the command's is added
-    # the command's own peak (VmHWM: this process's memory after exec, which ru_maxrss is not) and its workers'
-    measured = ("import resource, sys\nfrom lightning_profkit.cli import main\ncode = main(sys.argv[1:])\n"
-                "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
-                "kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-                "print(max(hwm, kids) / 1024, file=sys.stderr)\nsys.exit(code)")
-    proc = subprocess.Popen([sys.executable, "-c", measured, "summary", str(folder), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    killer = threading.Timer(120, proc.kill)  # a hang ends here, and fails below
-    killer.start()
-    try:
-        out, err = proc.communicate()
-    finally:
-        killer.cancel()
-    *lines, peak = err.decode().strip().splitlines()
-    cpu_s, peak_mb = _children_cpu() - before, float(peak)
-    assert proc.returncode in (0, 1), (proc.returncode, err[-2000:])
-    if proc.returncode == 0:  # summarised
+    code, out, lines, cpu_s, peak_mb = measured_profkit("summary", folder, "--json")
+    assert code in (0, 1), (code, lines[-20:])
+    if code == 0:  # summarised
         assert json.loads(out)["traces"][0]["path"].endswith("t.pt.trace.json.gz")
     else:  # left out: one line naming the file
         assert len(lines) == 1 and "t.pt.trace.json.gz" in lines[0] and "Traceback" not in lines[0], lines
     assert cpu_s < 5 and peak_mb < 300, (cpu_s, peak_mb)
-
-
-def _children_cpu():
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime

@@ -2,11 +2,20 @@
 
 import json
 import os
+import time
+
+import pytest
 
 from lightning_profkit.companions import with_companions
 from lightning_profkit.trace import sidecar
+from lightning_profkit.trace.load import load
+from lightning_profkit.trace.summary import summarize_trace
 
-SUMMARY = {"path": "/elsewhere/a.pt.trace.json.gz", "window": "old", "worker": "w_rank3", "rank": 3, "host": {"steps": 2}}
+TRACE = __import__("conftest").GPU_TRACES / "hta/amd_mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+# a real trace's summary, as if it had been read elsewhere
+SUMMARY = {**summarize_trace(str(TRACE), load(str(TRACE))), "path": "/elsewhere/a.pt.trace.json.gz", "window": "old",
+           "worker": "w_rank3", "rank": 3}
+KEPT = {k: v for k, v in SUMMARY.items() if k not in ("path", "window")}
 
 
 def made(tmp_path, text=b"x" * 100):
@@ -20,10 +29,9 @@ def test_a_sidecar_is_read_back_for_its_trace_and_placed_where_the_trace_is(tmp_
     trace = made(tmp_path)
     with open(sidecar.sidecar_of(trace), "wb") as f:
         f.write(sidecar.dumps(SUMMARY, os.stat(trace)))
-    assert json.loads(open(sidecar.sidecar_of(trace), "rb").read())["summary"] == {
-        "worker": "w_rank3", "rank": 3, "host": {"steps": 2}}  # not where the trace was
+    assert json.loads(open(sidecar.sidecar_of(trace), "rb").read())["summary"] == KEPT  # not where the trace was
     assert sidecar.with_place(trace, sidecar.read(trace)) == {
-        "path": trace, "window": "step=000001-000002-epoch=0", "worker": "w_rank3", "rank": 3, "host": {"steps": 2}}
+        "path": trace, "window": "step=000001-000002-epoch=0", **KEPT}
 
 
 def test_a_changed_trace_or_other_code_makes_it_stale(tmp_path):
@@ -62,3 +70,41 @@ def test_a_link_in_a_sidecars_place_is_not_followed(tmp_path):
     os.remove(sidecar.sidecar_of(trace))
     os.rename(elsewhere, sidecar.sidecar_of(trace))
     assert sidecar.read(trace) is not None
+
+
+def _with(summary_change):
+    doc = json.loads(sidecar.dumps(SUMMARY, 100))
+    summary_change(doc["summary"])
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("change", [
+    lambda s: s.pop("operators"),  # a key missing
+    lambda s: s["step_breakdown"]["avg"].pop("Total"),  # a figure missing
+    lambda s: s["host"].update(steps="2"),  # a number that is a string
+    lambda s: s["operators"]["cpu"].append({"name": 7, "calls": 1, "total_us": 1, "self_us": 1}),
+    lambda s: s.update(notes=[[[[[]]]]]),
+])
+def test_a_sidecar_of_another_shape_is_not_believed(change):
+    """Each summary a reader would trip on (a KeyError, a TypeError in HostFigures) makes the sidecar stale."""
+    assert sidecar.loads(_with(lambda s: None), 100) is not None
+    assert sidecar.loads(_with(change), 100) is None
+
+
+def test_what_a_sidecar_holds_beyond_the_summary_is_dropped():
+    loaded = sidecar.loads(_with(lambda s: s.update(surprise=1) or s["host"].update(surprise=1)), 100)
+    assert loaded == KEPT
+
+
+def test_a_hostile_sidecar_costs_its_size_at_most():
+    """Deep nesting is refused by the decoder's own limit (no RecursionError escapes), and a sidecar of rows upon
+    rows is decoded in time that grows with its size."""
+    deep = b'{"version": "' + sidecar.version().encode() + b'", "summary": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert sidecar.loads(deep, 100) is None
+    rows = [{"name": f"op{i}", "calls": 1, "total_us": 1.0, "self_us": 1.0} for i in range(100_000)]
+    big = _with(lambda s: s["operators"].update(cpu=rows))
+    assert len(big) < sidecar.MAX_BYTES
+    start = time.process_time()
+    assert len(sidecar.loads(big, 100)["operators"]["cpu"]) == 100_000
+    assert sidecar.loads(big + b" " * sidecar.MAX_BYTES, 100) is None  # over the cap: not decoded
+    print(f"{len(big) / 1e6:.1f} MB of sidecar decoded in {time.process_time() - start:.2f} s of CPU")

@@ -6,7 +6,7 @@ import pytest
 from conftest import GPU_TRACES
 
 from lightning_profkit.trace.columns import columns
-from lightning_profkit.trace.events import decode_json
+from lightning_profkit.trace.load import decode_json
 from lightning_profkit.trace.file import read_json
 from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
 

@@ -4,12 +4,13 @@ A loader whose workers send many small tensors a sample waits on the training pr
 the workers send one at a time, not on the workers: more workers gain nothing (they wait for the training
 process), fewer and larger tensors do."""
 
+import time
 import warnings
 
 import torch
 from conftest import make_trainer
 from lightning.pytorch import LightningModule
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from lightning_profkit import PerformanceMonitor
 
@@ -62,9 +63,34 @@ def test_many_small_tensors_are_told_to_send_fewer_not_to_add_workers_and_that_h
     said = "\n".join(advice)
     assert advice and "more workers do not help: return fewer, larger tensors" in advice[0], said
     assert not any("try num_workers=" in line for line in advice), said
-    assert "a batch the workers made waited through" in "\n".join(advice)
+    # the figures it rests on: CPU per batch on each side, which a busy machine leaves as they are
+    assert "ms of CPU in each fetch" in said and "ms of CPU to make a batch" in said, said
+    print("\n".join(line for line in advice if line.startswith("measured: ")))
     _, after, after_ratio = fit(tmp_path / "advice_followed", stacked=True)  # the same numbers, one tensor a sample
     _, more, _ = fit(tmp_path / "more_workers", stacked=False, workers=4)  # what the advice was before
     # the data wait a step: the ratio to the step time is no measure here, the fix making the whole step fast
     assert after <= before / 2, (before, after, ratio, after_ratio)
     assert more > after, (more, after)  # the alternative gains less
+
+
+class Unsharded(IterableDataset):
+    """An iterable dataset that does not ask ``get_worker_info()``: each worker yields every sample."""
+
+    def __iter__(self):
+        for i in range(40):
+            time.sleep(0.01)
+            yield {"x": torch.full((4,), float(i))}
+
+
+def test_an_unsharded_iterable_read_by_workers_is_told_to_shard_first(tmp_path):
+    """Two workers each yield all 40 samples: the epoch has 20 batches of 4, not 10, and the first advice line says
+    so (more workers would only multiply the copies)."""
+    got = []
+    loader = DataLoader(Unsharded(), batch_size=4, num_workers=2, persistent_workers=True)
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False, alert_window=4, on_alert=got.append)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(Model(), loader)
+    assert trainer.fit_loop.epoch_loop.total_batch_idx + 1 == 2 * 40 // 4  # the duplicates the advice names
+    assert got and got[0].advice[0].startswith("IterableDataset without get_worker_info() read by 2 workers, each "
+                                               "yields every sample (2 copies an epoch): shard it first"), got[0].advice

@@ -90,7 +90,7 @@ def test_stop_ends_training_at_the_next_step_with_metrics_and_traces(tmp_path):
     with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
         text = f.read()
     assert "profkit/data_wait_ratio" in text and "profkit/data_wait_alert" in text
-    assert [os.path.basename(os.path.dirname(p)) for p in trace_files(tmp_path)] == ["step=000002-000003-epoch=0"]
+    assert [os.path.basename(os.path.dirname(p)) for p in trace_files(tmp_path)] == ["epoch=0000-batch=000002-000003"]
     assert leftovers(tmp_path) == []
 
 
@@ -130,7 +130,9 @@ def test_capture_requested_from_another_process(tmp_path):
     assert run.returncode == 0, out[-2000:]
     recorded = profiler_steps(read_trace(found[0]))
     assert len(recorded) == 4 and max(recorded) < steps - 1
-    assert "recording steps" in out and "requested from outside" in out
+    said = re.search(r"recording 4 steps from batch (\d+) of epoch (\d+) \(requested from outside\)", out)
+    folder = os.path.basename(os.path.dirname(found[0]))  # where the line said the window is
+    assert said and folder.startswith(f"epoch={int(said[2]):04d}-batch={int(said[1]):06d}-"), (out[-2000:], folder)
     assert not marker.exists() and leftovers(tmp_path) == []
 
 
@@ -173,7 +175,8 @@ def test_alerts_are_in_tensorboards_text_tab(tmp_path, tensorboard_server):
     assert shown["step"] == alert.step
     assert "data wait was" in shown["text"] and "<li>num_workers=0" in shown["text"]
     first, last = alert.recording  # the text is written when the alert fires: the steps, not yet their trace
-    assert f"Recording steps {first}-{last}" in shown["text"] and alert.trace_dir.endswith(f"{first:06d}-{last:06d}-epoch=0")
+    assert f"Recording {last - first + 1} steps after it" in shown["text"]
+    assert alert.trace_dir.endswith(f"epoch=0000-batch={first:06d}-{last:06d}")  # epoch 0: its batches are the steps
 
 
 @pytest.mark.parametrize("others", [0, 2], ids=["alone", "beside 2 busy processes"])
@@ -202,16 +205,21 @@ def test_the_advice_on_workers_rests_on_how_busy_they_were(tmp_path, two_cpus, b
 ], ids=["waiting on I/O", "computing"])
 def test_the_advice_says_how_much_of_the_wait_the_training_process_computed(tmp_path, busy_cores, dataset, low, high,
                                                                              others):
-    """No workers, each sample 10 ms, the step 1 ms: the training thread's time on a CPU or waiting for one in its
-    wait tells a sample read from storage (a sleep) from one computed in the training process, also where other
-    processes keep the CPUs busy (the thread's CPU time alone then read 37-44% for a computing loader)."""
+    """No workers, each sample 10 ms, the step 1 ms: the training thread's CPU in its fetches over their wait less
+    its wait for a CPU tells a sample read from storage (a sleep) from one computed in the training process, also
+    where other processes keep the CPUs busy. Its time on a CPU or waiting for one does too on a quiet machine; on a
+    busy one a thread woken from its sleep waits for a CPU (32-97% read beside two burners and two other tests)."""
     busy_cores(others)
     got = []
     monitor = PerformanceMonitor(profile=False, alert_window=10, on_alert=got.append)
     fit(tmp_path, monitor, Busy(dataset, work=0.001))
     (alert,) = got
+    taking = re.search(r"ms of CPU in each fetch, (\d+)% of its wait less its wait for a CPU", "\n".join(alert.advice))
+    assert taking and low <= int(taking[1]) / 100 <= high, alert.advice
     share = re.search(r"on or waiting for a CPU (?:(\d+)-)?(\d+)% of its", alert.advice[1])
-    assert share and low <= int(share[1] or share[2]) / 100 <= int(share[2]) / 100 <= high, alert.advice
+    assert share, alert.advice
+    if not others:
+        assert low <= int(share[1] or share[2]) / 100 <= int(share[2]) / 100 <= high, alert.advice
     assert ("waiting on I/O" in alert.advice[0]) == (high < 0.5)
 
 
@@ -246,7 +254,7 @@ def test_a_second_fit_into_a_running_fits_folder_gets_its_own(tmp_path):
 
 
 @pytest.mark.parametrize("batches, said, recorded", [
-    (40, "data-wait alert at step 19, the fit's last: no steps are left to record for it", []),
+    (40, "data-wait alert at the fit's last step: no steps are left to record for it", []),
     (44, None, [20, 21]),  # at once, without the warm-up step: the fit ends at step 21
 ], ids=["at the last step", "two steps before the end"])
 def test_an_alert_near_the_fits_end_promises_no_step_past_it(tmp_path, caplog, batches, said, recorded):
@@ -261,8 +269,8 @@ def test_an_alert_near_the_fits_end_promises_no_step_past_it(tmp_path, caplog, b
     assert lines == ([f"lightning_profkit: {said}"] if said else [])
     messages = [str(w.message) for w in warned]
     if recorded:
-        assert "Recording steps 20-21; their trace is named when written" in messages[0]
-        assert messages[1:] == [f"trace of the steps after the alert at step 19:\n  {alert.trace_dir}"]
+        assert "Recording 2 steps after it; their trace is named when written" in messages[0]
+        assert messages[1:] == [f"trace of the steps after the alert (epoch 0, batches 10-19):\n  {alert.trace_dir}"]
         (trace,) = trace_files(tmp_path)
         assert profiler_steps(read_trace(trace)) == recorded and os.path.dirname(trace) == alert.trace_dir
     else:

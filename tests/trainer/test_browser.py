@@ -48,7 +48,7 @@ def test_profiler_tab_shows_our_run_and_its_dataloader_share(tmp_path, tensorboa
     from selenium.webdriver.common.by import By
 
     monitor = data_bound_run(tmp_path, steps="10-13")
-    run = f"{os.path.basename(monitor.trace_dir)}/step=000010-000013-epoch=0"  # no logger: profiler/run=.../
+    run = f"{os.path.basename(monitor.trace_dir)}/epoch=0000-batch=000010-000013"  # no logger: profiler/run=.../
     server = tensorboard_server(os.path.dirname(monitor.trace_dir))
     server.wait_for(lambda: run in server.get("runs")["runs"])
     browser = chrome()

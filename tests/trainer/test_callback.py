@@ -48,12 +48,12 @@ def windows(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, epochs, expected",
     [
-        (dict(), 2, {"step=000011-000013-epoch=0": [11, 12, 13], "step=000031-000033-epoch=1": [31, 32, 33]}),
-        (dict(skip_first=0, warmup=0, active=2), 1, {"step=000000-000001-epoch=0": [0, 1]}),
-        (dict(steps="3-4,30-31"), 2, {"step=000003-000004-epoch=0": [3, 4], "step=000030-000031-epoch=1": [30, 31]}),
-        (dict(steps=[[19, 21]]), 2, {"step=000019-epoch=0": [19], "step=000020-000021-epoch=1": [20, 21]}),
-        (dict(every_n_steps=15, active=2), 2, {f"step={s:06d}-{s + 1:06d}-epoch={s // 20}": [s, s + 1] for s in (15, 30)}),
-        (dict(step_filter=lambda s: s % 17 == 5, warmup=2), 2, {"step=000005-epoch=0": [5], "step=000022-epoch=1": [22], "step=000039-epoch=1": [39]}),
+        (dict(), 2, {"epoch=0000-batch=000011-000013": [11, 12, 13], "epoch=0001-batch=000011-000013": [31, 32, 33]}),
+        (dict(skip_first=0, warmup=0, active=2), 1, {"epoch=0000-batch=000000-000001": [0, 1]}),
+        (dict(steps="3-4,30-31"), 2, {"epoch=0000-batch=000003-000004": [3, 4], "epoch=0001-batch=000010-000011": [30, 31]}),
+        (dict(steps=[[19, 21]]), 2, {"epoch=0000-batch=000019": [19], "epoch=0001-batch=000000-000001": [20, 21]}),
+        (dict(every_n_steps=15, active=2), 2, {f"epoch={s // 20:04d}-batch={s % 20:06d}-{s % 20 + 1:06d}": [s, s + 1] for s in (15, 30)}),
+        (dict(step_filter=lambda s: s % 17 == 5, warmup=2), 2, {"epoch=0000-batch=000005": [5], "epoch=0001-batch=000002": [22], "epoch=0001-batch=000019": [39]}),
         (dict(profile=False), 2, {}),
     ],
     ids=["epoch-window", "no-warmup", "ranges", "range-across-epochs", "every-n", "filter", "metrics-only"],
@@ -78,8 +78,7 @@ def test_labels_under_gradient_accumulation(tmp_path):
     meta = read_trace(path)["profkit"]
     # a step is a batch: batches 6-8 are optimizer step 2 (ProfilerStep numbers follow batches), the logging axis's 2
     assert meta == {"epoch": 0, "steps": [6, 8], "batch_idx": [6, 8], "worker": meta["worker"], "rank": 0, "world_size": 1,
-                    "estimated_mb": meta["estimated_mb"], "memory_growth_bytes": meta["memory_growth_bytes"],
-                    "log_step": 2}
+                    "log_step": 2}  # the fit's first window: no size estimate
     assert trainer.global_step == 20 // 3 + 1
 
 
@@ -129,7 +128,7 @@ def test_lightning_dispatches_our_step_end_hook_only_on_steps_with_work(tmp_path
     # rolling checks at steps 9, 19, 29, 39; the window's steps 18 (its session opens), 19 (warm-up), 20, 21: 7
     # steps (the polls' and the ownership checks' cadence: tests/monitor/test_fit.py, against a fake clock)
     assert calls["on_train_batch_end"] == 7
-    assert windows(tmp_path) == {"step=000020-000021-epoch=0": [20, 21]}
+    assert windows(tmp_path) == {"epoch=0000-batch=000020-000021": [20, 21]}
     assert trainer.profiler is user_profiler and fetch_timing_removed(trainer)  # the user's profiler is untouched
 
 

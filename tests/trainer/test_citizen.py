@@ -70,7 +70,7 @@ def test_pickle_and_deepcopy_at_every_point_of_a_fit(tmp_path):
     assert torch.load(saved, weights_only=False).callbacks
 
     # the fit itself was not disturbed: both windows recorded whole, nothing left behind
-    assert window_names(monitor) == ["step=000004-000006-epoch=0", "step=000015-000016-epoch=0"]
+    assert window_names(monitor) == ["epoch=0000-batch=000004-000006", "epoch=0000-batch=000015-000016"]
     assert sorted(profiler_steps(read_trace(p)) for p in monitor.traces) == [[4, 5, 6], [15, 16]]
     assert fetch_timing_removed(trainer) and leftovers(tmp_path) == []
     assert spy.copies[5][0] and not spy.copies[2][0]  # one copy was made with the profiler session running
@@ -91,7 +91,7 @@ def test_a_copy_made_during_the_fit_profiles_a_fit_of_its_own(tmp_path):
     make_trainer(tmp_path / "a", [monitor, spy]).fit(TinyModel(SleepDataset(20)))
     _, (clone, _) = spy.copies[4]
     make_trainer(tmp_path / "b", [clone]).fit(TinyModel(SleepDataset(20)))
-    assert window_names(monitor) == ["step=000004-000005-epoch=0"]
+    assert window_names(monitor) == ["epoch=0000-batch=000004-000005"]
     assert [p for p in clone.traces if str(tmp_path / "b") in p] and leftovers(tmp_path) == []
 
 
@@ -104,7 +104,7 @@ def test_user_callback_deep_copying_the_callbacks_in_on_fit_start(tmp_path):
     snapshot = Snapshot()
     trainer = make_trainer(tmp_path, [monitor, snapshot])
     trainer.fit(TinyModel(SleepDataset(20)))
-    assert trainer.state.finished and window_names(monitor) == ["step=000003-000004-epoch=0"]
+    assert trainer.state.finished and window_names(monitor) == ["epoch=0000-batch=000003-000004"]
     assert isinstance(snapshot.saved[0], PerformanceMonitor) and snapshot.saved[0].traces == []
 
 
@@ -126,6 +126,16 @@ class LrModel(TinyModel):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
+class Batches(Callback):
+    """Lightning's batch index of each of the fit's steps (``total_batch_idx``), as the steps begin."""
+
+    def __init__(self):
+        self.seen = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.seen[trainer.fit_loop.epoch_loop.total_batch_idx] = batch_idx
+
+
 def test_failed_lr_find_leaves_nothing_and_a_later_fit_profiles(tmp_path, monkeypatch):
     import tqdm
 
@@ -141,10 +151,14 @@ def test_failed_lr_find_leaves_nothing_and_a_later_fit_profiles(tmp_path, monkey
     assert fetch_timing_removed(trainer) and not (tmp_path / "profiler").exists()
 
     # what the finder restores when it succeeds
-    trainer.callbacks, trainer.fit_loop.epoch_loop.max_steps, trainer.limit_val_batches = callbacks, max_steps, 0
+    batches = Batches()
+    trainer.callbacks, trainer.fit_loop.epoch_loop.max_steps, trainer.limit_val_batches = callbacks + [batches], max_steps, 0
     model.failing = False
     trainer.fit(model)
-    assert window_names(monitor) == ["step=000004-000005-epoch=0"]
+    # the fit's steps 4-5, named by their batches as Lightning numbered them (Lightning 2.5 goes on counting the
+    # finder's steps: batches 0-1; later releases start again: batches 4-5)
+    first, last = (batches.seen[step] for step in (4, 5))
+    assert window_names(monitor) == [f"epoch=0000-batch={first:06d}-{last:06d}"]
     assert fetch_timing_removed(trainer) and leftovers(tmp_path) == []
     assert capture_request.running(monitor.trace_dir) is None
 
@@ -172,7 +186,7 @@ def test_loops_that_run_without_us_get_their_fetch_callbacks_back(tmp_path):
     # its steps take long enough for the ownership check (1 s here) to come due before the failure
     with mock.patch("lightning_profkit.monitor.fit.OWNER_CHECK_S", 1.0), pytest.raises(RuntimeError, match="diverged"):
         trainer.fit(Slow(SleepDataset(40)))
-    assert monitor not in trainer.callbacks and window_names(monitor) == ["step=000002-000003-epoch=0"]
+    assert monitor not in trainer.callbacks and window_names(monitor) == ["epoch=0000-batch=000002-000003"]
     assert fetch_timing_removed(trainer) and not torch.autograd.profiler._is_profiler_enabled
     assert capture_request.running(monitor.trace_dir) is None and leftovers(tmp_path) == []
 
@@ -247,7 +261,7 @@ def test_the_trace_folder_appears_with_its_first_window(tmp_path):
 
     make_trainer(tmp_path, [monitor, Look()]).fit(TinyModel(SleepDataset(20)))
     assert not any(seen[i] for i in range(10))  # written once the window has ended, after step 9
-    assert window_names(monitor) == ["step=000008-000009-epoch=0"]
+    assert window_names(monitor) == ["epoch=0000-batch=000008-000009"]
 
 
 def test_a_second_fit_into_a_folder_with_a_finished_fits_traces_writes_to_its_own(tmp_path):
@@ -270,4 +284,4 @@ def test_a_second_fit_into_a_folder_with_a_finished_fits_traces_writes_to_its_ow
     done = subprocess.run([profkit, "summary", "--json", str(shared)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     windows = sorted(t["window"] for t in json.loads(done.stdout)["traces"])
-    assert windows == sorted(["step=000001-000002-epoch=0", f"{own}/step=000001-000002-epoch=0"])
+    assert windows == sorted(["epoch=0000-batch=000001-000002", f"{own}/epoch=0000-batch=000001-000002"])

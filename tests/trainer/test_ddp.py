@@ -23,7 +23,7 @@ def test_ddp_two_ranks(tmp_path, strategy):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     output = done.stdout + done.stderr
-    assert output.count("lightning_profkit: profiling steps 3-5") == 1  # one plan line, rank zero
+    assert output.count("lightning_profkit: profiling the fit's steps 3-5") == 1  # one plan line, rank zero
     assert "USDT:" not in output
     paths = trace_files(tmp_path)
     # 40 samples / 2 ranks / batch 2 = 10 steps per epoch; the first rolling check (steps 0-4) alerts, and
@@ -31,11 +31,11 @@ def test_ddp_two_ranks(tmp_path, strategy):
     by_folder = {}
     for p in paths:
         by_folder.setdefault(os.path.basename(os.path.dirname(p)), []).append(p)
-    assert set(by_folder) == {"step=000003-000005-epoch=0", "step=000006-000008-epoch=0"}
+    assert set(by_folder) == {"epoch=0000-batch=000003-000005", "epoch=0000-batch=000006-000008"}
     for folder, files in by_folder.items():
         workers = sorted(os.path.basename(p).split(".")[0] for p in files)
         assert len(workers) == 2 and workers[0].endswith("_rank0") and workers[1].endswith("_rank1")
-        first, last = map(int, folder.split("step=")[1].split("-")[:2])
+        first, last = map(int, folder.split("batch=")[1].split("-")[:2])  # epoch 0: batch is step
         assert all(profiler_steps(read_trace(p)) == list(range(first, last + 1)) for p in files)
 
     # one alert, on rank zero only, naming the slow rank and pointing to the capture
@@ -43,9 +43,9 @@ def test_ddp_two_ranks(tmp_path, strategy):
     with open(os.path.join(str(tmp_path), "alerts-rank0.jsonl")) as f:
         (alert,) = [json.loads(line) for line in f]
     assert alert["worst_rank"] == 1 and alert["step"] == 4 and alert["recording"] == [6, 8]  # sent as it fired
-    named = "trace of the steps after the alert at step 4:\n  "
+    named = "trace of the steps after the alert (epoch 0, batches 0-4):\n  "
     assert output.count(named) == 1 and f"{named}{tmp_path}" in output  # rank zero, once the trace is written
-    assert output.split(named)[1].split()[0].endswith("step=000006-000008-epoch=0")
+    assert output.split(named)[1].split()[0].endswith("epoch=0000-batch=000006-000008")
     # its advice rests on what rank 1's loading did
     assert "measured: rank 1's training process: on or waiting for a CPU" in alert["advice"][1], alert["advice"]
     assert output.count("of the training time on rank 1 (alert at") == 1
@@ -124,13 +124,13 @@ def windows_and_workers(paths):
     return {folder: sorted(w.rsplit("_", 1)[1] for w in workers) for folder, workers in by_folder.items()}
 
 
-WINDOWS = {"step=000003-000005-epoch=0": ["rank0", "rank1"], "step=000006-000008-epoch=0": ["rank0", "rank1"]}
+WINDOWS = {"epoch=0000-batch=000003-000005": ["rank0", "rank1"], "epoch=0000-batch=000006-000008": ["rank0", "rank1"]}
 
 
 def test_two_nodes_write_into_the_same_window_folders(tmp_path):
     outputs = run_nodes(tmp_path)
     assert windows_and_workers(trace_files(tmp_path)) == WINDOWS
-    assert sum(o.count("lightning_profkit: profiling steps 3-5") for o in outputs) == 1  # global rank zero only
+    assert sum(o.count("lightning_profkit: profiling the fit's steps 3-5") for o in outputs) == 1  # global rank zero only
     assert all("process groups after fit: 1" in o for o in outputs)  # ours destroyed at teardown
 
 

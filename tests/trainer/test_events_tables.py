@@ -40,7 +40,7 @@ def test_a_real_fits_tables_are_one_dataset_to_duckdb_and_dask(tmp_path):
                        "'ProfilerStep#') ORDER BY step").fetchall()
     assert [s for (s,) in steps] == [2, 3, 7, 8]
 
-    # window folders are named step=…: a hive-style reader takes that for a column of its own, unless told not to
+    # window folders are named epoch=…: a hive-style reader takes that for a column of its own, unless told not to
     frame = dd.read_parquet(f"{run}/**/*.parquet", dataset={"partitioning": None}).compute()
     assert frame.groupby(["window_name", "rank"]).size().to_dict() == want
     assert set(frame["run"]) == {os.path.basename(run)}

@@ -46,7 +46,7 @@ def profiler_off():
 def second_fit_works(tmp_path):
     monitor = PerformanceMonitor(steps="2-3", alert_threshold=None)
     make_trainer(tmp_path / "again", [monitor]).fit(TinyModel(SleepDataset(20)))
-    return [os.path.basename(os.path.dirname(p)) for p in monitor.traces] == ["step=000002-000003-epoch=0"]
+    return [os.path.basename(os.path.dirname(p)) for p in monitor.traces] == ["epoch=0000-batch=000002-000003"]
 
 
 @pytest.mark.parametrize("where", ["training_step", "dataset"])
@@ -235,5 +235,38 @@ def test_a_full_disk_is_said_once_in_words_leaves_nothing_and_profiling_resumes_
     assert leftovers(small_disk) == []  # no .raw, .raw.tmp or .tmp
     folders = sorted(os.listdir(small_disk / "profiler"))
     assert all(os.listdir(small_disk / "profiler" / f) for f in folders), folders  # no empty window folder
-    assert [f.split("epoch=")[1] for f in folders] == ["2", "2", "3", "3"], folders  # windows again with room
+    assert [f.split("epoch=")[1][:4] for f in folders] == ["0002", "0002", "0003", "0003"], folders  # windows again with room
     assert all(profiler_steps(read_trace(p)) for p in trace_files(small_disk))
+
+
+@pytest.mark.parametrize("planted", ["a link to another folder", "another user's folder"])
+def test_a_window_folder_planted_mid_fit_is_refused_once_and_nothing_is_written_through_it(tmp_path, planted):
+    """Window folder names can be foreseen: one made by someone else at the next window's name once the fit runs (a
+    link to another folder, or a folder of another user) receives nothing; one warning names it, and the windows
+    after it are written as usual."""
+    if planted == "another user's folder" and (not hasattr(os, "getuid") or os.getuid() != 0):
+        pytest.skip("a folder of another user needs root to make")
+    traces, elsewhere = tmp_path / "traces", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monitor = PerformanceMonitor(steps="5-6,15-16,25-26", warmup=0, dirpath=str(traces))
+
+    class Plant(Callback):
+        def on_train_batch_start(self, trainer, *args):
+            if trainer.global_step == 10:  # the first window is written, the folder and its marker are there
+                taken = traces / "epoch=0000-batch=000015-000016"
+                if planted == "a link to another folder":
+                    os.symlink(elsewhere, taken)
+                else:
+                    taken.mkdir()
+                    os.chown(taken, 65534, 65534)
+                    taken.chmod(0o777)
+
+    trainer = make_trainer(tmp_path, [monitor, Plant()], max_epochs=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(TinyModel(SleepDataset(60)))
+    said = [str(w.message) for w in caught if "is already there" in str(w.message)]
+    assert len(said) == 1 and "epoch=0000-batch=000015-000016" in said[0], said
+    assert list(elsewhere.iterdir()) == [] and list((traces / "epoch=0000-batch=000015-000016").iterdir()) == []
+    assert sorted(p.parent.name for p in traces.glob("*/*.pt.trace.json.gz")) == [
+        "epoch=0000-batch=000005-000006", "epoch=0000-batch=000025-000026"]

@@ -73,7 +73,7 @@ def test_a_killed_finalizing_process_is_replaced_and_training_goes_on(tmp_path, 
     assert watch.steps == 40 and watch.killed is not None
     assert len(watch.seen) == 2 and finalizers() == {}  # the killed one and its replacement, both gone
     written = {os.path.basename(os.path.dirname(p)) for p in trace_files(tmp_path)}
-    assert {"step=000024-000025-epoch=0", "step=000030-000031-epoch=0", "step=000036-000037-epoch=0"} <= written
+    assert {"epoch=0000-batch=000024-000025", "epoch=0000-batch=000030-000031", "epoch=0000-batch=000036-000037"} <= written
     assert leftovers(tmp_path) == []
     lost = [str(w.message) for w in recwarn if "finalizing process ended" in str(w.message)]
     assert len(lost) <= 1  # the window in hand, if the kill came while one was, is reported once
@@ -98,5 +98,5 @@ def test_traces_stream_while_loader_workers_and_another_job_fill_every_core(tmp_
     monitor = PerformanceMonitor(alert_threshold=None)  # the default windows: batches 11-13 of every epoch
     model = TinyModel(BurnDataset(120, burn=0.01), batch_size=2, num_workers=usable_cpus())
     make_trainer(tmp_path, [monitor, Look()], max_epochs=epochs).fit(model)
-    windows = [f"step={60 * e + 11:06d}-{60 * e + 13:06d}-epoch={e}" for e in range(epochs)]
+    windows = [f"epoch={e:04d}-batch=000011-000013" for e in range(epochs)]
     assert written[epochs - 1] == windows[:-1] and len(trace_files(tmp_path)) == epochs, written

@@ -3,8 +3,11 @@ step axis, the loader's start-up. Their truth against the test's own timing: tes
 
 import csv
 import glob
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 
@@ -145,16 +148,30 @@ class LoopLayout(Callback):
             self.in_dict = [_attributes_in_a_dict(loop), _attributes_in_a_dict(loop.val_loop)]
 
 
-def test_fetch_timing_keeps_the_loops_attribute_layout(tmp_path):
-    # Lightning reads the loops' attributes many times a step; reading a loop's __dict__ (as our install
-    # once did) makes each of those reads about twice as slow for the rest of the fit
+def loop_layouts(root: str) -> list[list[bool]]:
+    """Whether the fit loops' attributes were in a dict mid-fit, without our callback and with it."""
     seen = []
     for name, callbacks in (("a", []), ("b", [PerformanceMonitor(profile=False)])):
         layout = LoopLayout()
-        trainer = make_trainer(tmp_path / name, [layout, *callbacks])
+        trainer = make_trainer(os.path.join(root, name), [layout, *callbacks])
         trainer.fit(TinyModel(SleepDataset(8)))
         seen.append(layout.in_dict)
         assert fetch_timing_removed(trainer)  # (this check reads __dict__ itself, after the fit)
+    return seen
+
+
+def test_fetch_timing_keeps_the_loops_attribute_layout(tmp_path):
+    # Lightning reads the loops' attributes many times a step; reading a loop's __dict__ (as our install
+    # once did) makes each of those reads about twice as slow for the rest of the fit. In a fresh Python: whether
+    # CPython gives an instance a dict also depends on the names earlier code set on other instances of its class
+    # (other tests, in this process, and then our two names tip the validation loop into one)
+    here = os.path.dirname(__file__)
+    path = os.pathsep.join([here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")])
+    code = f"import json\nfrom test_metrics import loop_layouts\nprint(json.dumps(loop_layouts({str(tmp_path)!r})))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
     if all(seen[0]):
         pytest.skip("this Python keeps these attributes in a dict anyway")
     assert seen[1] == seen[0]  # (Lightning itself makes the validation loop's dict, not the training loop's)

@@ -70,7 +70,7 @@ def test_runs_without_alerts_or_windows_still_render(tmp_path):
     logger = CSVLogger(str(tmp_path), name="windows")
     fit(tmp_path, monitor, Busy(SleepDataset(20, delay=0.001)), logger=logger)
     said, page = report(monitor.trace_dir, tmp_path / "from-profiler.html")  # given the profiler/ folder
-    assert "1 epoch(s), 1 trace(s)" in said and "class='window'" in page and "step=000001-000002-epoch=0" in page
+    assert "1 epoch(s), 1 trace(s)" in said and "class='window'" in page and "epoch=0000-batch=000001-000002" in page
     link = page.split("Trace: <a href='")[1].split("'")[0]
     assert (tmp_path / urllib.parse.unquote(link)).is_file()  # relative to the page, percent-encoded
     # a page that cannot be written is named as the user gave it (it named the temporary file written first)
@@ -118,7 +118,7 @@ def test_every_link_of_a_report_from_hostile_file_names_opens_its_own_file(tmp_p
     from selenium.webdriver.common.by import By
 
     trace = gpu_traces / "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
-    window = tmp_path / "run" / "profiler" / "step=000001-000002-epoch=0"
+    window = tmp_path / "run" / "profiler" / "epoch=0000-batch=000001-000002"
     window.mkdir(parents=True)
     for name in HOSTILE:
         shutil.copy(trace, window / name)

@@ -53,7 +53,7 @@ def test_a_fit_logging_to_s3_puts_every_trace_there_whole(tmp_path, s3_server, m
     assert monitor.trace_dir == "s3://runs/exp/m/version_0/profiler"
     keys = s3_server.keys("exp/m/version_0/profiler")
     traces = [k for k in keys if k.endswith(".pt.trace.json.gz")]
-    assert [k.split("/")[-2] for k in traces] == ["step=000011-000013-epoch=0", "step=000031-000033-epoch=1"]
+    assert [k.split("/")[-2] for k in traces] == ["epoch=0000-batch=000011-000013", "epoch=0001-batch=000011-000013"]
     # each with its sidecar (its events table waits for a first query); no temporary keys, no probe, no marker
     assert sorted(k for t in traces for k in (t, t + SIDECAR)) == keys
     assert sorted(monitor.traces) == [f"s3://runs/{k}" for k in traces]
@@ -64,7 +64,7 @@ def test_a_fit_logging_to_s3_puts_every_trace_there_whole(tmp_path, s3_server, m
     done = profkit("summary", "--json", monitor.trace_dir)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert [t["window"] for t in summary["traces"]] == ["step=000011-000013-epoch=0", "step=000031-000033-epoch=1"]
+    assert [t["window"] for t in summary["traces"]] == ["epoch=0000-batch=000011-000013", "epoch=0001-batch=000011-000013"]
     assert all(t["host"]["data_wait_share"] is not None for t in summary["traces"])
 
 
@@ -121,12 +121,12 @@ def test_the_store_going_down_mid_run_keeps_every_trace_and_ends_on_time(tmp_pat
     files = sorted(os.path.join(d, f) for d, _, files in os.walk(staged) for f in files)
     kept = [p for p in files if p.endswith(".pt.trace.json.gz")]
     assert files == sorted(k for p in kept for k in (p, p + SIDECAR))  # each kept with its sidecar
-    windows = [f"step={s:06d}-{s + 1:06d}-epoch={s // 20}" for s in range(5, 60, 5)]
+    windows = [f"epoch={s // 20:04d}-batch={s % 20:06d}-{s % 20 + 1:06d}" for s in range(5, 60, 5)]
     assert sorted([k.split("/")[-2] for k in stop.uploaded] + [p.split(os.sep)[-2] for p in kept]) == windows
     assert [k.split("/")[-2] for k in stop.uploaded] == windows[:3]
     for path in kept:  # whole traces, ready to upload
         assert json.loads(gzip.decompress(open(path, "rb").read()))["traceEvents"]
-    first = [w for w in warned if "could not be uploaded" in w and "to: s3://runs/down/profiler/step=000020" in w]
+    first = [w for w in warned if "could not be uploaded" in w and "to: s3://runs/down/profiler/epoch=0001-batch=000000" in w]
     assert len(first) == 1 and f"kept at: {kept[0]}" in first[0], warned  # once, naming the local copy
     end = [w for w in warned if f"{len(kept)} profiler trace(s) could not be uploaded" in w]
     assert len(end) == 1 and all(p in end[0] for p in kept) and f"profkit upload {staged} {url}" in end[0], warned
@@ -157,7 +157,7 @@ def test_tensorboard_reads_the_run_from_the_store(tmp_path, s3_server, tensorboa
     monitor = PerformanceMonitor(alert_threshold=None, steps="3-5")
     fit(tmp_path, monitor, TensorBoardLogger("s3://runs/tb", name="m"), epochs=1)
     server = tensorboard_server("s3://runs/tb/m")
-    run = "version_0/profiler/step=000003-000005-epoch=0"
+    run = "version_0/profiler/epoch=0000-batch=000003-000005"
     server.wait_for(lambda: run in server.get("runs")["runs"])
     (worker,) = server.wait_for(lambda: server.get("workers", run=run, view="Overview"))
     (span,) = server.get("spans", run=run, worker=worker)
@@ -172,7 +172,7 @@ def test_retention_deletes_old_windows_from_the_store(tmp_path, s3_server):
     _, warned = fit(tmp_path, monitor, False, epochs=3, callbacks=[WaitForTraces(monitor, 1), WaitForTraces(monitor, 2)])
     assert not warned
     keys = s3_server.keys("keep/profiler")
-    assert keys == [keys[0], keys[0] + SIDECAR] and keys[0].split("/")[-2] == "step=000051-000053-epoch=2", keys
+    assert keys == [keys[0], keys[0] + SIDECAR] and keys[0].split("/")[-2] == "epoch=0002-batch=000011-000013", keys
     assert monitor.traces == [f"s3://runs/{keys[0]}"]
 
 
@@ -183,7 +183,7 @@ def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_ser
     done = profkit("summary", "--json", url)
     assert done.returncode == 0, done.stderr
     (trace,) = json.loads(done.stdout)["traces"]
-    assert trace["path"] == url and trace["window"] == "step=000003-000004-epoch=0" and trace["rank"] == 0
+    assert trace["path"] == url and trace["window"] == "epoch=0000-batch=000003-000004" and trace["rank"] == 0
 
     # the summary came from the sidecar the fit put beside the trace: a figure changed there is what is shown
     key = url[len("s3://runs/"):] + SIDECAR
@@ -301,7 +301,7 @@ def test_credentials_travel_in_storage_options_and_are_never_shown(tmp_path, s3_
     trainer, warned = fit(tmp_path, monitor, False, epochs=1)
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # the test's own client reads them
         monkeypatch.setenv(name, s3_server.env()[name])
-    assert [k.split("/")[-2] for k in s3_server.keys("creds")] == ["step=000001-000002-epoch=0"] * 2  # and its sidecar
+    assert [k.split("/")[-2] for k in s3_server.keys("creds")] == ["epoch=0000-batch=000001-000002"] * 2  # and its sidecar
     out, err = capfd.readouterr()
     shown = [out, err, *warned, *monitor.traces, monitor.trace_dir, repr(monitor.options)]
     assert not any(secret in text for text in shown) and "storage_options" not in repr(monitor.options)

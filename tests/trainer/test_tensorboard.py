@@ -49,13 +49,13 @@ def tb_dataloader_per_step(path, cache_dir):
 def test_plugin_loader_finds_each_window_as_a_run(tmp_path):
     monitor = data_bound_run(tmp_path, steps="3-4,10-12")
     folders = sorted(os.listdir(monitor.trace_dir))
-    assert folders == ["step=000003-000004-epoch=0", "step=000010-000012-epoch=0"]
+    assert folders == ["epoch=0000-batch=000003-000004", "epoch=0000-batch=000010-000012"]
     for folder in folders:
         run = RunLoader(folder, os.path.join(monitor.trace_dir, folder), tb_io.Cache(str(tmp_path / "cache"))).load()
         (worker,) = run.get_workers("Overview")
         (profile,) = run.get_profiles(worker=worker)
         steps = [row[0] for row in profile.overview["steps"]["rows"]]
-        assert steps == (["3", "4"] if folder.startswith("step=000003-") else ["10", "11", "12"])
+        assert steps == (["3", "4"] if folder.startswith("epoch=0000-batch=000003-") else ["10", "11", "12"])
 
 
 def test_plugin_overview_counts_dataloader_time(tmp_path):
@@ -119,10 +119,10 @@ def test_tensorboard_server_lists_runs_and_serves_overview(tmp_path, tensorboard
     monitor = data_bound_run(tmp_path, steps="3-5,12-14")
     server = tensorboard_server(os.path.dirname(monitor.trace_dir))
     top = os.path.basename(monitor.trace_dir)  # no logger: the run's own folder, profiler/run=...
-    expected = {f"{top}/step=000003-000005-epoch=0", f"{top}/step=000012-000014-epoch=0"}
+    expected = {f"{top}/epoch=0000-batch=000003-000005", f"{top}/epoch=0000-batch=000012-000014"}
     runs = server.wait_for(lambda: expected <= set(server.get("runs")["runs"]) and server.get("runs"))
     assert expected <= set(runs["runs"])
-    run = f"{top}/step=000003-000005-epoch=0"
+    run = f"{top}/epoch=0000-batch=000003-000005"
     views = server.wait_for(lambda: server.get("views", run=run))
     assert "Overview" in views
     (worker,) = server.get("workers", run=run, view="Overview")
@@ -132,6 +132,6 @@ def test_tensorboard_server_lists_runs_and_serves_overview(tmp_path, tensorboard
     assert [r[0] for r in rows] == ["3", "4", "5"]
     columns = [c.get("name") for c in overview["steps"]["columns"]]
     dataloader = [r[columns.index("DataLoader")] for r in rows]
-    (path,) = [p for p in trace_files(tmp_path) if "step=000003-000005" in p]
+    (path,) = [p for p in trace_files(tmp_path) if "epoch=0000-batch=000003-000005" in p]
     assert dataloader == pytest.approx(loader_in_steps(path), abs=1)  # what the Overview shows: the trace's
     assert server.proc.poll() is None

@@ -116,6 +116,16 @@ class EpochTruth:
         high = (wait + self.cpu_wait()) / (self.end - start_after - self.validation_s)
         return low - tolerance <= value <= high + tolerance
 
+    def p90_bounds(self):
+        """The p90 of the step times if each step's start were read where the monitor reads it: before the truth's,
+        by at most the thread's wait for a CPU in the step it starts (a time slice lost between the two readings
+        moves a boundary by that much: a 2.3 ms slice put a p90 of 22 ms 11% high on a busy machine)."""
+        waits = list(np.diff(self.waited_s)) if len(self.waited_s) == self.steps + 1 else [0.0] * self.steps
+        steps = self.step_s
+        low = [s - (waits[i + 1] if i + 1 < len(waits) else 0.0) for i, s in enumerate(steps)]
+        high = [s + waits[i] for i, s in enumerate(steps)]
+        return np.percentile(low, 90), np.percentile(high, 90)
+
     def cpu_wait(self, first=0, last=None):
         """Seconds the training thread waited for a CPU (another task had it), from the end of batch ``first - 1``
         (the epoch's start, for 0) to the end of batch ``last`` (the epoch's last): the monitor's clock readings
@@ -255,7 +265,7 @@ class Lines(logging.Handler):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """4 epochs of 30 steps, each waiting about 8 ms for its batch and computing about 5: the default windows
-    (steps 11-13 of every epoch, each written before the next epoch starts), a data-wait alert in epoch 0 with the
+    (batches 11-13 of every epoch, each written before the next epoch starts), a data-wait alert in epoch 0 with the
     window it records; a CSV log for ``profkit report`` and a logger that keeps every row. The windows go to the
     finalizing process (the path of any trace over a MB), whose CPU the test reaps."""
     root = tmp_path_factory.mktemp("truth")
@@ -321,7 +331,8 @@ def test_logged_epoch_figures_are_the_tests_own_timing(run):
         assert row["profkit/data_wait_s"] == pytest.approx(sum(truth.fetch_s), rel=0.02)
         assert row["profkit/train_s"] == pytest.approx(truth.train_s, rel=0.02)
         assert row["profkit/step_time_ms_mean"] == pytest.approx(1000 * truth.mean_step_s, rel=0.03)
-        assert row["profkit/step_time_ms_p90"] == pytest.approx(1000 * np.percentile(truth.step_s, 90), rel=0.1)
+        low, high = truth.p90_bounds()
+        assert 900 * low <= row["profkit/step_time_ms_p90"] <= 1100 * high, (row["profkit/step_time_ms_p90"], low, high)
         assert not any("gpu" in name or "peak_memory" in name for name in row)  # absent on CPU, not zero
 
 
@@ -335,7 +346,7 @@ def test_rolling_checks_and_the_alert_are_their_blocks_truth(run):
         before = run["truth"][epoch - 1] if epoch else None
         assert run["truth"][epoch].near_block(ratio, last - 9, last, before), (step, ratio)
     (alert,) = run["alerts"]  # one episode through the fit: one alert (cooldown 1000 steps)
-    assert (alert.epoch, alert.step, alert.checked) == (0, 19, "steps 10-19 (epoch 0)")
+    assert (alert.epoch, alert.step, alert.checked) == (0, 19, "epoch 0, batches 10-19")
     assert run["truth"][0].near_block(alert.ratio, 10, 19), alert.ratio
     assert [m["profkit/data_wait_alerts"] for _, m in epoch_rows(run)] == [1.0] * EPOCHS
     assert [m["profkit/data_wait_alert"] for _, m in epoch_rows(run)] == [1.0] * EPOCHS  # every epoch above 20%
@@ -421,11 +432,11 @@ def test_the_report_shows_the_tests_own_timing_and_the_raw_traces(run, tmp_path)
         assert truth.near_ratio(float(wait) / 100, 0.0055), (wait, truth.ratio)  # shown to 0.1%
         assert float(mean) == pytest.approx(1000 * truth.mean_step_s, rel=0.03)
         assert alert == ("yes" if truth.ratio > 0.2 else "no")
-    windows = re.findall(r"step=(\d+)-(\d+)-epoch=\d+, rank 0.*?profiled step time ([0-9.]+) ms; data wait ([0-9.]+)%",
+    windows = re.findall(r"(epoch=\d+-batch=\d+-\d+), rank 0.*?profiled step time ([0-9.]+) ms; data wait ([0-9.]+)%",
                          text)
     assert len(windows) == len(run["traces"])
-    for first, _, step_ms, wait in windows:
-        (raw,) = [raw_figures(p) for p in run["traces"] if f"step={first}-" in p]
+    for folder, step_ms, wait in windows:
+        (raw,) = [raw_figures(p) for p in run["traces"] if f"/{folder}/" in p]
         assert float(step_ms) == pytest.approx(raw["step_us"] / len(raw["steps"]) / 1000, abs=0.0051)
         assert float(wait) / 100 == pytest.approx(raw["data_wait_us"] / raw["step_us"], abs=0.00051)
 

@@ -53,12 +53,12 @@ def test_validation_batches_get_windows_of_their_own(tmp_path):
     trainer.fit(Marked(train_size=20, val_size=16))  # 10 training batches an epoch, 8 validation batches
     found = windows(tmp_path)
     assert sorted(found) == [  # in step order: each validation run after the training step it followed
-        "step=000003-000005-epoch=0",
-        "step=000009-val-batch=000002-000004-epoch=0",
-        "step=000019-val-batch=000002-000004-epoch=1",
+        "epoch=0000-batch=000003-000005",
+        "epoch=0000-batch=000009-val-batch=000002-000004",
+        "epoch=0001-batch=000009-val-batch=000002-000004",
     ]  # none from the sanity check
-    assert found["step=000003-000005-epoch=0"][:3] == ([3, 4, 5], 3, 0)
-    for name in ("step=000009-val-batch=000002-000004-epoch=0", "step=000019-val-batch=000002-000004-epoch=1"):
+    assert found["epoch=0000-batch=000003-000005"][:3] == ([3, 4, 5], 3, 0)
+    for name in ("epoch=0000-batch=000009-val-batch=000002-000004", "epoch=0001-batch=000009-val-batch=000002-000004"):
         steps, train, val, meta = found[name]
         assert (steps, train, val) == ([2, 3, 4], 0, 3)  # only validation batches, three of them
         assert meta["validation"] is True and meta["batch_idx"] == [2, 4]
@@ -76,10 +76,10 @@ def test_a_training_window_ends_before_validation_inside_the_epoch(tmp_path):
     trainer.fit(Marked(train_size=24, val_size=8))  # validation after steps 5 and 11
     found = windows(tmp_path)
     assert {k: v[:3] for k, v in found.items()} == {
-        "step=000004-000005-epoch=0": ([4, 5], 2, 0),  # ended as validation began
-        "step=000005-val-batch=000000-000001-epoch=0": ([0, 1], 0, 2),
-        "step=000006-000007-epoch=0": ([6, 7], 2, 0),  # the rest of the window, after validation
-        "step=000011-val-batch=000000-000001-epoch=0": ([0, 1], 0, 2),
+        "epoch=0000-batch=000004-000005": ([4, 5], 2, 0),  # ended as validation began
+        "epoch=0000-batch=000005-val-batch=000000-000001": ([0, 1], 0, 2),
+        "epoch=0000-batch=000006-000007": ([6, 7], 2, 0),  # the rest of the window, after validation
+        "epoch=0000-batch=000011-val-batch=000000-000001": ([0, 1], 0, 2),
     }
 
 
@@ -90,5 +90,5 @@ def test_the_batch_hooks_are_set_only_with_validation_batches(tmp_path):
     with_val = PerformanceMonitor(steps="1-2", validation_batches="0", alert_threshold=None)
     make_trainer(tmp_path / "b", [with_val], limit_val_batches=1.0).fit(Marked(8, 4))
     assert with_val.on_validation_batch_start is None  # given back when the fit ended
-    assert sorted(windows(tmp_path / "b")) == ["step=000001-000002-epoch=0", "step=000003-val-batch=000000-epoch=0"]
+    assert sorted(windows(tmp_path / "b")) == ["epoch=0000-batch=000001-000002", "epoch=0000-batch=000003-val-batch=000000"]
 

@@ -49,13 +49,13 @@ def no_trouble(root):
 @pytest.mark.parametrize(
     "monitor_kwargs, trainer_kwargs, model, expected",
     [
-        (dict(), dict(fast_dev_run=True), lambda: TinyModel(SleepDataset(40)), {"step=000000-epoch=0": [0]}),  # 1 batch
-        (dict(), dict(limit_train_batches=5), lambda: TinyModel(SleepDataset(40)), {"step=000002-000004-epoch=0": [2, 3, 4]}),
-        (dict(steps="8-12"), dict(max_steps=10), lambda: TinyModel(SleepDataset(40)), {"step=000008-000009-epoch=0": [8, 9]}),
-        (dict(), dict(), lambda: TinyModel(SleepIterable(40)), {"step=000011-000013-epoch=0": [11, 12, 13]}),
-        (dict(steps="3-4"), dict(), lambda: ManualModel(SleepDataset(40)), {"step=000003-000004-epoch=0": [3, 4]}),
+        (dict(), dict(fast_dev_run=True), lambda: TinyModel(SleepDataset(40)), {"epoch=0000-batch=000000": [0]}),  # 1 batch
+        (dict(), dict(limit_train_batches=5), lambda: TinyModel(SleepDataset(40)), {"epoch=0000-batch=000002-000004": [2, 3, 4]}),
+        (dict(steps="8-12"), dict(max_steps=10), lambda: TinyModel(SleepDataset(40)), {"epoch=0000-batch=000008-000009": [8, 9]}),
+        (dict(), dict(), lambda: TinyModel(SleepIterable(40)), {"epoch=0000-batch=000011-000013": [11, 12, 13]}),
+        (dict(steps="3-4"), dict(), lambda: ManualModel(SleepDataset(40)), {"epoch=0000-batch=000003-000004": [3, 4]}),
         (dict(steps="3-4"), dict(num_sanity_val_steps=2, limit_val_batches=2), lambda: ValModel(SleepDataset(40)),
-         {"step=000003-000004-epoch=0": [3, 4]}),
+         {"epoch=0000-batch=000003-000004": [3, 4]}),
     ],
     ids=["fast_dev_run", "limit_train_batches", "max_steps-inside-a-window", "iterable-without-len",
          "manual-optimization", "sanity-check"],
@@ -73,7 +73,7 @@ def test_several_fit_calls_on_one_trainer(tmp_path):
     trainer.fit(model)
     trainer.fit_loop.max_epochs = 2
     trainer.fit(model)
-    assert windows(tmp_path) == {"step=000011-000013-epoch=0": [11, 12, 13], "step=000031-000033-epoch=1": [31, 32, 33]}
+    assert windows(tmp_path) == {"epoch=0000-batch=000011-000013": [11, 12, 13], "epoch=0001-batch=000011-000013": [31, 32, 33]}
     assert type(trainer.profiler).__name__ == "PassThroughProfiler" and no_trouble(tmp_path)
 
 
@@ -110,7 +110,7 @@ def test_pytorch_lightning_namespace(tmp_path):
     trainer = pl.Trainer(max_epochs=1, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                          callbacks=[monitor], default_root_dir=str(tmp_path))
     trainer.fit(Model())
-    assert windows(tmp_path) == {"step=000002-000003-epoch=0": [2, 3]}
+    assert windows(tmp_path) == {"epoch=0000-batch=000002-000003": [2, 3]}
     assert monitor.trace_dir == os.path.join(logger.log_dir, "profiler")  # found the TensorBoard run folder
     assert type(trainer.profiler).__name__ == "PassThroughProfiler" and no_trouble(tmp_path)
 
@@ -132,7 +132,7 @@ def test_configured_from_yaml_through_lightning_cli(tmp_path):
     pytest.importorskip("jsonargparse")
     done = run_cli(tmp_path, {"steps": '"2-3"', "alert_threshold": "null", "alert_action": "stop", "record_shapes": "true"})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert windows(tmp_path) == {"step=000002-000003-epoch=0": [2, 3]}
+    assert windows(tmp_path) == {"epoch=0000-batch=000002-000003": [2, 3]}
     done = run_cli(tmp_path / "bad", {"alert_threshold": "2"})
     assert done.returncode != 0 and "alert_threshold" in done.stderr
 
@@ -141,6 +141,23 @@ def test_validation_batches_from_yaml_through_lightning_cli(tmp_path):
     pytest.importorskip("jsonargparse")
     done = run_cli(tmp_path, {"steps": '"2-3"', "validation_batches": '"1-2"', "alert_threshold": "null"})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert windows(tmp_path) == {"step=000002-000003-epoch=0": [2, 3], "step=000019-val-batch=000001-000002-epoch=0": [1, 2]}
+    assert windows(tmp_path) == {"epoch=0000-batch=000002-000003": [2, 3], "epoch=0000-batch=000019-val-batch=000001-000002": [1, 2]}
     done = run_cli(tmp_path / "bad", {"validation_batches": '"2-1"'})
     assert done.returncode != 0 and "validation_batches" in done.stderr
+
+
+def test_credentials_in_a_yaml_config_are_said_before_lightning_cli_stores_them(tmp_path):
+    """LightningCLI writes every argument, ``storage_options`` included, to the run folder's config.yaml: a key or a
+    secret there is said in one warning at setup (they belong in the environment or the store's profile); an endpoint
+    alone is not."""
+    pytest.importorskip("jsonargparse")
+    secret = "{key: AKIAEXAMPLE, secret: hunter2hunter2, client_kwargs: {aws_session_token: tok-123}}"
+    done = run_cli(tmp_path, {"steps": '"2-3"', "alert_threshold": "null", "storage_options": secret})
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "holds credentials" in line]
+    assert len(said) == 1 and "(key, secret, client_kwargs.aws_session_token)" in said[0], done.stderr[-3000:]
+    assert "hunter2hunter2" in "".join(p.read_text() for p in tmp_path.rglob("config.yaml"))  # what it warns of
+    assert "hunter2hunter2" not in done.stderr + done.stdout
+    done = run_cli(tmp_path / "endpoint", {"steps": '"2-3"', "alert_threshold": "null",
+                                           "storage_options": "{client_kwargs: {endpoint_url: http://127.0.0.1:9}}"})
+    assert done.returncode == 0 and "holds credentials" not in done.stderr, done.stderr[-3000:]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from itertools import islice
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
 
 from lightning_profkit.figures import HostFigures
+from lightning_profkit.idle_causes import SYNC_ADVICE, WHAT, advice, largest
 from lightning_profkit.machine import usable_cpus
-from lightning_profkit.monitor.timing.loader_busy import LoaderBusy
+from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, WaitBusy, WorkersBusy
 
 WAITING = 0.5  # busy less than this share of the time: waiting on something other than the CPU (I/O)
 CROWDED = 0.2  # workers ready to run but waiting for a CPU this share of the time: the node's CPUs are taken
@@ -16,11 +21,19 @@ CROWDED = 0.2  # workers ready to run but waiting for a CPU this share of the ti
 # where other processes hold the CPUs
 UNPACKING = 0.8
 RESTARTING = 0.2  # workers that start again every epoch, taking this share of its time to give their first batch
-# with workers, at least this share of the data wait in fetches that began with a batch made and waiting (not always
-# the next one: batches come in order), with the training thread on a CPU through at least TAKING of it: the workers
-# are ahead, and the time goes to taking their batches in the training process (receiving every tensor, unpickling)
-READY = 0.5
-TAKING = 0.25  # asleep while a stalled worker's batch is next: 0.04-0.05 measured; receiving: 0.55-0.82, less if busy
+# with workers: the training thread on a CPU in its fetches through at least TAKING_SHARE of its wait less its wait
+# for a CPU (it takes the batches, receiving every tensor and unpickling, rather than sleeps until they come),
+# taking a batch costs it at least TAKING_CPU of the CPU all the workers spent making it (their work is not the
+# larger part), and the batch holds at least MANY_TENSORS tensors (each costs the training thread a handover of its
+# own; there are tensors to merge): the training process is the limit, and more workers do not help. Measured, quiet
+# and beside two CPU-burning processes: many small tensors (300 a batch) 34-76%, 1.4-10x, 68-97 ms a batch; workers
+# that sleep (storage, one tensor a batch) 12-22% quiet but 25-33% beside the burners (their wait shrinks as the
+# step slows; the 1.4-1.8 ms taking a batch costs does not), 0.7-1.0x; workers that compute 6-8%, 0.03-0.05x. The
+# shares move with the load, the CPU a batch costs each side and its tensors do not.
+TAKING_SHARE = 0.25
+TAKING_CPU = 0.5
+MANY_TENSORS = 8
+UNSHARDED = "IterableDataset without get_worker_info() read by"
 
 
 @dataclass(frozen=True)
@@ -33,11 +46,12 @@ class LoaderFacts:
     prefetch_factor: Optional[int] = None
     batch_size: Optional[int] = None
     iterable: bool = False
-    shards_itself: bool = False  # an iterable dataset that gives each worker and rank its own shard (litdata's)
+    shards_itself: bool = False  # an iterable dataset that gives each worker its own shard (see shards)
     cpus: int = 1  # CPUs this process may use
     processes_per_node: int = 1  # training processes sharing those CPUs (DDP ranks on the node)
     on_cuda: bool = False
     worker_pids: tuple[int, ...] = ()  # the worker processes running now
+    tensors_per_batch: Optional[int] = None  # tensors and numpy arrays in a batch of the fit, where counted
 
     @property
     def cpus_per_process(self) -> int:
@@ -55,12 +69,56 @@ def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1, worker
         prefetch_factor=getattr(loader, "prefetch_factor", None),
         batch_size=getattr(loader, "batch_size", None),
         iterable=isinstance(getattr(loader, "dataset", None), IterableDataset),
-        shards_itself=any(c.__module__.startswith("litdata.") for c in type(getattr(loader, "dataset", None)).__mro__),
+        shards_itself=shards(getattr(loader, "dataset", None)),
         cpus=usable_cpus(),
         processes_per_node=max(1, processes_per_node),
         on_cuda=on_cuda,
         worker_pids=tuple(worker_pids),
     )
+
+
+def tensors_in(batch: Any, most: int = 100_000) -> Optional[int]:
+    """The tensors and numpy arrays a worker hands over in a batch of nested mappings, lists, tuples and dataclasses
+    (each container once), counted over at most ``most`` of its items; None for a batch of another kind."""
+    from torch import Tensor
+
+    def inside(item: Any) -> Optional[Iterable[Any]]:
+        if isinstance(item, Mapping):
+            return item.values()
+        if isinstance(item, (list, tuple)):
+            return item
+        if is_dataclass(item) and not isinstance(item, type):
+            return (getattr(item, f.name) for f in fields(item))
+        return None
+
+    if not isinstance(batch, (Tensor, np.ndarray)) and inside(batch) is None:
+        return None
+    count, todo, seen, looked = 0, [batch], set(), 1
+    while todo:
+        item = todo.pop()
+        if isinstance(item, (Tensor, np.ndarray)):
+            count += 1
+            continue
+        items = inside(item)
+        if items is not None and id(item) not in seen:
+            seen.add(id(item))
+            before = len(todo)
+            todo.extend(islice(items, most - looked))
+            looked += len(todo) - before
+    return count
+
+
+SHARDING = ("litdata.", "webdataset.", "datasets.", "torchdata.")  # libraries whose iterable datasets shard by worker
+
+
+def shards(dataset: Any) -> bool:
+    """Whether an iterable dataset shows that it gives each DataLoader worker its own samples: a class of a library
+    that does (:data:`SHARDING`), or an ``__iter__`` that asks ``get_worker_info()``."""
+    kind = type(dataset)
+    if any(getattr(c, "__module__", "").startswith(SHARDING) for c in kind.__mro__):
+        return True
+    code = getattr(getattr(kind, "__iter__", None), "__code__", None)
+    return code is not None and "get_worker_info" in code.co_names
 
 
 def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, train_s: Optional[float] = None,
@@ -70,12 +128,14 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
     per_process = facts.cpus_per_process
     suggested = max(1, per_process - 2 if per_process > 2 else per_process - 1)  # leave the main process a CPU
     training = busy.training
-    parts = (training, training.ready_line if training is not None else None, busy.workers)
+    parts = (training, training.taking_line if training is not None else None, busy.workers)
     measured = [f"measured: {part}" for part in parts if part is not None]
     settings = _settings_advice(facts, suggested, startup_s, train_s)
-    restart = [line for line in settings if line.startswith("persistent_workers=True")]
-    if restart and startup_s is not None and train_s and startup_s / train_s >= RESTARTING:  # the restarts first
-        return restart + measured + [line for line in settings if line not in restart]
+    first = [line for line in settings if line.startswith(UNSHARDED)]  # duplicates: before any other change
+    if not first and startup_s is not None and train_s and startup_s / train_s >= RESTARTING:  # the restarts first
+        first = [line for line in settings if line.startswith("persistent_workers=True")]
+    if first:
+        return first + measured + [line for line in settings if line not in first]
     return _batch_maker_advice(facts, busy, suggested) + measured + settings
 
 
@@ -86,15 +146,16 @@ def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) ->
     workers that compute from cheaper samples."""
     workers, training, n = busy.workers, busy.training, facts.num_workers
     cheaper = "make __getitem__ cheaper (cache decoded data, augment on the GPU)"
-    if n == 0:
-        waits = training is not None and training.high < WAITING
+    if n == 0:  # its CPU in its fetches over their wait less its wait for a CPU, where read: the load moves it least
+        waits = training is not None and (training.high if training.taking is None else training.taking) < WAITING
         why = "loads every batch, waiting on I/O" if waits else "loads every batch itself"
         workers = max(suggested, 2) if waits or facts.cpus_per_process >= 2 else suggested
         return [f"num_workers=0: the training process {why}: try num_workers={workers}, persistent_workers=True"]
-    taking = training is not None and (training.ready or 0.0) >= READY and training.low >= TAKING
-    if training is not None and (training.low >= UNPACKING or taking):
-        return ["the training process unpacks every batch the workers send; more workers do not help: return fewer, "
-                "larger tensors"]
+    merge = facts.tensors_per_batch is None or facts.tensors_per_batch >= MANY_TENSORS
+    if training is not None and (training.low >= UNPACKING or merge and _taking_is_the_limit(training, workers)):
+        each = f" ({facts.tensors_per_batch} tensors each)" if facts.tensors_per_batch else ""
+        return [f"the training process unpacks every batch the workers send{each}; more workers do not help: return "
+                "fewer, larger tensors"]
     if workers is not None and workers.computing < WAITING:
         return [f"the workers wait on storage, the network or a lock, not the CPU: try num_workers={2 * n}"]
     if workers is not None and (workers.queued or 0.0) >= CROWDED:
@@ -106,6 +167,13 @@ def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) ->
         return [f"the workers compute on every CPU there is: {cheaper}"]
     return [f"if the workers compute: {cheaper}",
             f"if they wait on storage or the network: try num_workers={2 * n} (their CPU could not be read)"]
+
+
+def _taking_is_the_limit(training: WaitBusy, workers: Optional[WorkersBusy]) -> bool:
+    """Whether taking the batches is what the training thread's wait goes to (see :data:`TAKING_CPU`)."""
+    took, made = training.cpu_ms_per_batch, workers.cpu_ms_per_batch if workers is not None else None
+    return (took is not None and made is not None and took >= TAKING_CPU * made
+            and (training.taking or 0.0) >= TAKING_SHARE)
 
 
 def _settings_advice(facts: LoaderFacts, suggested: int, startup_s: Optional[float],
@@ -126,31 +194,24 @@ def _settings_advice(facts: LoaderFacts, suggested: int, startup_s: Optional[flo
         out.append(f"batch_size={facts.batch_size}: per-batch costs (collate, copies, hooks) dominate; a larger batch "
                    "spreads them")
     if facts.iterable and n > 0 and not facts.shards_itself:
-        out.append("IterableDataset with workers: each worker must read its own shard (get_worker_info())")
+        out.insert(0, f"{UNSHARDED} {n} workers, each yields every sample ({n} copies an epoch): shard it first, each "
+                      "worker its own part (torch.utils.data.get_worker_info())")
     elif facts.iterable and n == 0:
         out.append("IterableDataset: its iterator runs in the training process unless num_workers > 0")
     return out
 
 
-_SYNC_ADVICE = {
-    "cudaMemcpyAsync": "blocking copies: pin_memory=True, .to(device, non_blocking=True), fewer .cpu()",
-    "cudaMemcpy": "synchronous copies: .cpu(), .numpy() or tensors made from Python data",
-    "cudaStreamSynchronize": "the CPU waits for the GPU: .item(), .cpu(), print(tensor), logging a tensor",
-    "cudaDeviceSynchronize": "torch.cuda.synchronize() in the step, e.g. timing code",
-    "cudaEventSynchronize": "waiting on CUDA events each step, e.g. event.synchronize() in timing code",
-}
-
-
 def gpu_idle_advice(figures: HostFigures) -> list[str]:
-    """Advice from a window's figures for a GPU that idles while the loop does not wait for data: the
-    blocking calls that cost most per step, with their usual causes."""
+    """Advice from a window's figures for a GPU that idles while the loop does not wait for data: what the training
+    process mostly did while the GPU idled and what to do about it, then the blocking calls that cost most per step,
+    with their usual causes."""
+    cause = largest(figures.gpu_idle_by_cause)
+    out = [] if cause is None else [f"mostly {WHAT[cause]} ({figures.gpu_idle_by_cause[cause]:.0%} of the steps): "
+                                    f"{advice(cause, figures.blocking_sync_us_by_call)}"]
     steps = max(figures.steps, 1)
-    out = []
     for name, us in sorted(figures.blocking_sync_us_by_call.items(), key=lambda kv: -kv[1]):
-        if us and name in _SYNC_ADVICE and us / steps >= 100:  # under 0.1 ms a step is not worth a line
-            out.append(f"{name}, {us / steps / 1000:.1f} ms a step: {_SYNC_ADVICE[name]}")
-    if not out and figures.gpu_idle_share is not None:
-        out.append("no blocking call stands out: try larger batches, torch.compile or CUDA graphs")
+        if us and name in SYNC_ADVICE and us / steps >= 100:  # under 0.1 ms a step is not worth a line
+            out.append(f"{name}, {us / steps / 1000:.1f} ms a step: {': '.join(SYNC_ADVICE[name])}")
     return out
 
 

@@ -93,7 +93,8 @@ class RollingChecks:
         self.captures_left = max_captures
         self.check_at: Optional[int] = None  # the step at whose end the next check runs
         self.carry = (0.0, 0.0)  # the block's figures at the last epoch end
-        self.epochs: list[tuple[int, int]] = []  # (first step, epoch) of the epochs since the block began
+        # (first step, epoch, the step of its batch 0) of the epochs since the block began
+        self.epochs: list[tuple[int, int, int]] = []
         self.requested = 0  # steps asked for from outside, for the next exchange
         self.episode_in_epoch = False
         self.fitting = False
@@ -127,11 +128,13 @@ class RollingChecks:
         if isinstance(state.get("captures_left"), int):
             self.captures_left = state["captures_left"]
 
-    def epoch_start(self, now: float, fetch_s: float, first_step: int, epoch: int) -> None:
+    def epoch_start(self, now: float, fetch_s: float, first_step: int, epoch: int, offset: Optional[int] = None) -> None:
+        """Epoch ``epoch`` begins at ``first_step``; ``offset``: the step of its batch 0 (``first_step`` unless it
+        resumes inside the epoch)."""
         self.block.start(now, fetch_s, self.carry)  # a block runs on across epochs
         if self.check_at is None:
             self.check_at = first_step + self.window - 1
-        self.epochs.append((first_step, epoch))
+        self.epochs.append((first_step, epoch, first_step if offset is None else offset))
         self.episode_in_epoch = False
 
     def epoch_end(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> None:
@@ -151,15 +154,21 @@ class RollingChecks:
         return BlockFigures(fetch, train, float(requested))
 
     def span(self, step: int) -> str:
-        """What the check at ``step`` measures, before :meth:`take_block`: "steps 0-99 (epochs 0-1)"."""
+        """What the check at ``step`` measures, before :meth:`take_block`, by epoch and batch in it: "epoch 1,
+        batches 20-39", or "epoch 0 batch 30 to epoch 1 batch 9"."""
         assert self.check_at is not None
         first = self.check_at - self.window + 1  # each block is `window` steps, ending at check_at
         # the epochs that hold a step of first..step: those starting by `step`, less those before the one
         # holding `first`
-        starts = [(s, e) for s, e in self.epochs if s <= step]
-        inside = [e for i, (s, e) in enumerate(starts) if i + 1 == len(starts) or starts[i + 1][0] > first]
-        epochs = f"epoch {inside[0]}" if len(inside) == 1 else f"epochs {inside[0]}-{inside[-1]}" if inside else ""
-        return f"steps {first}-{step}" + (f" ({epochs})" if epochs else "")
+        starts = [(s, e, o) for s, e, o in self.epochs if s <= step]
+        inside = [(e, o) for i, (s, e, o) in enumerate(starts) if i + 1 == len(starts) or starts[i + 1][0] > first]
+        if not inside:
+            return f"the fit's steps {first}-{step}"
+        (epoch, offset), (last_epoch, last_offset) = inside[0], inside[-1]
+        a, b = max(first - offset, 0), step - last_offset
+        if epoch == last_epoch:
+            return f"epoch {epoch}, batches {a}-{b}"
+        return f"epoch {epoch} batch {a} to epoch {last_epoch} batch {b}"
 
     @staticmethod
     def worst(rows: Sequence[BlockFigures]) -> Optional[tuple[float, int]]:

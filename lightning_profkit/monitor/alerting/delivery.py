@@ -49,5 +49,5 @@ class AlertDelivery:
         folder = os.path.dirname(path)
         if self.to_user:
             for alert in named:
-                warn(f"trace of the steps after the alert at step {alert.step}:\n  {folder}", DataWaitWarning)
+                warn(f"trace of the steps after the alert ({alert.checked}):\n  {folder}", DataWaitWarning)
         return [(alert, replace(alert, trace_dir=folder)) for alert in named]

@@ -4,15 +4,13 @@ what to try from them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
-from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice
+from lightning_profkit.monitor.alerting.advice import LoaderFacts, data_wait_advice, tensors_in
 from lightning_profkit.monitor.exchange import exchange_named, figures_of, made_from, names_of
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch, WaitBusy, WorkersBusy
-
-
-UNMADE = object()
 
 
 class LoaderAdvice:
@@ -24,40 +22,41 @@ class LoaderAdvice:
         self.report, self.watching = report, watching
         self.loader: Callable[[], LoaderFacts] = LoaderFacts
         self.workers: Callable[[], Sequence[int]] = tuple
-        self.ready: Callable[[], Optional[Callable[[], bool]]] = lambda: None  # see internals.batch_ready
+        self.tensors: Optional[int] = None  # in a batch of the fit, counted once (see :meth:`see`)
+        self._seen = False
         self.watch = LoaderWatch()
         self.busy = LoaderBusy()  # since the mark before the latest check, once read
-        self.waited_s = self.ready_s = 0.0  # the data wait of the fit's finished epochs, and its part with a batch ready
-        self._unread: Optional[tuple[float, float, float, bool]] = None  # the latest check's figures, CPU not read yet
-        self._probe: Any = UNMADE  # this epoch's batch-ready probe (None: its loader has none), once made
+        # the fit's finished epochs: their data wait, fetches and the training thread's CPU in them
+        self.waited_s, self.fetched, self.fetch_cpu_s = 0.0, 0, 0.0
+        self._unread: Optional[tuple[float, float, int, float]] = None  # the latest check's figures, CPU not read yet
 
     def epoch_done(self, stats: FetchStats) -> None:
         """An epoch's fetches are counted (the timer starts new counters)."""
         self.waited_s += stats.train_s
-        self.ready_s += stats.ready_s
+        self.fetched += stats.train_count
+        self.fetch_cpu_s += stats.cpu_s
 
-    def mark(self, now: float, stats: FetchStats, asked: bool = False,
-             epoch_start: bool = False) -> Optional[Callable[[], bool]]:
-        """A rolling check (or an epoch's start or end, ``epoch_start``) at ``now``, on the epoch's fetches so far
-        (``asked`` at each whether a batch was ready). The CPU is read now where the watch takes a new mark (at most
-        once in its ``min_seconds``), else only if an alert asks for advice. Returns what each fetch asks from now on:
-        from a rolling check on, whether a batch is ready (at an epoch's start or end the loader's next iterator is
-        not made yet)."""
+    def see(self, batch: Any) -> None:
+        """Count the tensors of a batch, once a fit (its first rolling check's): a loader keeps its batches' shape,
+        and no batch is kept. A batch whose parts cannot be read leaves the count unknown."""
+        if not self.watching or self._seen or batch is None:
+            return
+        self._seen = True
+        try:
+            self.tensors = tensors_in(batch)
+        except Exception:  # a user's batch object: its count is unknown, the advice goes on without it
+            self.tensors = None
+
+    def mark(self, now: float, stats: FetchStats) -> None:
+        """A rolling check (or an epoch's start or end) at ``now``, on the epoch's fetches so far. The CPU is read now
+        where the watch takes a new mark (at most once in its ``min_seconds``), else only if an alert asks for
+        advice."""
         if not self.watching:
-            return None
-        self._unread = (now, self.waited_s + stats.train_s, self.ready_s + stats.ready_s, asked)
+            return
+        self._unread = (now, self.waited_s + stats.train_s, self.fetched + stats.train_count,
+                        self.fetch_cpu_s + stats.cpu_s)
         if self.watch.due(now):
             self._read()
-        if epoch_start:
-            self._probe = UNMADE
-            return None
-        if self._probe is UNMADE:
-            try:
-                self._probe = self.ready()
-            except Exception as err:
-                self._probe = None
-                self.report(f"reading the DataLoader's CPU failed:\n  {err!r}", "advice")
-        return self._probe
 
     def _read(self) -> None:
         """How busy the loading was from the watch's mark to the latest check."""
@@ -80,7 +79,10 @@ class LoaderAdvice:
             busy = LoaderBusy(made_from(WorkersBusy, row, "workers.", rank=rank),
                               made_from(WaitBusy, row, "training.", rank=rank))
         try:
-            return data_wait_advice(self.loader(), startup_s, train_s, busy)
+            facts = self.loader()
+            if self.tensors is not None:
+                facts = replace(facts, tensors_per_batch=self.tensors)
+            return data_wait_advice(facts, startup_s, train_s, busy)
         except Exception as err:
             self.report(f"advice failed:\n  {err!r}", "advice")
             return []

@@ -81,11 +81,6 @@ class FitWindows:
         self.due = min(self.due, step)  # the runner opens it at this step's end
         return window
 
-    def requested(self, step: int, steps: int, budget: RollingChecks) -> list[str]:
-        """Record ``steps`` steps after ``step``, as asked from outside (``profkit capture``); the line that says so."""
-        window = self.capture(step, steps, budget)
-        return [f"recording steps {window[0]}-{window[1]} (requested from outside)"] if window is not None else []
-
     def stop(self) -> None:
         """End the training and validation windows' sessions, keeping what they recorded; none opens again."""
         for name in ("runner", "validation"):

@@ -1,8 +1,9 @@
 """Which training steps get profiled: pure functions of the step, no Lightning, no torch.
 
 A *step* is one training batch (one ``training_step`` call). ``step`` is the global batch index,
-counted from 0 across epochs (``trainer.fit_loop.total_batch_idx``); it equals ``trainer.global_step``
-unless gradients are accumulated, where one optimizer step spans several batches. ``batch_idx`` is the
+counted from 0 across epochs (``trainer.fit_loop.total_batch_idx``); it equals ``trainer.global_step`` only where
+one optimizer steps once a batch (``global_step`` counts optimizer steps: one per ``k`` batches with
+``accumulate_grad_batches=k``, two a batch with two optimizers). ``batch_idx`` is the
 index within the epoch, as Lightning passes it to the hooks.
 
 Every selection answers one question, ``is_active(step, batch_idx)``: is this step recorded? A window
@@ -104,20 +105,20 @@ class EpochWindow(Selection):
     def describe(self) -> str:
         first, last = self._first, self._first + self.active - 1
         if self.active == 0:
-            return "no steps (an epoch has 0 steps)"
-        steps = f"step {first}" if first == last else f"steps {first}-{last}"
-        warmup = f"after {_steps(self.warmup, 'warm-up step')}" if self.warmup else "no warm-up"
+            return "no batches (an epoch has 0 batches)"
+        batches = f"batch {first}" if first == last else f"batches {first}-{last}"
+        warmup = f"after {_count(self.warmup, 'warm-up batch')}" if self.warmup else "no warm-up"
         if self._asked is not None:
-            return (f"{steps} of every epoch ({warmup}; an epoch has {_steps(self._length or 0, 'step')}, fewer than "
-                    f"warmup + active = {sum(self._asked)})")
+            return (f"{batches} of every epoch ({warmup}; an epoch has {_count(self._length or 0, 'batch')}, fewer "
+                    f"than warmup + active = {sum(self._asked)})")
         if self._start is not None and self._start < self.skip_first:
-            return (f"{steps} of every epoch ({warmup}; earlier than skip_first={self.skip_first}, to fit an "
-                    f"epoch of {self._length} steps)")
-        return f"{steps} of every epoch ({warmup})"
+            return (f"{batches} of every epoch ({warmup}; earlier than skip_first={self.skip_first}, to fit an "
+                    f"epoch of {self._length} batches)")
+        return f"{batches} of every epoch ({warmup})"
 
 
-def _steps(n: int, word: str) -> str:
-    return f"{n} {word}" + ("s" if n != 1 else "")
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "es" if word.endswith("batch") else "s")
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,8 @@ class StepList(Selection):
     def describe(self) -> str:
         ranges = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ranges]
         shown = ",".join(ranges[:SHOWN_RANGES])
-        return f"steps {shown}" + (f" and {len(ranges) - SHOWN_RANGES} more ranges" if len(ranges) > SHOWN_RANGES else "")
+        more = f" and {len(ranges) - SHOWN_RANGES} more ranges" if len(ranges) > SHOWN_RANGES else ""
+        return f"the fit's steps {shown}{more}"
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,8 @@ class EveryNSteps(Selection):
         return _within(step if self.is_active(step, batch_idx) else (step // n + 1) * n, step, horizon)
 
     def describe(self) -> str:
-        return f"{self.active} steps from every multiple of {self.every_n_steps}"
+        last = f" to N+{self.active - 1}" if self.active > 1 else ""
+        return f"the fit's steps N{last}, for every multiple N of {self.every_n_steps}"
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ class StepFilter(Selection):
         return step >= 0 and bool(self.step_filter(step))
 
     def describe(self) -> str:
-        return f"steps where {getattr(self.step_filter, '__name__', 'step_filter')}(step) is true"
+        return f"the fit's steps where {getattr(self.step_filter, '__name__', 'step_filter')}(step) is true"
 
 
 @dataclass(frozen=True)

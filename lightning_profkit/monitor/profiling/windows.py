@@ -1,12 +1,12 @@
 """One torch.profiler session per window: created when a window begins, gone when it ends.
 
-Steps are numbered with the global step, so the trace's ``ProfilerStep#N`` markers carry the same
-numbers a user sees in the logs. Outside a window no session exists and nothing is paid.
+Steps are numbered with the fit's step (its batches counted from 0 across epochs), so the trace's
+``ProfilerStep#N`` markers carry the numbers the ``steps`` argument uses. Outside a window no session exists and
+nothing is paid.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,49 +22,7 @@ from lightning_profkit.monitor.profiling.selection import Selection, StepList, W
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 
 
-# trace JSON per byte of malloc growth, for a fit's first window (later ones use the latest written window's):
-# 0.7-1.0 measured on CPU (benchmarks/trace_size.py), but 1.2-2.3 with with_stack, whose Python events
-# the growth misses in part; an estimate too high ends a window early, one too low lets the trace pass
-FIRST_JSON_PER_BYTE = 1.0
-FIRST_JSON_PER_BYTE_WITH_STACK = 2.0
 PLANNED_SCAN = 100_000  # steps looked ahead for the end of a window cut short
-
-
-def learned_json_per_byte(json_bytes: int, growth_bytes: int) -> float:
-    """The factor a written window had (its JSON per byte of growth), within 0.25-8 so that one odd window
-    (growth hidden by memory freed meanwhile) cannot stop the estimate from cutting, or make it cut at once."""
-    return min(max(json_bytes / growth_bytes, 0.25), 8.0)
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-
-def _mallinfo2() -> Optional[Callable[[], _MallInfo2]]:
-    try:
-        call = ctypes.CDLL(None).mallinfo2  # glibc 2.33 and later
-    except (AttributeError, OSError):
-        return None
-    call.restype = _MallInfo2
-    return call
-
-
-_MALLINFO2 = _mallinfo2()
-
-
-def heap_bytes() -> Optional[int]:
-    """Bytes of this process's memory in use by malloc (glibc's ``mallinfo2``: the heap's chunks in use plus
-    mmapped ones, which, unlike resident memory, grows whatever free space the heap had); elsewhere resident
-    memory (``/proc/self/statm``); None where neither can be read."""
-    if _MALLINFO2 is not None:
-        info = _MALLINFO2()
-        return info.uordblks + info.hblkhd
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
 
 
 KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"  # read by kineto once a process, when its first profiler session starts
@@ -126,23 +84,21 @@ class WindowSession:
     still hands over whatever was recorded. ``spent_s``: seconds the calling thread spent in the session's
     own calls (start, each step boundary, stop and the hand-over), not in the profiled steps.
 
-    ``estimate_bytes``: the trace's JSON size estimated while it records: ``json_per_byte`` times
-    ``growth_bytes``, the growth of the memory malloc has in use since recording began (:func:`heap_bytes`;
-    the profiler's buffers grow with its events). At a step boundary where the estimate has reached the
-    recording's ``max_bytes`` with steps still to record, the window ends there, keeping the steps recorded, and
-    ``planned_last`` is the step it would have recorded to.
+    ``estimate_bytes``: the trace's JSON size so far, estimated as ``bytes_per_step`` (the JSON per recorded step
+    of the fit's latest written window of the same kind; None before one) times the steps recorded. At a step
+    boundary where one more recorded step would take the estimate past the recording's ``max_bytes``, with steps
+    still to record, the window ends there, keeping the steps recorded (one at least), and ``planned_last`` is the
+    step it would have recorded to.
     """
 
     def __init__(self, selection: Selection, step: int, batch_idx: int, warmup: int, recording: Recording,
-                 json_per_byte: float = 1.0) -> None:
+                 bytes_per_step: Optional[float] = None) -> None:
         start = perf_counter()
         self.first_step, self.first_active = step, step + warmup
         self.offset = step - batch_idx  # global step of the epoch's batch 0
         self.last_recorded: Optional[int] = None
-        self.recording, self.json_per_byte = recording, json_per_byte
-        self.growth_bytes: Optional[int] = None
+        self.recording, self.bytes_per_step = recording, bytes_per_step
         self.planned_last: Optional[int] = None
-        self._heap_at_start: Optional[int] = None  # when recording began
         self._schedule = schedule = window_schedule(selection, self.first_active, step - batch_idx)
         self.profiler = torch.profiler.profile(
             activities=recording.activities, schedule=schedule, on_trace_ready=self._ready, **recording.options
@@ -151,33 +107,30 @@ class WindowSession:
         start_at(self.profiler, step, schedule(step))
         with quiet_kineto(self.recording.quiet):
             self.profiler.start()
-        self._note_start()
         self.spent_s = perf_counter() - start
 
     def _ready(self, prof: torch.profiler.profile) -> None:
         self.recording.on_trace_ready(self, prof)
 
-    def _note_start(self) -> None:
-        if self._heap_at_start is None and self.profiler.current_action in _RECORDING:
-            self._heap_at_start = heap_bytes()
-
     def _note_recording(self) -> None:
-        """At the end of a step: note it if it was recorded, and the trace's size so far."""
+        """At the end of a step: note it if it was recorded."""
         if self.profiler.current_action in _RECORDING:
             self.last_recorded = self.step_now
-            now = heap_bytes()
-            if now is not None and self._heap_at_start is not None:
-                self.growth_bytes = max(0, now - self._heap_at_start)
+
+    @property
+    def recorded_steps(self) -> int:
+        """Steps recorded so far: ``first_active`` to ``last_recorded``."""
+        return 0 if self.last_recorded is None else self.last_recorded - self.first_active + 1
 
     @property
     def estimate_bytes(self) -> Optional[float]:
-        return None if self.growth_bytes is None else self.growth_bytes * self.json_per_byte
+        return None if self.bytes_per_step is None else self.bytes_per_step * self.recorded_steps
 
     def _over_budget(self) -> bool:
-        """Steps are left to record, and the trace has reached the recording's ``max_bytes``."""
-        limit, estimate = self.recording.max_bytes, self.estimate_bytes
-        if (limit is None or estimate is None or estimate < limit
-                or self.profiler.current_action != ProfilerAction.RECORD):
+        """Steps are left to record, and one more would take the estimate past the recording's ``max_bytes``."""
+        limit, per_step = self.recording.max_bytes, self.bytes_per_step
+        if (limit is None or per_step is None or self.profiler.current_action != ProfilerAction.RECORD
+                or (self.recorded_steps + 1) * per_step <= limit):
             return False
         last = self.step_now
         for _ in range(PLANNED_SCAN):  # a filter true at every step would never end the scan
@@ -196,7 +149,6 @@ class WindowSession:
                 self.profiler.step()
                 self.step_now += 1
                 if self.profiler.current_action != ProfilerAction.NONE:
-                    self._note_start()
                     return True
             self.profiler.stop()
             self._release()
@@ -368,12 +320,13 @@ def profiler_activities(names: Optional[list[str]], on_cuda: bool) -> list[Profi
 def session_opener(
     recording: Recording,
     report: Callable[..., None],
-    json_per_byte: Callable[[], float] = lambda: 1.0,
+    bytes_per_step: Callable[[], Optional[float]] = lambda: None,
     room: Callable[[], Optional[str]] = lambda: None,
 ) -> Callable[[Selection, int, int, int], Optional[WindowSession]]:
     """What :class:`WindowRunner` calls to open a session: none while another torch.profiler session runs
     (torch allows one at a time; ``report`` is told), nor while ``room()`` says why the trace would not fit
-    (told to ``report(why, "disk_full")``). ``json_per_byte()``: the size estimate's factor now."""
+    (told to ``report(why, "disk_full")``). ``bytes_per_step()``: what the size estimate of a window opened now
+    counts a recorded step (see :class:`WindowSession`)."""
 
     def open_session(selection: Selection, step: int, batch_idx: int, warmup: int) -> Optional[WindowSession]:
         if profiler_running():
@@ -383,6 +336,6 @@ def session_opener(
         if no_room is not None:
             report(no_room, "disk_full")
             return None
-        return WindowSession(selection, step, batch_idx, warmup, recording, json_per_byte())
+        return WindowSession(selection, step, batch_idx, warmup, recording, bytes_per_step())
 
     return open_session

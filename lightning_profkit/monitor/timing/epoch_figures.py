@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from lightning_profkit.figures import HostFigures, percentile
+from lightning_profkit.figures import MB, HostFigures, percentile
 from lightning_profkit.metric_names import EXCHANGED, LARGEST, PREFIX
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 
@@ -42,7 +42,7 @@ def epoch_figures(
     if validation_s > 0 and fetch.val_count:
         out["val_data_wait_ratio"] = fetch.val_s / validation_s
     if peak_memory_bytes is not None:
-        out["peak_memory_mb"] = peak_memory_bytes / 2**20
+        out["peak_memory_mb"] = peak_memory_bytes / MB
     if gpu_idle_ratio is not None:
         out["gpu_idle_ratio"] = gpu_idle_ratio
     return out

@@ -29,19 +29,18 @@ from lightning_profkit.internals import (FETCH_PAIR, LOADER_SETUP, fetch_pair, h
                                         moved)
 
 STEP_CHUNK = 1024
-TRAIN_FETCH, VAL_FETCH = "].train_dataloader_next", "].val_next"  # the end of the action names Lightning times
 
 
 class FetchStats:
     """Fetch counters of the current epoch (seconds from ``time.perf_counter``)."""
 
     __slots__ = ("train_s", "train_count", "val_s", "val_count", "first_fetch", "t0", "val_t0", "step_start",
-                 "steps_done", "recent_steps", "_older_steps", "ready_s", "ready", "first_wait")
+                 "steps_done", "recent_steps", "_older_steps", "cpu_s", "cpu0", "first_wait")
 
     def __init__(self) -> None:
         self.train_s = 0.0
-        self.ready_s = 0.0  # the part of train_s in fetches that began with a batch waiting (where the timer can tell)
-        self.ready = False  # whether the current fetch began so
+        self.cpu_s = 0.0  # the training thread's CPU in its training fetches (where the timer reads it)
+        self.cpu0 = 0.0  # that CPU as the current fetch began
         self.first_wait = 0.0  # the wait of the epoch's first training fetch (workers starting, their first batch)
         self.train_count = 0
         self.val_s = 0.0
@@ -104,7 +103,7 @@ class FetchTimer:
     :meth:`install` and :meth:`uninstall`."""
 
     __slots__ = ("stats", "_trainer", "_train_loop", "_val_loop", "_progress", "_action", "_saved", "_own_pair",
-                 "_val_pair", "_on_due", "_due", "_due_at", "_idle", "_profiler", "batch_ready")
+                 "_val_pair", "_on_due", "_due", "_due_at", "_idle", "cpu_clock")
 
     def __init__(self, trainer: Any) -> None:
         self.stats = FetchStats()
@@ -117,20 +116,16 @@ class FetchTimer:
         self._own_pair: Optional[tuple[Callable[[], None], Callable[[], None]]] = None  # the loop's, if overridden
         self._val_pair: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
         self._on_due: Callable[[], None] = _nothing
-        self.batch_ready: Optional[Callable[[], bool]] = None  # asked as each training fetch begins, where set
+        # the training thread's CPU seconds so far (time.thread_time), read around each training fetch where set
+        self.cpu_clock: Optional[Callable[[], float]] = None
         self._idle: Any = None  # the trainer's profiler, where it is Lightning's default that does nothing
-        self._profiler: Optional[FetchProfiler] = None  # where the loops have no fetch pair
         self.wake(float("inf"), float("inf"))
 
-    def install(self, say: Callable[[str], None] = print) -> "FetchTimer":
-        """On the loops' fetch pair; where the installed Lightning has none, through ``trainer.profiler`` (said)."""
+    def install(self) -> "FetchTimer":
+        """On the loops' fetch pair (:func:`require_fetch_pair`: checked at ``setup``)."""
         train, val = self._train_loop, self._val_loop
         train_pair, val_pair = fetch_pair(train), fetch_pair(val)
-        if train_pair is None or val_pair is None:
-            say(moved("lightning", FETCH_PAIR[0], "fetches are timed through trainer.profiler"))
-            self._own_pair = self._val_pair = (_nothing, _nothing)
-            self._profiler = self._trainer.profiler = FetchProfiler(self._trainer.profiler, self)
-            return self
+        assert train_pair is not None and val_pair is not None
         overridden = any(_own(train, name) is not None for name in FETCH_PAIR)
         self._own_pair = train_pair if overridden or not lightnings_fetch_pair(train) else None
         profiler = self._trainer.profiler  # by class name: lightning.pytorch's and pytorch_lightning's alike
@@ -145,9 +140,6 @@ class FetchTimer:
     def uninstall(self) -> None:
         """Give the loops back what they had (where what they have now is still ours); a timer installed over this
         one (another PerformanceMonitor's) calls what this one called instead."""
-        if self._profiler is not None:
-            FetchProfiler.remove(self._trainer, self._profiler)
-            self._profiler = None
         above = self._above()
         if above is not None:
             above._skip(self)
@@ -216,16 +208,16 @@ class FetchTimer:
             s.steps_done = done
         if done >= self._due or t0 >= self._due_at:
             self._on_due()
-        if self.batch_ready is not None:
-            s.ready = self.batch_ready()
+        if self.cpu_clock is not None:
+            s.cpu0 = self.cpu_clock()
         s.t0 = perf_counter()  # the wait starts here: the bookkeeping above, and on_due's work, are not in it
 
     def _train_after(self) -> None:
         s = self.stats
         waited = perf_counter() - s.t0
         s.train_s += waited
-        if s.ready:
-            s.ready_s += waited
+        if self.cpu_clock is not None:
+            s.cpu_s += self.cpu_clock() - s.cpu0
         if not s.train_count:
             s.first_wait = waited
         s.train_count += 1
@@ -245,45 +237,6 @@ class FetchTimer:
         s.val_s += perf_counter() - s.val_t0
         s.val_count += 1
         self._val_pair[1]()
-
-
-class FetchProfiler:
-    """The trainer's profiler, passed every call: Lightning calls its ``start`` and ``stop`` around each fetch with
-    the action ``[<loop class>].train_dataloader_next`` (validation: ``val_next``), where these also time it. The
-    fetch timer's way in where the loops have no fetch pair of their own (one Python call more a fetch)."""
-
-    def __init__(self, profiler: Any, timer: FetchTimer) -> None:
-        self.wrapped, self._timer = profiler, timer
-
-    def start(self, action_name: str) -> None:
-        self.wrapped.start(action_name)
-        if action_name.endswith(TRAIN_FETCH):
-            self._timer._train_before()
-        elif action_name.endswith(VAL_FETCH):
-            self._timer._val_before()
-
-    def stop(self, action_name: str) -> None:
-        if action_name.endswith(TRAIN_FETCH):
-            self._timer._train_after()
-        elif action_name.endswith(VAL_FETCH):
-            self._timer._val_after()
-        self.wrapped.stop(action_name)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.wrapped, name)
-
-    @staticmethod
-    def remove(trainer: Any, ours: "FetchProfiler") -> None:
-        """Take ``ours`` out from ``trainer.profiler`` (or from under another FetchProfiler)."""
-        if trainer.profiler is ours:
-            trainer.profiler = ours.wrapped
-            return
-        holder = trainer.profiler
-        while isinstance(holder, FetchProfiler):
-            if holder.wrapped is ours:
-                holder.wrapped = ours.wrapped
-                return
-            holder = holder.wrapped
 
 
 class LoaderSetupTimer:
@@ -323,17 +276,23 @@ class LoaderSetupTimer:
             self.seconds += perf_counter() - start
 
 
-def install(trainer: Any, say: Callable[[str], None] = print) -> FetchTimer:
+def require_fetch_pair(trainer: Any) -> None:
+    """Raise at ``setup`` where the installed Lightning's fit loops have no fetch pair, where the timer goes."""
+    loop = trainer.fit_loop.epoch_loop
+    if fetch_pair(loop) is None or fetch_pair(loop.val_loop) is None:
+        raise RuntimeError(moved("lightning", FETCH_PAIR[0], "PerformanceMonitor times each DataLoader fetch there "
+                                 "and needs a Lightning 2.5 or later that has it"))
+
+
+def install(trainer: Any) -> FetchTimer:
     """Time the fetches of ``trainer.fit`` from now until :meth:`FetchTimer.uninstall` (over any other
-    PerformanceMonitor's timer: each gets every fetch); ``say``: how the one line about a fallback is told."""
-    return FetchTimer(trainer).install(say)
+    PerformanceMonitor's timer: each gets every fetch)."""
+    return FetchTimer(trainer).install()
 
 
 def uninstall_stale(trainer: Any) -> None:
     """Take off the fit loops every timer still there from a fit that ended without uninstalling it (at
     ``setup``, before any timer of the new fit is installed)."""
-    while isinstance(trainer.profiler, FetchProfiler):
-        trainer.profiler = trainer.profiler.wrapped
     loop = trainer.fit_loop.epoch_loop
     for holder in (loop, loop.val_loop):
         for name in FETCH_PAIR:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
-from lightning_profkit.machine import scheduled_seconds_of, thread_busy_seconds
+from lightning_profkit.machine import scheduled_seconds_of, thread_scheduled_seconds
 
 
 def _whose(rank: Optional[int], what: str) -> str:
@@ -26,6 +26,7 @@ class WorkersBusy:
     seconds: float
     rank: Optional[int] = None  # the rank they feed, where several train
     queued: Optional[float] = None
+    cpu_ms_per_batch: Optional[float] = None  # their CPU (all of them) per batch the training process took
 
     @property
     def computing(self) -> float:
@@ -34,7 +35,8 @@ class WorkersBusy:
 
     def __str__(self) -> str:
         queued = f", waiting for a CPU {self.queued:.0%}" if self.queued is not None else ""
-        return f"{_whose(self.rank, f'{self.workers} workers')}: busy {self.share:.0%}{queued} of the last {self.seconds:.1f} s"
+        made = f", {self.cpu_ms_per_batch:.1f} ms of CPU to make a batch" if self.cpu_ms_per_batch is not None else ""
+        return f"{_whose(self.rank, f'{self.workers} workers')}: busy {self.share:.0%}{queued} of the last {self.seconds:.1f} s{made}"
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,10 @@ class WaitBusy:
     wait_s: float
     seconds: float
     rank: Optional[int] = None
-    ready: Optional[float] = None  # the share of the wait in fetches that began with a batch made and waiting
+    cpu_ms_per_batch: Optional[float] = None  # its own CPU in its fetches, per batch: what taking a batch costs it
+    # that CPU over the wait less the thread's wait for a CPU in it: whether it took the batches (near 1) or waited
+    # for them (near 0), whatever else runs on the machine (its waits for a CPU are no part of either)
+    taking: Optional[float] = None
 
     def __str__(self) -> str:
         low, high = f"{self.low:.0%}", f"{self.high:.0%}"
@@ -58,11 +63,12 @@ class WaitBusy:
                 f"data wait in {self.seconds:.1f} s")
 
     @property
-    def ready_line(self) -> Optional[str]:
-        """How much of the wait had a batch made and waiting, where that is known."""
-        if self.ready is None:
+    def taking_line(self) -> Optional[str]:
+        """What taking a batch cost the training thread, where its CPU in the fetches was read."""
+        if self.cpu_ms_per_batch is None or self.taking is None:
             return None
-        return f"{_whose(self.rank, 'training process')}: a batch the workers made waited through {self.ready:.0%} of its data wait"
+        return (f"{_whose(self.rank, 'training process')}: {self.cpu_ms_per_batch:.1f} ms of CPU in each fetch, "
+                f"{self.taking:.0%} of its wait less its wait for a CPU")
 
 
 @dataclass(frozen=True)
@@ -81,28 +87,31 @@ class LoaderWatch:
     coarse."""
 
     def __init__(self, read: Callable[[int], Optional[tuple[float, Optional[float]]]] = scheduled_seconds_of,
-                 thread_busy: Callable[[], float] = thread_busy_seconds, min_seconds: float = 1.0) -> None:
-        self.read, self.thread_busy, self.min_seconds = read, thread_busy, min_seconds
-        # now, the data wait, the thread's CPU, the workers' (CPU, queued) seconds, the wait with a batch ready
-        self.mark: Optional[tuple[float, float, float, dict[int, tuple[float, Optional[float]]], float]] = None
+                 thread: Callable[[], tuple[float, Optional[float]]] = thread_scheduled_seconds,
+                 min_seconds: float = 1.0) -> None:
+        self.read, self.thread, self.min_seconds = read, thread, min_seconds
+        # now, the data wait, the thread's (CPU, queued) seconds, the workers', the batches fetched, the thread's CPU
+        # in its fetches
+        self.mark: Optional[tuple[float, float, tuple[float, Optional[float]], dict[int, tuple[float, Optional[float]]],
+                                  int, float]] = None
 
     def due(self, now: float) -> bool:
         """Whether a call at ``now`` takes a new mark (none yet, or ``min_seconds`` since the last)."""
         return self.mark is None or now - self.mark[0] >= self.min_seconds
 
-    def busy(self, pids: Sequence[int], now: float, wait_s: float, ready_s: float = 0.0,
-             asked: bool = False) -> LoaderBusy:
-        """How busy the workers ``pids`` and the training thread (``wait_s``: its data wait so far, ``ready_s`` the
-        part of it that began with a batch ready, known where every fetch since the last call was ``asked``) were
-        since the mark (nothing at the first)."""
+    def busy(self, pids: Sequence[int], now: float, wait_s: float, fetched: int = 0,
+             fetch_cpu_s: Optional[float] = None) -> LoaderBusy:
+        """How busy the workers ``pids`` and the training thread (``wait_s``: its data wait so far, in ``fetched``
+        fetches, with ``fetch_cpu_s`` of its CPU in them where read) were since the mark (nothing at the first), and
+        the CPU a batch cost each side: CPU time, unlike the shares of wall time, is the same on a busy machine."""
         cpu = {pid: seconds for pid in pids if (seconds := self.read(pid)) is not None}
-        mine = self.thread_busy()
+        mine = self.thread()
         last = self.mark
         if self.due(now):
-            self.mark = (now, wait_s, mine, cpu, ready_s)
+            self.mark = (now, wait_s, mine, cpu, fetched, fetch_cpu_s or 0.0)
         if last is None or now <= last[0]:
             return LoaderBusy()
-        span, waited = now - last[0], wait_s - last[1]
+        span, waited, batches = now - last[0], wait_s - last[1], fetched - last[4]
         workers = None
         if cpu:  # a new worker since the mark: all of its seconds
             before = {pid: last[3].get(pid, (0.0, 0.0)) for pid in cpu}
@@ -111,11 +120,31 @@ class LoaderWatch:
             queued = None
             if all(q is not None and before[pid][1] is not None for pid, (_, q) in cpu.items()):
                 queued = max(sum(q - before[pid][1] for pid, (_, q) in cpu.items()), 0.0) / wall  # type: ignore[operator]
-            workers = WorkersBusy(max(ran, 0.0) / wall, len(cpu), span, queued=queued)
+            made = max(ran, 0.0) * 1000 / batches if batches > 0 else None
+            workers = WorkersBusy(max(ran, 0.0) / wall, len(cpu), span, queued=queued, cpu_ms_per_batch=made)
         training = None
-        if waited > 0:  # CPU time outside the wait is at most the wall time outside it
-            used = max(mine - last[2], 0.0)
-            low, high = min(max(used - (span - waited), 0.0), waited), min(used, waited)
-            ready = min(max(ready_s - last[4], 0.0) / waited, 1.0) if asked else None
-            training = WaitBusy(low / waited, high / waited, waited, span, ready=ready)
+        if waited > 0:
+            training = _training(span, waited, batches, mine, last[2],
+                                 None if fetch_cpu_s is None else max(fetch_cpu_s - last[5], 0.0))
         return LoaderBusy(workers, training)
+
+
+def _training(span: float, waited: float, batches: int, now: tuple[float, Optional[float]],
+              then: tuple[float, Optional[float]], fetch_cpu: Optional[float]) -> WaitBusy:
+    """The training thread's figures over ``span`` seconds, ``waited`` of them in ``batches`` fetches: its CPU and its
+    wait for a CPU then and now (the wait None where the OS does not say), its CPU in the fetches where read. Outside
+    the fetches it computes: on a CPU or waiting for one (CPU time outside the wait is at most the wall time there),
+    so the wait for a CPU outside is that wall time less its CPU there, and the rest of its wait for a CPU was in the
+    fetches."""
+    run = max(now[0] - then[0], 0.0)
+    queued = None if now[1] is None or then[1] is None else max(now[1] - then[1], 0.0)
+    used = run + (queued or 0.0)
+    low, high = min(max(used - (span - waited), 0.0), waited), min(used, waited)
+    took, taking = None, None
+    if fetch_cpu is not None and batches > 0:
+        took = fetch_cpu * 1000 / batches
+        if queued is not None:
+            queued_outside = max((span - waited) - (run - fetch_cpu), 0.0)
+            not_queued = waited - min(max(queued - queued_outside, 0.0), waited - fetch_cpu)
+            taking = min(fetch_cpu / not_queued, 1.0) if not_queued > 0 else None
+    return WaitBusy(low / waited, high / waited, waited, span, cpu_ms_per_batch=took, taking=taking)

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator, Optional
 from lightning_profkit.atomic_files import atomic_writer, write_atomic
 from lightning_profkit.capture_request import MARKER, MAX_BYTES, REQUEST, marker_of
 from lightning_profkit.companions import remove_local, with_companions
+from lightning_profkit.opener import FileRefused
 from lightning_profkit.store import (StoreError, join, read, remove, upload_with_companions, use_options, write,
                                      write_probe)
 from lightning_profkit.trace.columns import from_rows
@@ -141,7 +142,7 @@ def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]
             continue
         try:
             upload_with_companions(local, url)
-        except StoreError as err:
+        except (StoreError, FileRefused) as err:
             unsent.append([local, url, str(err)])
             continue
         remove_local(local)

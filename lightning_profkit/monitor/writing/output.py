@@ -32,21 +32,23 @@ def worker_name(rank: int, host: Optional[str] = None) -> str:
     return f"{host}_rank{rank}"
 
 
-STEP_DIGITS = 6  # window folders sort in step order in any listing up to step 999999
+EPOCH_DIGITS, BATCH_DIGITS = 4, 6  # window folders sort in time order in any listing up to epoch 9999, batch 999999
+
+
+def _batches(first: int, last: int) -> str:
+    return f"{first:0{BATCH_DIGITS}d}" if first == last else f"{first:0{BATCH_DIGITS}d}-{last:0{BATCH_DIGITS}d}"
 
 
 def window_name(epoch: int, first: int, last: int) -> str:
-    """``step=000075-000077-epoch=1``: the steps first and zero-padded, so that TensorBoard, ``ls`` and HTA
-    list windows in step order (the global step grows across epochs; an epoch number would not sort)."""
-    steps = f"{first:0{STEP_DIGITS}d}" if first == last else f"{first:0{STEP_DIGITS}d}-{last:0{STEP_DIGITS}d}"
-    return f"step={steps}-epoch={epoch}"
+    """``epoch=0001-batch=000011-000013``: batches 11-13 of epoch 1 (Lightning's ``batch_idx``), zero-padded so
+    that TensorBoard, ``ls`` and HTA list windows in time order."""
+    return f"epoch={epoch:0{EPOCH_DIGITS}d}-batch={_batches(first, last)}"
 
 
-def validation_window_name(epoch: int, after_step: int, first: int, last: int) -> str:
-    """``step=000079-val-batch=000002-000004-epoch=0``: batches 2-4 of the validation run after training step
-    79, so that it sorts after the training windows up to that step and before the later ones."""
-    batches = f"{first:0{STEP_DIGITS}d}" if first == last else f"{first:0{STEP_DIGITS}d}-{last:0{STEP_DIGITS}d}"
-    return f"step={after_step:0{STEP_DIGITS}d}-val-batch={batches}-epoch={epoch}"
+def validation_window_name(epoch: int, after_batch: int, first: int, last: int) -> str:
+    """``epoch=0000-batch=000039-val-batch=000002-000004``: batches 2-4 of the validation run after training batch
+    39 of epoch 0, so that it sorts after the training windows up to that batch and before the later ones."""
+    return f"epoch={epoch:0{EPOCH_DIGITS}d}-batch={after_batch:0{BATCH_DIGITS}d}-val-batch={_batches(first, last)}"
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class WrittenWindow:
     last: int
     figures: HostFigures
     json_bytes: Optional[int] = None  # the trace's JSON, uncompressed
-    growth_bytes: Optional[int] = None  # what the size estimate was made from (see WindowSession)
+    steps: int = 1  # steps recorded (a validation window's: batches)
     validation: bool = False  # validation batches (first and last are then the training step it followed)
     log_step: Optional[int] = None  # its last step on the axis the fit's metrics are logged on
     problems: tuple[str, ...] = ()  # what the trace lacks of what the window recorded
@@ -148,15 +150,17 @@ class TraceOutput:
             shutil.rmtree(self._local, ignore_errors=True)
 
     def submit(self, results: Any, epoch: int, first: int, last: int, offset: int,
-               notes: Optional[dict[str, Any]] = None, validation_after: Optional[int] = None) -> str:
+               notes: Optional[dict[str, Any]] = None, validation_after: Optional[int] = None,
+               after_batch: int = 0) -> str:
         """Queue a window's profiler results (steps ``first``-``last``; ``offset`` is the epoch's first
         step; ``notes`` go into the trace's ``profkit`` key too); returns the path its trace will have. A
-        validation window (``validation_after``: the training step it followed) has batch indices for steps."""
+        validation window (``validation_after``: the training step it followed, ``after_batch`` that step's batch
+        in the epoch) has batch indices for steps."""
         if validation_after is None:
-            folder = window_name(epoch, first, last)
+            folder = window_name(epoch, first - offset, last - offset)
             steps = {"steps": [first, last], "batch_idx": [first - offset, last - offset]}
         else:
-            folder = validation_window_name(epoch, validation_after, first, last)
+            folder = validation_window_name(epoch, after_batch, first, last)
             steps = {"steps": [validation_after, validation_after], "batch_idx": [first, last], "validation": True}
         name = f"{self.worker}.{time.time_ns()}.pt.trace.json.gz"
         path = join(self.local_dir, folder, name)
@@ -205,12 +209,12 @@ class TraceOutput:
         done = []
         while self._written:
             window = self._written.popleft()
-            first, last = window["meta"]["steps"]
-            validation = bool(window["meta"].get("validation"))
             meta = window["meta"]
+            (first, last), batches = meta["steps"], meta["batch_idx"]
+            validation = bool(meta.get("validation"))
             shown = redact(window["path"])  # a URL's credentials stay out of what users see
             done.append(WrittenWindow(shown, first, last, HostFigures.from_json(window["figures"]),
-                                      window.get("json_bytes"), meta.get("memory_growth_bytes"), validation,
+                                      window.get("json_bytes"), batches[1] - batches[0] + 1, validation,
                                       meta.get("log_step", last), tuple(meta.get("problems", ()))))
             if window.get("unkept"):  # once a fit (the key): the trace is there, `profkit` parses it instead
                 self._on_error(f"the summary beside a trace could not be written; profkit parses the trace instead\n"

@@ -6,9 +6,9 @@ holds the GIL for a few milliseconds) and hands the rewrite, gzip and rename to 
 ``IN_THREAD_BYTES`` of JSON it finalizes itself, holding the GIL for about 10 ms a MB, where starting that process
 would cost 0.1-0.25 s of CPU. Files appear under their final name only when complete. A window bound for object
 storage is written in full to a local staging folder and uploaded by the same process, as a job of its own once
-no window waits to be written; an upload that fails is kept there and retried after a backoff (2 s, doubling to
-60 s), and once more at the end if the fit's ``flush_timeout`` allows. A window that does not fit on its disk
-(:class:`DiskFull`) leaves nothing behind.
+no window waits to be written; an upload that fails is kept there and retried when a later window is written,
+once a backoff (2 s, doubling to 60 s) has passed, and once more at the end if the fit's ``flush_timeout``
+allows. A window that does not fit on its disk (:class:`DiskFull`) leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import glob
 import os
 import queue
 import shutil
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,6 +66,31 @@ def free_mb(folder: str) -> float:
     while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
         folder = os.path.dirname(folder)
     return shutil.disk_usage(folder).free / 1e6
+
+
+class FolderTaken(OSError):
+    """A window's folder name already taken by something this fit may not write into."""
+
+
+def window_folder(folder: str) -> bool:
+    """Make a window's ``folder`` (its parents as needed) and say whether it was made here; a folder already at the
+    name is written into only where it is a folder of this user, not a link (another rank of the fit made it): a
+    link or another user's is :class:`FolderTaken`, so that nothing is written through a path another user made."""
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    try:
+        os.mkdir(folder)
+        return True
+    except FileExistsError:
+        st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode):
+        raise FolderTaken(f"{folder} is already there and is a symbolic link: the window is not written there, nor "
+                          "anywhere")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise FolderTaken(f"{folder} is already there and is another user's (user id {st.st_uid}): the window is not "
+                          "written there, nor anywhere")
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", folder)
+    return False
 
 
 class TraceWriter:
@@ -194,6 +220,8 @@ class TraceWriter:
         except DiskFull as full:
             self.full = full  # read by the training thread before the next window
             self._on_error(full.strerror, "disk_full")
+        except FolderTaken as taken:
+            self._on_error(f"a profiler trace was not written; training continues:\n  {taken}", "folder_taken")
         except Exception as err:  # never let the thread die: report and go on
             self._on_error(f"a profiler trace could not be written; training continues:\n  {type(err).__name__}: {err}",
                            "write")
@@ -207,9 +235,8 @@ class TraceWriter:
     def _write(self, job: WindowJob) -> None:
         folder, name = os.path.split(job.path)
         raw = os.path.join(folder, f".{name}.raw")
-        made = not os.path.isdir(folder)
+        made = window_folder(folder)
         try:
-            os.makedirs(folder, exist_ok=True)
             job.results.save(raw)  # kineto writes <raw>.tmp, then renames it; on a full disk it says nothing
             job.results = None
             if not os.path.exists(raw):
@@ -267,9 +294,9 @@ class TraceWriter:
             local, url, why = unsent[0]
             if self._backoff == 0.0:
                 self._on_error(f"a profiler trace could not be uploaded; training continues and the upload is tried "
-                               f"again after {UPLOAD_BACKOFF_S[0]:.0f} s, then at most every "
-                               f"{UPLOAD_BACKOFF_S[1]:.0f} s\n  - to: {url}\n  - why: {why}\n  - kept at: {local}",
-                               "upload")
+                               f"again with a later window ({UPLOAD_BACKOFF_S[0]:.0f} s apart at least, then up to "
+                               f"{UPLOAD_BACKOFF_S[1]:.0f} s) and at the end\n  - to: {url}\n  - why: {why}\n"
+                               f"  - kept at: {local}", "upload")
             self._backoff = min(max(2 * self._backoff, UPLOAD_BACKOFF_S[0]), UPLOAD_BACKOFF_S[1])
             self._retry_at = time.perf_counter() + self._backoff
         elif uploads:

@@ -1,0 +1,62 @@
+"""Why the GPU idled in the profiled steps: each idle moment put down to what the training process was doing then,
+the first of these that matches, and what to do about the largest (docs/reading-a-run.md). Pure, shared by the
+figures (``trace/host_steps.py``), the end-of-fit lines and ``profkit summary``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+CAUSES = ("data_wait", "blocking_sync", "cpu_ops", "other")
+WHAT = {  # what the training process was doing while the GPU idled
+    "data_wait": "waiting for the DataLoader",
+    "blocking_sync": "in a blocking CUDA call",
+    "cpu_ops": "running CPU operators",
+    "other": "between recorded operators",
+}
+ADVICE = {
+    "data_wait": "the input pipeline is too slow: more workers, persistent_workers=True, pin_memory=True",
+    "blocking_sync": "the CPU waits for the GPU inside the step: a .item(), .cpu() or print of a tensor",
+    "cpu_ops": "the GPU outruns Python: larger batches, torch.compile, CUDA graphs",
+    "other": "Python between operators (logging, metrics, hooks): do it less often, or off the step",
+}
+# each blocking call (BLOCKING_SYNC_CALLS in trace/vocabulary.py): what it is, and what in a step usually makes it
+SYNC_ADVICE = {
+    "cudaMemcpyAsync": ("blocking copies", "pin_memory=True, .to(device, non_blocking=True), fewer .cpu()"),
+    "cudaMemcpy": ("synchronous copies", ".cpu(), .numpy() or tensors made from Python data"),
+    "cudaStreamSynchronize": ("the CPU waits for the GPU", ".item(), .cpu(), print(tensor), logging a tensor"),
+    "cudaDeviceSynchronize": ("torch.cuda.synchronize() in the step", "timing code, for one"),
+    "cudaEventSynchronize": ("waiting on CUDA events each step", "event.synchronize() in timing code, for one"),
+}
+
+
+def share_name(cause: str) -> str:
+    """The figure of a cause: ``gpu_idle_<cause>_share`` (logged as ``profkit/window/gpu_idle_<cause>_share``)."""
+    return f"gpu_idle_{cause}_share"
+
+
+def largest(shares: dict[str, Optional[float]]) -> Optional[str]:
+    """The cause with the largest share of the idle time; None without a GPU (no share known)."""
+    known = {cause: share for cause in CAUSES if (share := shares.get(cause)) is not None}
+    return max(known, key=lambda cause: known[cause]) if known else None
+
+
+def advice(cause: str, blocking_by_call: Optional[dict[str, float]] = None) -> str:
+    """What to do about ``cause``; for a blocking call, about the call that blocked longest (``blocking_by_call``)."""
+    if cause == "blocking_sync" and blocking_by_call:
+        call = max(blocking_by_call, key=lambda name: blocking_by_call[name])
+        if call in SYNC_ADVICE:
+            return f"{call} blocks: {SYNC_ADVICE[call][1]}"
+    return ADVICE[cause]
+
+
+def verdict(idle: Optional[float], shares: dict[str, Optional[float]],
+            blocking_by_call: Optional[dict[str, float]] = None) -> list[str]:
+    """How much of the steps' time the GPU idled and what the training process mostly did meanwhile, then what to do
+    about it: two lines, or one where the GPU hardly idled; none without a GPU."""
+    cause = largest(shares)
+    if idle is None or cause is None:
+        return []
+    if idle < 0.005:
+        return [f"the GPU idled {idle:.1%} of the profiled steps"]
+    return [f"the GPU idled {idle:.1%} of the profiled steps, {(shares[cause] or 0.0) / idle:.0%} of it {WHAT[cause]}",
+            f"what to do: {advice(cause, blocking_by_call)}"]
