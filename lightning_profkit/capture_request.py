@@ -19,7 +19,7 @@ import secrets
 import socket
 import stat
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.machine import process_start
@@ -28,7 +28,7 @@ from lightning_profkit.printable import printable
 
 REQUEST = "capture.request"
 MARKER = ".profkit-run"
-MAX_BYTES = 4096  # the most of a marker or a request that is read
+MAX_BYTES = 4000  # the most of a marker or a request that is read
 MAX_STEPS = 100  # the most steps one request may ask for: a window that long is already a large trace
 
 
@@ -230,3 +230,23 @@ class LiveRun:
                 os.rmdir(folder)  # ours, and nothing was written into it
             except OSError:
                 break
+
+
+def requested_steps(live: LiveRun, now: float, active: int, report: Callable[..., None]
+                    ) -> tuple[Optional[int], list[str]]:
+    """The steps a request taken ``now`` asks to record (``active`` where it names none; None without a request
+    to act on), and the lines to print; ``report(message, key)`` is told of a request refused or unreadable."""
+    try:
+        request = live.poll(now)
+    except OSError as err:
+        report(f"cannot read capture requests:\n  {err!r}", "request")
+        return None, []
+    if request is None:
+        return None, []
+    if "refused" in request:
+        report(f"a capture request was refused: only the user who runs the fit may ask it for a window\n  "
+               f"{request['refused']}", "request_refused")
+        return None, []
+    lines = [f"a capture request asked for {request['capped']} steps; recording at most {MAX_STEPS}"
+             ] if "capped" in request else []
+    return request["steps"] or active, lines

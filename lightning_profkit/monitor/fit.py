@@ -35,7 +35,6 @@ from lightning_profkit.monitor.exchange import (close_group, exchange_group, exc
                                                 names_of)
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
-from lightning_profkit.monitor.profiling.captures import requested_steps
 from lightning_profkit.monitor.profiling.fit_windows import FitWindows
 from lightning_profkit.monitor.profiling.windows import (Recording, ValidationWindows, WindowRunner,
                                                          profiler_activities, session_opener)
@@ -231,7 +230,7 @@ class FitRun:
             self.advice.see(batch)
             self._rolling_check(out, now, step)  # every rank at the same step: it may exchange figures
         if self.live is not None and now >= self.live.next_poll:
-            steps, lines = requested_steps(self.live, now, self.options.active, self.report)
+            steps, lines = capture_request.requested_steps(self.live, now, self.options.active, self.report)
             out.lines += lines
             if steps and self.rank.world_size > 1:
                 self.checks.requested = steps  # all ranks start it together at the next rolling check
