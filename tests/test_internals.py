@@ -5,6 +5,7 @@ import ast
 import os
 import re
 import warnings
+from importlib import metadata
 
 import pytest
 from conftest import Recorder, SleepDataset, TinyModel, fetch_timing_removed, make_trainer
@@ -98,6 +99,7 @@ def test_a_lightning_without_the_fetch_pair_is_refused_at_setup_naming_its_versi
     with pytest.raises(RuntimeError, match=r"lightning \d+\.\d+\S* has no `_on_before_fetch") as raised:
         trainer.fit(TinyModel(SleepDataset(8)))
     assert "needs a Lightning 2.5 or later" in str(raised.value)
+    assert str(raised.value).startswith(f"lightning {metadata.version('lightning')} ")  # the trainer's package
     assert trainer.global_step == 0 and fetch_timing_removed(trainer)
 
 

@@ -42,7 +42,7 @@ WHOLE_FILE_JSON = 64 * 2**20  # unless its JSON is larger (a gzip file inflates 
 # Text without a boundary between events (or without the list) this long: the file is read in one pass, if its
 # whole text is at most ONE_PASS bytes, else left out. Both bound what a file that cannot be cut costs.
 _NO_BOUNDARY = 16 * 10**6
-ONE_PASS = 16 * 2**20
+ONE_PASS = 16 * 10**6
 _OVERLAP = 256  # bytes searched again when a block arrives: the most a match may reach back
 # Between two objects, the second starting with a key: never inside a string (where every quote follows a
 # backslash). A match inside a nested list of objects makes a piece that does not decode, and the file is then

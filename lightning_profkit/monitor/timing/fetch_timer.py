@@ -280,7 +280,8 @@ def require_fetch_pair(trainer: Any) -> None:
     """Raise at ``setup`` where the installed Lightning's fit loops have no fetch pair, where the timer goes."""
     loop = trainer.fit_loop.epoch_loop
     if fetch_pair(loop) is None or fetch_pair(loop.val_loop) is None:
-        raise RuntimeError(moved("lightning", FETCH_PAIR[0], "PerformanceMonitor times each DataLoader fetch there "
+        package = type(trainer).__module__.split(".")[0]  # lightning or pytorch_lightning
+        raise RuntimeError(moved(package, FETCH_PAIR[0], "PerformanceMonitor times each DataLoader fetch there "
                                  "and needs a Lightning 2.5 or later that has it"))
 
 

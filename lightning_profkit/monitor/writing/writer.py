@@ -40,7 +40,7 @@ class WindowJob:
     url: Optional[str] = None  # where the trace goes on object storage
 
 
-IN_THREAD_BYTES = 2**20  # the JSON of a local window finalized in the writer thread, at most
+IN_THREAD_BYTES = 10**6  # the JSON of a local window finalized in the writer thread, at most
 UPLOAD_BACKOFF_S = (2.0, 60.0)  # the wait after a first failed upload, and the longest: doubled at each failure
 
 
