@@ -41,13 +41,14 @@ class PerformanceMonitor(Callback):
     recorded right after it; ``profkit capture <run dir>`` asks a running fit for a window.
 
     Args:
-        profile: record profiler windows; ``False`` keeps only the per-epoch metrics.
+        profile: record the planned profiler windows; ``False``: none planned (the metrics, and the windows
+            recorded after an alert or on request, remain).
         skip_first: batches skipped at the start of every epoch before the window (default mode).
         warmup: batches the profiler runs before recording, so start-up cost stays out of the trace.
-        active: batches recorded per window (default mode and ``every_n_steps``).
+        active: batches recorded per window (default mode, ``every_n_steps`` and captures).
         steps: the fit's steps to record (its batches counted from 0 across epochs), e.g. ``"100-102,500-502"``
             or ``[[100, 102], 500]``.
-        every_n_steps: record ``active`` steps from every multiple of this many steps.
+        every_n_steps: record ``active`` steps from every multiple of this many of the fit's steps.
         step_filter: record the steps where ``step_filter(step)`` is true (asked ahead of time: a pure function).
         ranks: global ranks that profile (default: all).
         dirpath: folder for the window folders (default: a folder of the run's own, see above); where another fit
@@ -56,7 +57,8 @@ class PerformanceMonitor(Callback):
         activities: a list of ``"cpu"`` and/or ``"cuda"``, e.g. ``["cpu"]`` (default: CPU, plus CUDA when the model
             is on a CUDA device).
         record_shapes: ``torch.profiler``'s: record operator input shapes (adds cost to profiled steps).
-        profile_memory: ``torch.profiler``'s: record allocations (adds cost; gives ``window/peak_memory_mb``).
+        profile_memory: ``torch.profiler``'s: record allocations (adds cost; gives
+            ``window/peak_memory_mb/<device>`` for CUDA devices).
         with_stack: ``torch.profiler``'s: record Python stacks (adds cost).
         with_flops: ``torch.profiler``'s: estimate FLOPs of matrix operators (adds cost).
         with_modules: ``torch.profiler``'s: record the module hierarchy (adds cost).
@@ -66,13 +68,13 @@ class PerformanceMonitor(Callback):
         flush_timeout: seconds to wait at the end of ``fit`` for traces still being written.
         log_metrics: log the per-epoch and per-window metrics above.
         alert_threshold: data-wait ratio above which a check counts (0.2: "highly input-bound"); ``None``: no alerts.
-        alert_window: steps per rolling check (its figures are logged at its step, ``profkit/rolling/``).
+        alert_window: the fit's steps per rolling check (its figures are logged at its step, ``profkit/rolling/``).
         alert_patience: consecutive checks over the threshold before an alert.
-        alert_cooldown: steps after an alert during which no new one is raised.
+        alert_cooldown: the fit's steps after an alert during which no new one is raised.
         alert_action: ``"warn"``, ``"stop"`` (end training gracefully) or ``"raise"``.
         on_alert: called on rank zero with each :class:`~lightning_profkit.alerts.DataWaitAlert` when it fires (its
             trace is named later: ``alerts`` holds a copy with ``trace_dir`` once written).
-        capture_on_alert: record a window (``warmup`` + ``active`` steps) right after an alert.
+        capture_on_alert: record a window (``warmup`` + ``active`` batches) right after an alert.
         max_captures: the most windows recorded per ``fit`` after alerts and on request.
         keep_last_windows: keep only the newest this many window folders (our own files; ``None``: keep all).
         max_trace_mb: end a window early, before the step that would take its trace's JSON past this many MB
