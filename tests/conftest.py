@@ -295,6 +295,25 @@ def reference(gpu_traces: Path) -> dict:
     return json.loads((gpu_traces / "reference.json").read_text())
 
 
+def chrome(offline=False):
+    """Headless Chromium; ``offline``: every name but 127.0.0.1 resolves to nothing and every request that is
+    not to the machine itself goes through a proxy that is not there; the performance log records the page's
+    requests."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (binary and driver):
+        pytest.skip("Debian's chromium and chromium-driver are not installed (dev.sh test installs them as root)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    if offline:
+        for arg in ("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--proxy-server=127.0.0.1:9"):
+            options.add_argument(arg)
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
+
+
 def stop_session(proc: subprocess.Popen) -> None:
     """Stop a server started with ``start_new_session=True`` and every process it started, by its pid."""
     try:

@@ -13,7 +13,7 @@ import pytest
 
 from lightning_profkit import PerformanceMonitor
 from lightning_profkit.metric_names import METRICS, PREFIX, find, markdown_table
-from conftest import stop_session
+from conftest import chrome, stop_session
 from test_metric_names import every_logged_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +50,33 @@ def test_the_site_builds_offline_with_warnings_as_errors_and_shows_the_callbacks
     assert "<td><code>1000</code></td>" in arguments and 'href="../alerts/#capture-on-demand"' in arguments
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "Quick start" in home and 'href="metrics/"' in home  # the README, its links made the site's
+    shown = in_a_browser(site, tmp_path)
+    assert shown["api"]["rows"] == len(rows) and shown["api"]["height"] > 20 * len(rows), shown  # drawn, a row each
+    assert shown["choosing-steps"]["rows"] > 0 and shown["choosing-steps"]["text"] > 2000, shown
+
+
+def in_a_browser(site: Path, folder: Path) -> dict:
+    """The argument table of the API page and the Choosing steps page as headless Chromium draws them, offline from
+    files: rows and height of the first table in the page's content, its text's length; a screenshot of each in
+    ``folder`` (and in $PROFKIT_DOCS_SCREENSHOTS where set)."""
+    browser = chrome(offline=True)
+    shown = {}
+    try:
+        for page, anchor in (("api", "arguments"), ("choosing-steps", "")):
+            browser.get((site / page / "index.html").as_uri() + (anchor and "#" + anchor))
+            shown[page] = browser.execute_script("""
+                const article = document.querySelector('article');
+                const heading = arguments[0] ? document.getElementById(arguments[0]) : article;
+                const table = [...article.querySelectorAll('table')].find(
+                    (t) => heading.compareDocumentPosition(t) & (Node.DOCUMENT_POSITION_FOLLOWING | Node.DOCUMENT_POSITION_CONTAINED_BY));
+                const box = table.getBoundingClientRect();
+                return {rows: table.querySelectorAll('tbody tr').length, height: box.height, width: box.width,
+                        text: article.innerText.length};""", anchor)
+            for where in filter(None, (folder, os.environ.get("PROFKIT_DOCS_SCREENSHOTS"))):
+                browser.save_screenshot(str(Path(where) / f"{page}.png"))
+    finally:
+        browser.quit()
+    return shown
 
 
 def test_the_metrics_page_lists_every_logged_metric_and_nothing_else():

@@ -2,14 +2,13 @@
 our run."""
 
 import os
-import shutil
 import time
 import urllib.parse
 
 import pytest
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from conftest import SleepDataset, TinyModel, make_trainer
+from conftest import SleepDataset, TinyModel, chrome, make_trainer
 from lightning_profkit import PerformanceMonitor
 from test_tensorboard import data_bound_run
 
@@ -17,25 +16,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCREENSHOT = os.environ.get("PROFKIT_SCREENSHOT")  # set to write docs/tensorboard-offline.png
 SCALARS_SCREENSHOT = os.environ.get("PROFKIT_SCALARS_SCREENSHOT")  # docs/tensorboard-scalars.png
 TAGS = ("profkit/data_wait_ratio", "profkit/rolling/data_wait_ratio", "profkit/step_time_ms_mean")  # on that page
-
-
-def chrome(offline=False):
-    """Headless Chromium; ``offline``: every name but 127.0.0.1 resolves to nothing and every request that is
-    not to the machine itself goes through a proxy that is not there; the performance log records the page's
-    requests."""
-    webdriver = pytest.importorskip("selenium.webdriver")
-    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (binary and driver):
-        pytest.skip("Debian's chromium and chromium-driver are not installed (dev.sh test installs them as root)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(arg)
-    if offline:
-        for arg in ("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--proxy-server=127.0.0.1:9"):
-            options.add_argument(arg)
-        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
 
 
 def test_profiler_tab_shows_our_run_and_its_dataloader_share(tmp_path, tensorboard_server):

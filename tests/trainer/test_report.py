@@ -8,10 +8,9 @@ import subprocess
 import sys
 import urllib.parse
 
-from conftest import SleepDataset, TinyModel, make_trainer
+from conftest import SleepDataset, TinyModel, chrome, make_trainer
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from test_alerts import Busy, fit
-from test_browser import chrome
 from torch.utils.data import DataLoader
 
 from lightning_profkit import PerformanceMonitor
