@@ -1,13 +1,6 @@
 """The capture-request protocol, shared by the callback and ``profkit capture``: ask a running
 PerformanceMonitor for a window from another process with a request file in its trace folder.
-
-The callback (rank zero) looks for ``capture.request`` at most once a second, from the step-end hook: one
-clock read per step, one ``stat`` per second. For a trace folder on object storage the folder looked in is the
-local staging folder, and the finalizing process keeps the marker on the store and moves requests left there
-into it (:class:`~lightning_profkit.monitor.writing.child.RequestMirror`). While a run is active it keeps a ``.profkit-run`` marker
-there that names its process (host, pid and the process's start time), so ``profkit capture`` can tell a
-live run from one whose process is gone. A marker still there when its process exits normally is
-removed at exit, whatever became of the fit.
+What it does for a user: docs/alerts.md (Capture on demand). Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""A profiled window's host-step figures, typed, with one set of names whose endings say the unit (``_us``,
-``_ms``, ``_share`` of the step time, ``_bytes``, ``_mb``). They travel from the child process that writes a
-trace (as JSON) to every reader: the callback's logged window metrics and advice, ``profkit summary`` and
-its JSON. Shared by both sides of the package, so pure: no numpy, no torch.
-
-Definitions (docs/metrics.md): steps are the host-side ``ProfilerStep#N`` spans; data wait is DataLoader
-time inside them; blocking time is the host's blocking CUDA calls on the threads that run the steps; GPU
-idle is the share of the steps, as the GPU ran them, without device activity, averaged over the trace's GPUs.
+"""A profiled window's host-step figures, typed, with one set of names whose endings say the unit (``_us``, ``_ms``,
+``_share`` of the step time, ``_bytes``, ``_mb``). They travel from the child process that writes a trace (as JSON)
+to every reader. Shared by both sides of the package, so pure: no numpy, no torch. Definitions: docs/metrics.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,7 @@
 """Every private name of Lightning, torch and Python that the package uses, read or set here and nowhere else.
-
-Each is looked up on the installed objects when it is used, never assumed: where a release has moved one,
-the caller gets None (or False) and takes its fallback, and :func:`moved` is the one line that says what was
-not found in which installed version. Where a public hook gives the same fact, it is the fallback:
-
-- Lightning's loops call ``_on_before_fetch``/``_on_after_fetch`` around every fetch; the fetch timer puts its
-  own pair there. Fallback: none; a Lightning without them is refused at ``setup`` (2.5 and 2.6, the versions
-  tested, have them).
-- The fit loop's ``setup_data`` (a public method of the private ``_FitLoop``), where Lightning makes the training
-  DataLoader and its first iterator, whose workers start before ``on_train_start``: the loader's start-up timer
-  wraps it on the loop. Fallback: epoch 0's start-up before training is not counted (later epochs' is).
-- The fit loop's ``_combined_loader`` iterators' ``_workers``: the DataLoader workers' pids. Fallback: the live
-  daemon processes this process started.
-- Those iterators' ``_data_queue`` and ``_worker_result_queue`` (torch's, with workers): whether a batch a worker
-  made waits there when a fetch begins, which tells a training process too slow to take its batches from workers
-  too slow to make them. Fallback: not known; the advice says nothing of it.
-- The epoch loop's ``_batches_that_stepped``: the step Lightning logs at. Fallback: ``trainer.global_step``.
-- torch's ``profile._prev_schedule_action`` and ``step_num`` (set with ``current_action`` to start numbering at a
-  global step) and ``action_map`` (cleared to free a finished session at once). Fallback: not set (the trace's
-  steps are then numbered from 0); the session is freed by the garbage collector.
-- torch's ``profile.profiler.kineto_results``: a finished session's results, saved by the writer thread. Fallback:
-  none; the window is reported as not written.
-- Lightning calls a callback's hook only where it is callable (``_call_callback_hooks``, in 2.5 and 2.6), so a
-  per-batch hook the callback does not need is :data:`SKIPPED` (None): a lookup, not a call (about 7 µs).
-- Lightning's ``Callback._generate_state_key``: the checkpoint key Lightning's callbacks use. Fallback: the same
-  text made here.
-- ``torch.autograd.profiler._is_profiler_enabled``: whether another session runs. Fallback: starting ours fails,
-  which ends profiling with one warning.
-- Python's ``sys._current_frames``: the main thread's frame, where a helper thread's warning is shown. Fallback:
-  shown where it was raised.
-"""
+Each is looked up on the installed objects when it is used, never assumed: where a release has moved one, the caller
+gets None (or False) and takes its fallback, and :func:`moved` is the one line that says what was not found in which
+installed version. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""Every metric PerformanceMonitor logs, with its unit and meaning: the one place their names are written.
-
-The training side logs them (``monitor/``), ``profkit report`` reads them back from the loggers' files
-(``report/``), and the documentation's Metrics page (``docs/metrics.md``) holds :func:`markdown_table`
-(``tests/test_metric_names.py`` and ``tests/test_docs.py`` check all three against this list). A name with
-``<...>`` has a part filled in at run time. The window metrics are the per-step figures of
-:class:`~lightning_profkit.figures.HostFigures`, under the names ``profkit summary`` uses for them (its ``--json``
-too). Pure: no Lightning, no torch.
-"""
+"""Every metric PerformanceMonitor logs, with its unit and meaning: the one place their names are written. A name
+with ``<...>`` has a part filled in at run time; the window metrics are the per-step figures of
+:class:`~lightning_profkit.figures.HostFigures`. Pure: no Lightning, no torch. The Metrics page (``docs/metrics.md``)
+holds :func:`markdown_table`. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

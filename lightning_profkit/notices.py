@@ -1,11 +1,6 @@
 """How our warnings reach the user: as Python's own, shown at the line of the user's code that is running (their
-``trainer.fit(...)``), with the category and the text: ``train.py:42: DataWaitWarning: PerformanceMonitor: ...``.
-
-A warning raised from our code would be shown at a line of our package, which Lightning's format of warnings from a
-path with "lightning" in it prints without the category. :func:`warn` names the user's frame instead, through
-:func:`warnings.warn_explicit`: nothing of the warnings module is changed, filters
-(``warnings.filterwarnings(..., category=DataWaitWarning)``) work as for any warning, and other warnings and
-threads are untouched.
+``trainer.fit(...)``), with the category: ``train.py:42: DataWaitWarning: PerformanceMonitor: ...``. :func:`warn`
+names the user's frame through :func:`warnings.warn_explicit`. Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

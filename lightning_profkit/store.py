@@ -1,12 +1,7 @@
 """Object storage through fsspec (``s3://``, ``gs://``, ``az://``, ``memory://``: any protocol fsspec knows), for
-the traces of a run that logs there and for ``profkit`` reading them back.
-
-fsspec and the protocol's package (``s3fs``, ``gcsfs``, ``adlfs``) are optional: a missing one is a
-:class:`StoreError` with the ``pip install`` line to run. The training process itself never talks to a store
-(fsspec's I/O thread would outlive the fit): the setup's probe (:func:`write_probe`) and the uploads run in the
-finalizing process. An object store makes an object visible only once its upload is complete, so a trace is
-put under its final key in one call and no reader ever sees part of it.
-"""
+the traces of a run that logs there and for ``profkit`` reading them back. A missing package is a :class:`StoreError`
+with the ``pip install`` line to run; the training process itself never talks to a store. A run on a store:
+docs/traces-and-storage.md. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

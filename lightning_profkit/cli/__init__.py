@@ -1,19 +1,6 @@
-"""The ``profkit`` command.
+"""The ``profkit`` command: summary, compare, capture, report, upload, sql and export.
 
-    profkit summary PATH [--json] [--jobs N]    where the time went: a trace, a window folder or a run folder
-                 [--scheduler ADDRESS]          (a URL's traces parsed on a Dask cluster)
-    profkit compare A B [--json] [--jobs N]     the same figures for two paths side by side (before / after)
-    profkit capture RUN_DIR [--steps N]         ask a running PerformanceMonitor to record a window now
-    profkit report RUN_DIR [-o report.html]     one HTML page of a run: epochs, windows, alerts, ranks (offline)
-    profkit upload LOCAL URL                    upload the traces a fit kept here when its store failed
-    profkit sql RUN ["QUERY"] [--json]          SQL (DuckDB) over the run's events tables; no query: the views
-    profkit export RUN [--jobs N]               write the events table (Parquet) of each trace that has none
-
-PATH, A and B may be URLs of object storage (``s3://…``, ``gs://…``): their traces are copied to a temporary
-folder first.
-
-Exit status: 0; 1 when the input is wrong or none of its traces could be read; 2 for a wrong command line; 3
-(``LEFT_OUT``) when some traces could not be read: each is named on stderr with why, and the others are shown.
+Every command's usage and the exit codes: docs/profkit.md (its Reference section is :func:`reference`'s output).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """``profkit summary PATH --scheduler ADDRESS``: the traces of a run that have no fresh sidecar are parsed by the
-workers of a Dask distributed cluster, one trace per task; each worker reads its trace and puts the trace's sidecar
-back beside it, so that the next look needs no cluster. ``PATH`` is a URL of object storage, or a local path on a
-filesystem every worker sees at the same path (a cluster's shared filesystem: NFS, Lustre, GPFS), which is checked
-first: each worker must find the command's first trace there, of the same size.
-
-The workers need lightning_profkit installed and, for a store, its credentials (their environment, as fsspec reads
-it).
+workers of a Dask distributed cluster, one trace per task; each worker puts its trace's sidecar back beside it.
+What PATH may be, and what the workers need: docs/many-ranks.md (Beyond one machine).
 """
 
 from __future__ import annotations

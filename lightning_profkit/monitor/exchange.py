@@ -1,15 +1,6 @@
 """A few numbers from every rank, over a gloo group on the host: the rolling checks and the epoch figures never
-touch the device (no copy to the GPU and back, no synchronisation).
-
-The group is our own, made at setup and destroyed at teardown, even when the world's group is gloo already:
-gloo's worker threads keep a gather's tensors after it returns, and a process that ends with them still held
-(as a rank does right after the end-of-fit exchange) aborts in interpreter shutdown in about one exit of 15
-("terminate called without an active exception"); destroying the group ends those threads first.
-
-Before torch 2.8, freeing the group joins those threads while holding the GIL, and a thread that holds the last
-reference to a gather's tensors waits for the GIL to free them: the fit hangs at its end. So every gather of a
-group goes through the same few tensors, kept past the group (until the next group is made): the threads only
-ever drop a reference."""
+touch the device (no copy to the GPU and back, no synchronisation). The group is our own, destroyed at teardown, and
+every gather goes through the same few tensors, kept past the group. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
-"""One fit's machinery on one rank, with no Lightning: :class:`FitRun`.
-
-The callback creates a FitRun at ``setup`` and closes it at ``teardown``; each of its hooks reads the few facts
-of the trainer it needs (step, batch index, epoch, whether the batch is the epoch's last) and makes one call
-here. What the trainer must do in return (log metrics at a step, print a line on rank zero, stop, raise an
-alert) comes back as an :class:`Outcome`. Metrics are logged on one step axis, the one Lightning logs the user's
-own ``self.log`` metrics on (``log_step``: the batches that stepped an optimizer, not ``global_step``, which counts
-optimizer steps); the steps the fit's logic counts are batches. Every other effect goes through the functions
-it is given; time is read from its ``clock`` (``time.perf_counter`` by default, the clock the fetch timer
-reads), so that tests drive a fit with a fake one.
-
-A FitRun coordinates: it owns the step scheduler (:meth:`FitRun._schedule`: the one place that knows the next step
-with work at its end), the rolling checks' exchange and the alert's action, and hands the rest to its parts: the
-profiler windows (:class:`~lightning_profkit.monitor.profiling.fit_windows.FitWindows`), the epoch's measurements
-(:class:`~lightning_profkit.monitor.timing.measure.EpochMeasure`), the traces
-(:class:`~lightning_profkit.monitor.writing.intake.TraceIntake`), the loader's advice
-(:class:`~lightning_profkit.monitor.alerting.loader_advice.LoaderAdvice`) and alert delivery.
+"""One fit's machinery on one rank, with no Lightning: :class:`FitRun`, created by the callback at ``setup`` and
+closed at ``teardown``. Each hook reads the few facts of the trainer it needs and makes one call here; what the
+trainer must do in return comes back as an :class:`Outcome`. Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """A trace as columns: numpy arrays over :mod:`~lightning_profkit.trace.rows`' rows, on which every figure is computed.
-
-Complete events (``ph == "X"``) with a timestamp are rows; ``[memory]`` instant events are kept apart.
-Strings (category, name) are stored as codes into ``raw_cats`` / ``names``; numeric arguments (stream,
-correlation id, external id) that are absent or not integers are -1.
-"""
+Complete events (``ph == "X"``) with a timestamp are rows; ``[memory]`` instant events are kept apart. Strings
+(category, name) are codes into ``raw_cats`` / ``names``; numeric arguments absent or not integers are -1."""
 
 from __future__ import annotations
 

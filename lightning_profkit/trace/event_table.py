@@ -1,17 +1,7 @@
 """A trace's events as a table, one row per complete event (``ph == "X"``), written as Parquet beside the trace
-(``NAME.parquet``) so that a run of many ranks is queried without parsing its JSON again (``profkit sql``), by
-DuckDB here and by Dask, Spark or DuckDB elsewhere.
-
-Every file of a run has the same columns (:data:`SCHEMA`), the run, window (``window_name``: ``window`` is a word
-of SQL), rank and worker among them, so that
-any set of them read together (``**/*.parquet``) is one table. Times are the trace's microseconds. Numbers a trace
-does not give (a thread id that is not a number, an event outside every step, a kernel without a correlation id)
-are -1. An event's ``step`` is the ``ProfilerStep#N`` whose host span holds its start; a GPU event's is that of the
-runtime call that launched it (same correlation id), as HolisticTraceAnalysis assigns iterations. ``[memory]``
-events and flow arrows are not in the table.
-
-Parquet needs pyarrow (``pip install pyarrow``): :func:`available` says whether it is there.
-"""
+(``NAME.parquet``) so that a run of many ranks is queried without parsing its JSON again (``profkit sql``). Every file
+of a run has the same columns (:data:`SCHEMA`: docs/many-ranks.md); Parquet needs pyarrow: :func:`available` says
+whether it is there. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Trace events as typed records: decoded straight from JSON by msgspec, keeping only the fields we read.
-
-Decoding into these records is several times faster and smaller than ``json.loads`` into dicts, which is
-what lets ``profkit summary`` read a trace in a fraction of the time HTA needs. Traces whose fields have
-unexpected types take a tolerant path that is bounded the same way (see :data:`LOOSE_BYTES`).
+"""Trace events as typed records: decoded straight from JSON by msgspec, keeping only the fields we read. Traces
+whose fields have unexpected types take a tolerant path that is bounded the same way (see :data:`LOOSE_BYTES`).
+Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def read_json(path: str, limit: Optional[int] = None) -> bytes:
     """The trace's JSON text, gunzipped where needed (within :func:`inflation_limit`); a text over ``limit`` bytes
     is a :class:`TraceError` before more than that is held."""
     text = io.BytesIO()  # its value is its buffer, not a copy: a list of blocks joined held the text twice
-    for block, _ in json_blocks(path, 2**20):
+    for block, _ in json_blocks(path, 10**6):
         if limit is not None and text.tell() + len(block) > limit:
             raise TraceError(f"{path}: over {limit / 1e6:.0f} MB of JSON that cannot be read in pieces (no "
                              "boundary between its events where one was expected): not read")

@@ -1,13 +1,6 @@
-"""Figures of one profiled window, from its trace events: interval math only, no torch.
-
-Definitions (the figures under "host_step" in ``tests/data/traces/reference.json``, with three changes): steps are
-the host-side ``ProfilerStep#N`` spans; device activity is kernels, memcpy and memset on a GPU's streams; the GPU
-idle share is taken over the steps as the GPU ran them (:func:`gpu_steps`) and averaged over the GPUs in the
-trace (a trace of one process driving two GPUs is not "busy" while one of them idles); blocking calls are
-counted on the threads that run the steps only (NCCL's watchdog thread polls ``cudaEventQuery`` all the time
-under DDP, and that call never blocks: it is not counted). Times are in µs, the trace unit. A figure that a
-trace cannot support is None (no steps: no step figures; no GPU events: no GPU idle; no CUDA calls: no blocking
-time).
+"""Figures of one profiled window, from its trace events: interval math only, no torch. Times are in µs, the trace
+unit; a figure that a trace cannot support is None (no steps: no step figures; no GPU events: no GPU idle; no CUDA
+calls: no blocking time). Definitions: docs/metrics.md. Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """Does a written window's trace hold what its window recorded? Pure: over the trace's columns and the window's
-plan (its ``profkit`` key).
-
-A window recorded steps ``steps`` (training) or batches ``batch_idx`` (validation), each a ``ProfilerStep#N``
-span; with ``gpu`` (CUDA among the activities, on a CUDA model) it must hold some GPU activity: kineto loses it
-silently when CUPTI fails to attach (pytorch/pytorch#192021). Complete events (``ph: X``) need a duration.
+plan (its ``profkit`` key). What a trace must hold: docs/profkit.md (notes). Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """A trace file as rows, read as a stream: its JSON inflated a block at a time and cut between events into
-pieces, which worker processes decode into rows while this process inflates the next ones.
-
-The whole text is never held, nor all its events as Python objects: this process keeps the rows (about 50
-bytes an event against about 280 of JSON) and a few pieces of text in flight, so a trace of any size is read
-in a fraction of its size. A piece is a document of its own (the first keeps the keys before the events,
-the last those after), so each decodes with the same decoder as a whole file, and the rows are appended in file
-order: the figures are those of a single pass. Pieces of a few MB also keep decoding in the CPU's caches, which
-makes it faster per byte than decoding a large text at once.
-
-The pieces are decoded by a ``concurrent.futures`` process pool from the first cut on: forked while this process
-has no other thread (a file up to :data:`WHOLE_FILE` is read whole first, and its workers inherit the text and
-are handed places in it), else started by forkserver (safe beside threads, so nothing depends on what was
-imported first) and sent the pieces. Where a cut
-cannot be made (no boundary found, a piece that is not a list of events) the file is read in one pass, up to
-:data:`ONE_PASS` bytes, which also gives the one-line error of a bad file.
+pieces, which worker processes decode into rows while this process inflates the next ones. The whole text is never
+held, nor all its events as Python objects (docs/performance.md, Large traces). Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations
@@ -36,9 +23,9 @@ from lightning_profkit.trace.events import LOOSE_BYTES, TooLoose, TraceDoc, deco
 from lightning_profkit.trace.file import TraceError, json_blocks, read_json
 from lightning_profkit.trace.rows import CODED, COLUMNS, Rows, rows
 
-PIECE = 4 * 2**20  # bytes of JSON a piece: small enough to decode in the caches, large enough to send cheaply
-WHOLE_FILE = 4 * 2**20  # a file up to this size is read at once, then cut
-WHOLE_FILE_JSON = 64 * 2**20  # unless its JSON is larger (a gzip file inflates about tenfold): then as a stream
+PIECE = 4 * 10**6  # bytes of JSON a piece: small enough to decode in the caches, large enough to send cheaply
+WHOLE_FILE = 4 * 10**6  # a file up to this size is read at once, then cut
+WHOLE_FILE_JSON = 64 * 10**6  # unless its JSON is larger (a gzip file inflates about tenfold): then as a stream
 # Text without a boundary between events (or without the list) this long: the file is read in one pass, if its
 # whole text is at most ONE_PASS bytes, else left out. Both bound what a file that cannot be cut costs.
 _NO_BOUNDARY = 16 * 10**6

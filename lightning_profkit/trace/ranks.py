@@ -1,13 +1,6 @@
-"""Which rank holds the others back, and why: a verdict over the traces of several ranks.
-
-In synchronous data-parallel training every rank's step takes about as long as the slowest rank's, because the
-others wait for it in the gradients' collectives. So ranks are told apart by their **own work**: the step time
-less the time in communication (torch-tb-profiler's Communication: NCCL kernels on GPU, gloo's collectives on the
-host), which is where a rank waits for its peers. The rank with the most own work per step is the slowest; its
-reason is the part of the step (data, host, compute) by which it exceeds the other ranks' median most; the ranks
-that wait for it are those spending more time in communication than it does.
-
-Pure (no numpy): the callback computes its rank's figures from its window summaries at the end of ``fit``.
+"""Which rank holds the others back, and why: a verdict over the traces of several ranks, by each rank's own work
+(its step time less communication); the rule: docs/profkit.md (Which rank is slow). Pure (no numpy): the callback
+computes its rank's figures from its window summaries at the end of ``fit``.
 """
 
 from __future__ import annotations

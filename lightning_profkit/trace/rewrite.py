@@ -1,18 +1,7 @@
-"""The few edits a raw profiler dump needs to become our trace, made on its JSON text a piece at a time.
-
-A raw dump becomes a trace with three edits: DataLoader spans recorded as ``user_annotation`` are re-labelled
-``cpu_op``, the step markers past a training window's last step are dropped, and keys are added before the
-document's end. The re-labelling is for torch-tb-profiler 0.4.3, which drops ``user_annotation`` events but
-``ProfilerStep#`` and collectives (pytorch/kineto #610, #844): torch records the DataLoader's
-``enumerate(DataLoader)#...__next__`` there, and the plugin's Overview would show DataLoader = 0. Everything else is passed on as
-written: the text is never parsed into Python objects, only searched for the events that change. Each of those
-is decoded alone, checked, and replaced in place (or cut out with its comma).
-
+"""The few edits a raw profiler dump needs to become our trace, made on its JSON text a piece at a time:
 :func:`edit` edits one piece of :func:`~lightning_profkit.trace.load.pieces`; :func:`joined` puts the edited pieces
-back together as one text, with the keys spliced in. Where the text
-is not laid out as expected (an event that does not decode alone, a piece left without a boundary),
-:class:`~lightning_profkit.trace.load.PieceError` says so and the caller keeps the text as written, with the keys.
-"""
+back together as one text, with the keys spliced in. On :class:`~lightning_profkit.trace.load.PieceError` the caller
+keeps the text as written, with the keys. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """A trace's events as plain columns, built in one pass and without numpy: what a decoding worker sends back.
-
-Complete events (``ph == "X"``) with a timestamp become rows; ``[memory]`` instant events are kept apart.
-Categories, names, threads and memory devices are codes into tables, first seen first; a name is kept to its
-first and last :data:`LONGEST_NAME` / 2 characters. The numbers are
-``array.array``s: they pickle as their bytes and numpy wraps them without a copy. Numeric arguments
-(stream, correlation id, external id, bytes) that are absent or not whole numbers are -1; an absent
-duration is NaN.
-"""
+Complete events (``ph == "X"``) with a timestamp become rows; ``[memory]`` instant events are kept apart. Categories,
+names, threads and memory devices are codes into tables, first seen first; numeric arguments that are absent or not
+whole numbers are -1, an absent duration NaN. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""A trace's summary kept beside it, so that a trace is parsed once: the finalizing process writes it when the
-window is written, and ``profkit`` writes it after parsing a trace that had none.
-
-The sidecar of ``NAME`` (``*.pt.trace.json[.gz]``) is ``NAME.profkit``: a name no viewer reads (torch-tb-profiler
-reads ``*.pt.trace.json[.gz]``, HolisticTraceAnalysis every ``*.json`` and ``*.gz`` of a folder). It is JSON: the
-summary of :func:`~lightning_profkit.trace.summary.summarize_trace` less the trace's place, the size (and, for a
-local file, the modification time) of the trace it was made from, and the version of the code that made it. It is
-stale, and the trace parsed again, when the trace differs in these (on object storage only the size is compared: a
-copy there has a time of its own) or another version of the figures' code made it: :func:`version` is a hash of
-that code's source, so that no change to a figure can leave old sidecars believed.
+"""A trace's summary kept beside it (``NAME.profkit``), so that a trace is parsed once: the finalizing process writes
+it when the window is written, and ``profkit`` writes it after parsing a trace that had none. What it holds and when
+it is stale (:func:`version`: a hash of the figures' code): docs/many-ranks.md. Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""torch-tb-profiler's Overview "step time breakdown", with the two fixes kineto made after its last release.
-
-Per step: Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CpuOp ("CPU Exec"), Other, Total (µs).
-Steps are the ``ProfilerStep#N`` spans, moved to the device side when kernels can be linked to launches inside
-them (a step starts when the previous one's GPU work ended and ends when its own GPU work ends; trailing steps
-without GPU work are dropped). Each role's intervals are merged and time inside the steps is handed out in
-priority order Kernel > Memcpy > Memset > Communication > Runtime > DataLoader > CpuOp; the rest is Other.
-The fixes: ``user_annotation`` events are kept (DataLoader and CPU time recorded under that category count)
-and ``cuda_runtime`` events are Runtime (torch-tb-profiler 0.4.3 reports 0 for both on current traces).
+"""torch-tb-profiler's Overview "step time breakdown", with the two fixes kineto made after its last release
+(docs/profkit.md). Per step: Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CpuOp ("CPU Exec"), Other,
+Total (µs). Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

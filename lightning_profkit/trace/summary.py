@@ -1,12 +1,7 @@
-"""Where the time went in one trace, in many, and between two sets: the figures behind ``profkit summary``.
-
-One trace's summary holds torch-tb-profiler's step breakdown (:mod:`step_breakdown`), HTA's temporal
-breakdown (:mod:`temporal_breakdown`), the host-step figures the callback logs (:mod:`host_steps`) and
-the whole operator tables (:mod:`operator_times`): traces are aggregated from whole tables, so that calls
-add up to the raw traces' and an operator's inclusive time is never below its self time; the top rows are
-picked after. :func:`key_figures` flattens it to the numbers that are
-averaged over traces and compared between runs. A figure a trace cannot support is None, with a note.
-"""
+"""Where the time went in one trace, in many, and between two sets: the figures behind ``profkit summary``
+(docs/profkit.md). One trace's summary holds :mod:`step_breakdown`, :mod:`temporal_breakdown`, :mod:`host_steps` and
+the whole operator tables (:mod:`operator_times`); :func:`key_figures` flattens it to the numbers that are averaged
+over traces and compared between runs. A figure a trace cannot support is None, with a note."""
 
 from __future__ import annotations
 

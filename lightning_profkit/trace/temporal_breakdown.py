@@ -1,10 +1,6 @@
-"""HolisticTraceAnalysis's temporal breakdown (``get_temporal_breakdown``, HTA 0.5.0 defaults), on columns.
-
-Window = first to last GPU activity; idle = window - union of all GPU activity; compute = union of kernels
-that are not communication (``nccl*Kernel``), memory (``*Memcpy*``, ``Memset*``) or synchronisation
-(``*Sync``); non-compute = the rest. As HTA does by default, the last ProfilerStep is left out: only CPU
-events that start before it and the GPU work they launched count. Float timestamps are rounded the way
-HTA rounds them (start up, end down). Times in µs.
+"""HolisticTraceAnalysis's temporal breakdown (``get_temporal_breakdown``, HTA 0.5.0 defaults), on columns: idle,
+compute and non-compute over first to last GPU activity, the last ProfilerStep left out as HTA does. Times in µs.
+Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

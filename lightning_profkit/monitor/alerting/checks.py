@@ -1,10 +1,7 @@
 """The rolling data-wait checks: each block's figures, and when they make an alert. Pure.
 
-A *check* is one measured data-wait ratio: a block of ``alert_window`` training steps, or a whole epoch.
-An *episode* begins when ``patience`` consecutive checks are over the threshold and ends at the first
-check under it. One episode gives at most one alert, and no alert follows another within ``cooldown``
-steps, so a slow stretch, or a ratio that flickers around the threshold, is reported once.
-"""
+A *check* is one measured data-wait ratio: a block of ``alert_window`` training steps, or a whole epoch. Episodes,
+patience and cooldown: docs/alerts.md."""
 
 from __future__ import annotations
 

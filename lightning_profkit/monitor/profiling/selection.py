@@ -1,15 +1,7 @@
-"""Which training steps get profiled: pure functions of the step, no Lightning, no torch.
-
-A *step* is one training batch (one ``training_step`` call). ``step`` is the global batch index,
-counted from 0 across epochs (``trainer.fit_loop.total_batch_idx``); it equals ``trainer.global_step`` only where
-one optimizer steps once a batch (``global_step`` counts optimizer steps: one per ``k`` batches with
-``accumulate_grad_batches=k``, two a batch with two optimizers). ``batch_idx`` is the
-index within the epoch, as Lightning passes it to the hooks.
-
-Every selection answers one question, ``is_active(step, batch_idx)``: is this step recorded? A window
-is a run of consecutive active steps, preceded by ``warmup`` steps that run the profiler without
-recording (torch.profiler's own warm-up).
-"""
+"""Which training steps get profiled: pure functions of the step, no Lightning, no torch. Every selection answers
+``is_active(step, batch_idx)``: is this step recorded? ``step`` counts the fit's batches from 0 across epochs
+(``trainer.fit_loop.total_batch_idx``), ``batch_idx`` is the index within the epoch, as Lightning passes it to the
+hooks. Steps, warm-up and windows: docs/choosing-steps.md."""
 
 from __future__ import annotations
 

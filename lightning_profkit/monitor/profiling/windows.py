@@ -1,8 +1,5 @@
-"""One torch.profiler session per window: created when a window begins, gone when it ends.
-
-Steps are numbered with the fit's step (its batches counted from 0 across epochs), so the trace's
-``ProfilerStep#N`` markers carry the numbers the ``steps`` argument uses. Outside a window no session exists and
-nothing is paid.
+"""One torch.profiler session per window: created when a window begins, gone when it ends; outside a window no
+session exists and nothing is paid. Its ``ProfilerStep#N`` markers carry the fit's steps (docs/choosing-steps.md).
 """
 
 from __future__ import annotations

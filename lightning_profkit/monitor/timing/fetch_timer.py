@@ -1,22 +1,6 @@
-"""Exact DataLoader wait and step times, timed where Lightning itself times each fetch.
-
-Lightning's fetcher calls its loop's ``_on_before_fetch()`` and ``_on_after_fetch()`` around every
-``next()`` on the DataLoader; they call ``trainer.profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")``
-(validation: ``val_next``), and each epoch (each validation run) the loop hands its current pair to the
-fetcher. :class:`FetchTimer` puts its own pair on the ``fit`` loops for the length of the fit. For training
-they do what Lightning's do, with the same action name read from the loop's class, plus the timing, so a
-fetch runs no more Python frames than without us: in a real step every extra frame costs microseconds
-(measured, ``benchmarks/overhead.py``). Where the trainer's profiler is Lightning's default
-``PassThroughProfiler``, whose ``start`` and ``stop`` do nothing, they are not called at all. For
-validation, and for a training loop whose class overrides the pair, ours call the loop's own and add the
-timing. The user's profiler sees every call it saw before, with the same names, and is not touched.
-
-A step's first training fetch is also where the step before it ended, so the timer keeps the step times
-too (from the clock read as the fetch begins) and is the callback's alarm clock: it calls ``on_due()`` at
-the first fetch of a step the callback asked to hear about, or past a given time, so that the callback's
-per-batch hook need not run on the other steps. The wait is timed from a second clock read, after that
-bookkeeping: it is Lightning's fetch (the DataLoader's ``next()`` and Lightning's CombinedLoader around it)
-and nothing of ours.
+"""Exact DataLoader wait and step times, timed where Lightning itself times each fetch (docs/metrics.md says how):
+:class:`FetchTimer` puts its own fetch pair on the ``fit`` loops for the length of the fit, and calls ``on_due()`` at
+the first fetch of a step the callback asked to hear about, or past a given time. Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""Whole-epoch GPU idle from NVML utilization samples, collected on a background thread.
-
-NVML's "GPU utilization" sample is the share of a short sampling period (1/6 s to 1 s, depending on
-the product) during which at least one kernel was running. The driver keeps a small buffer of recent
-samples; :class:`UtilizationSampler` drains it about once a second, away from the training thread,
-and :func:`idle_ratio` turns the samples of an epoch into ``1 - mean utilization``. It is a sampled
-figure: it says how often the GPU had *no* kernel running, not how busy the kernels kept it, and
-periods shorter than NVML's sampling period are blurred. The profiled windows give the exact figure.
-
-NVML documents its timestamps only as "CPU timestamp in µs", and on Linux they have been seen to follow
-a boot-time clock rather than ``time.time()``. So no other clock is ever compared with them: an epoch's
-boundaries are *marks*, the newest sample's own timestamp when the epoch starts and ends.
-"""
+"""Whole-epoch GPU idle from NVML utilization samples, collected on a background thread: :class:`UtilizationSampler`
+drains the driver's buffer about once a second and :func:`idle_ratio` turns an epoch's samples into ``1 - mean
+utilization``. No other clock is compared with NVML's: an epoch's boundaries are *marks*, the newest sample's own
+timestamp. What the figure says: docs/metrics.md (GPU idle, two ways)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
 """What profiling cost an epoch, from its step times and the steps its windows held. Pure.
 
-``profiled_step_ratio``: mean time of the steps a profiler session ran in (warm-up, recording, the save at
-the window's end) over the mean of the epoch's other steps. ``after_window_ratio``: median time of the
-unprofiled steps after the epoch's first window over the median of the unprofiled steps before the fit's
-first window (the baseline, kept from the first epoch that had such steps), each less the share of its span
-that the training thread waited for a CPU (another process had it): a profiler that leaves something behind
-for the rest of the run (on CUDA: CUPTI kept attached, see ``TEARDOWN_CUPTI``) reads above 1 in every epoch
-after it; a machine that got busier does not. Medians, so that a checkpoint or a slow logger call on one step
-does not move it.
-``window_ms``: milliseconds of the training thread in each window's own calls (the profiler's start, its
-step boundaries, its stop and the hand-over of the results), the mean over the epoch's windows.
-``helper_cpu_s``: CPU seconds used in the epoch off the training thread, by the trace writer's thread and
-the finalizing process, read from the OS at the epoch's end; absent where none was used.
-"""
+Its figures (``profiled_step_ratio``, ``after_window_ratio``, ``window_ms``, ``helper_cpu_s``) are the Metrics page's
+``overhead/`` rows, docs/metrics.md. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
@@ -25,7 +14,7 @@ from typing import Optional, Sequence
 # a slowdown far above that is news
 SLOW_AFTER = {"cuda": 1.1, "cpu": 1.5}
 # On CPU, an epoch whose training thread waited for a CPU over this share of its time after the window is not
-# counted: there the machine's load moves the figure past the limit (1.6-2.3 seen, the window finished by either
+# counted: there the machine's load moves the figure past the limit (1.6-3.0 seen, the window finished by either
 # path, the thread waiting for a CPU most of its time)
 BUSY_AFTER = 0.25
 SLOW_EPOCHS = 2

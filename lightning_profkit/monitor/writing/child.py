@@ -1,18 +1,7 @@
 """Turn raw profiler dumps into final trace files: in one child process per fit, off the training loop, or for a
-small local window in the writer thread (:mod:`~lightning_profkit.monitor.writing.writer`).
-
-``python -m lightning_profkit.monitor.writing.child`` (started by :mod:`~lightning_profkit.monitor.writing.process`)
-takes one job at a time from its pipe: for each, it reads the raw JSON that torch saved a piece at a time, makes the few edits it
-needs (:mod:`~lightning_profkit.trace.rewrite`: the TensorBoard fix, step markers past the window) and compresses it
-(ISA-L) under a temporary name that no viewer picks up, decoding each piece into rows as it goes; at the end it adds
-our labels under the ``"profkit"`` key (with ``problems`` where the trace lacks what its window recorded:
-:mod:`~lightning_profkit.trace.integrity`; and ``distributedInfo`` with the rank and world size where torch wrote
-none), renames it to ``FINAL`` and removes ``RAW``. Only then are the window's figures computed from the rows and its
-summary (:mod:`~lightning_profkit.trace.sidecar`) written beside it; the events table waits for a first query
-(``profkit sql`` or ``export``). It replies with the window's figures and summary (:mod:`~lightning_profkit.trace.summary`). For a run that writes to object storage it then uploads the trace
-(:mod:`~lightning_profkit.store`), retries the uploads that failed before and deletes what retention gave up; the
-local copy goes once its upload is done.
-"""
+small local window in the writer thread (:mod:`~lightning_profkit.monitor.writing.writer`). Run as ``python -m
+lightning_profkit.monitor.writing.child``, it takes one job at a time from its pipe and replies with the window's
+figures and summary. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
@@ -49,7 +38,7 @@ except ImportError:  # installed without its dependencies
 
 # bytes of JSON edited, decoded and compressed at a time: what the rewrite holds beyond the rows (256 kB pieces cost
 # 1% more instructions than 1 MB ones and hold a quarter: benchmarks/finalizer.py)
-FINALIZE_PIECE = 2**18
+FINALIZE_PIECE = 256_000
 
 
 def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Optional[str] = None) -> dict[str, Any]:

@@ -1,9 +1,6 @@
-"""Where a fit's traces go and what becomes of them: ``<trace dir>/<window>/<worker>.<ns>.pt.trace.json.gz``,
-written off the training thread (:mod:`~lightning_profkit.monitor.writing.writer`), the newest windows kept
-(:mod:`~lightning_profkit.monitor.writing.retention`), and the written windows handed back to the training thread,
-which alone updates what the callback shows (its list of traces, the summaries of the end of ``fit``). A trace
-folder on object storage (a URL) is mirrored by a local staging folder: windows are written there in full and
-uploaded by the finalizing process."""
+"""Where a fit's traces go and what becomes of them (docs/traces-and-storage.md): written off the training thread,
+the newest windows kept, and the written windows handed back to the training thread, which alone updates what the
+callback shows (its list of traces, the summaries of the end of ``fit``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
 """The one finalizing process of a fit: started with the first window it is given (one over a MB of JSON, or bound
-for object storage), reused for every later one, ended at teardown. It rewrites each raw profiler dump into its
-trace (:mod:`~lightning_profkit.monitor.writing.child`) at nice 10 below training
-(:func:`~lightning_profkit.monitor.writing.child.lower_priority`), so that it yields a shared core to training.
-
-Jobs and replies travel as objects through two ``multiprocessing`` pipes handed to the child, one reply per job. A
-child that dies is started again with the next window; the window in hand is reported as not written, never the
-training. The process is a fresh interpreter that runs the child module alone: a ``multiprocessing`` spawn or
-forkserver worker imports the user's script again (one without a ``__main__`` guard would train again), fork is
-unsafe in a process with CUDA and threads, and a pool gives neither its worker's pid (for the process's CPU, and the
-kill at ``flush_timeout``) nor its priority.
+for object storage), reused for every later one, ended at teardown. It rewrites each raw profiler dump into its trace
+(:mod:`~lightning_profkit.monitor.writing.child`) at nice 10 below training. Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations

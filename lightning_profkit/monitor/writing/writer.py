@@ -1,15 +1,7 @@
-"""Streams finished windows to disk off the training thread.
-
-The training thread only queues the profiler's results. A writer thread saves them (torch's save
-holds the GIL for a few milliseconds) and hands the rewrite, gzip and rename to the fit's finalizing process
-(:mod:`~lightning_profkit.monitor.writing.process`), which holds no lock of ours; a local window of at most
-``IN_THREAD_BYTES`` of JSON it finalizes itself, holding the GIL for about 10 ms a MB, where starting that process
-would cost 0.1-0.25 s of CPU. Files appear under their final name only when complete. A window bound for object
-storage is written in full to a local staging folder and uploaded by the same process, as a job of its own once
-no window waits to be written; an upload that fails is kept there and retried when a later window is written,
-once a backoff (2 s, doubling to 60 s) has passed, and once more at the end if the fit's ``flush_timeout``
-allows. A window that does not fit on its disk (:class:`DiskFull`) leaves nothing behind.
-"""
+"""Streams finished windows to disk off the training thread: a writer thread saves the profiler's results, finalizes
+a local window of at most ``IN_THREAD_BYTES`` of JSON itself and hands the others (and every window bound for object
+storage) to the fit's finalizing process (:mod:`~lightning_profkit.monitor.writing.process`). Uploads and their
+retries: docs/traces-and-storage.md. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
