@@ -32,11 +32,11 @@ class PerformanceMonitor(Callback):
     count the fit's steps from 0 across epochs, as the trace's ``ProfilerStep#N`` markers do. Metrics are logged at
     the step Lightning logs ``self.log`` at. One window per epoch by default; outside windows no profiler session
     exists. Each window goes to
-    ``<run dir>/profiler/epoch=EEEE-batch=AAAAAA-BBBBBB/<host>_rank<R>.<ns>.pt.trace.json.gz`` (the run dir: the
-    first TensorBoardLogger's ``log_dir``, else the first logger's where that is a CSVLogger; otherwise each run gets
-    ``<trainer.log_dir>/profiler/run=YYYYmmdd-HHMMSS.ffffff-xxxxxx``), so ``tensorboard --logdir <run dir>``
-    shows every window in the PyTorch Profiler tab. Metrics go to the trainer's loggers under ``profkit/``
-    (the documentation's Metrics page names each, with its unit). A data-wait alert is a
+    ``<run dir>/profiler/epoch=EEEE-batch=AAAAAA-BBBBBB/<host>_rank<R>.<ns>.pt.trace.json.gz`` (``batch=AAAAAA`` for
+    one batch; the run dir: the first TensorBoardLogger's ``log_dir``, else the first logger's where that is a
+    CSVLogger; otherwise each run gets ``<trainer.log_dir>/profiler/run=YYYYmmdd-HHMMSS.ffffff-xxxxxx``), so
+    ``tensorboard --logdir <run dir>`` shows every window in the PyTorch Profiler tab. Metrics go to the trainer's
+    loggers under ``profkit/`` (the documentation's Metrics page names each, with its unit). A data-wait alert is a
     :class:`~lightning_profkit.alerts.DataWaitWarning` on rank zero, with advice and the folder of a window
     recorded right after it; ``profkit capture <run dir>`` asks a running fit for a window.
 
@@ -48,7 +48,7 @@ class PerformanceMonitor(Callback):
         active: batches recorded per window (default mode, ``every_n_steps`` and captures).
         steps: the fit's steps to record (its batches counted from 0 across epochs), e.g. ``"100-102,500-502"``
             or ``[[100, 102], 500]``.
-        every_n_steps: record ``active`` steps from every multiple of this many of the fit's steps.
+        every_n_steps: record ``active`` steps from every positive multiple of this many of the fit's steps.
         step_filter: record the steps where ``step_filter(step)`` is true (asked ahead of time: a pure function).
         ranks: global ranks that profile (default: all).
         dirpath: folder for the window folders (default: a folder of the run's own, see above); where another fit
