@@ -37,6 +37,24 @@ def test_of_runs_of_their_own_the_newest_running_one_gets_the_request(tmp_path):
         lives[0].end()
 
 
+def test_a_newer_run_killed_with_its_marker_left_does_not_hide_a_running_one(tmp_path):
+    killed = tmp_path / "run=20261205-2"  # its process killed: the marker stays, naming a process that is gone
+    code = ("import os; from lightning_profkit.capture_request import LiveRun; "
+            f"LiveRun({str(killed)!r}); os.kill(os.getpid(), 9)")
+    subprocess.run([sys.executable, "-c", code], timeout=60)
+    live = LiveRun(str(tmp_path / "run=20261205-1"))
+    try:
+        assert (killed / ".profkit-run").exists()
+        assert main(["capture", str(tmp_path)]) == 0
+        assert json.loads((tmp_path / "run=20261205-1" / REQUEST).read_text())["steps"] is None
+        assert not (killed / REQUEST).exists()
+    finally:
+        live.end()
+    done = subprocess.run([PROFKIT, "capture", str(tmp_path)], capture_output=True, text=True)  # none runs now
+    assert done.returncode == 1 and "run=20261205-2: the run that wrote .profkit-run is not running (its process" \
+        in done.stderr, done.stderr
+
+
 def test_a_folder_without_a_run_is_one_line_and_exit_status_1(tmp_path):
     done = subprocess.run([PROFKIT, "capture", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "no running PerformanceMonitor" in done.stderr
