@@ -122,7 +122,7 @@ class Recorder(Logger):
         self.rows.append((step, dict(metrics)))
 
 
-def make_trainer(root: Any, callbacks: list, **kwargs: Any) -> Trainer:
+def make_trainer(root: Any, callbacks: list, trainer_class: type = Trainer, **kwargs: Any) -> Trainer:
     defaults = dict(
         default_root_dir=str(root),
         max_epochs=1,
@@ -136,7 +136,7 @@ def make_trainer(root: Any, callbacks: list, **kwargs: Any) -> Trainer:
         num_sanity_val_steps=0,
     )
     defaults.update(kwargs)
-    return Trainer(callbacks=callbacks, **defaults)
+    return trainer_class(callbacks=callbacks, **defaults)
 
 
 def recorded(steps: int) -> Any:

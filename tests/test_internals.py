@@ -9,7 +9,7 @@ from importlib import metadata
 
 import pytest
 from conftest import Recorder, SleepDataset, TinyModel, fetch_timing_removed, make_trainer
-from lightning.pytorch import Callback
+from lightning.pytorch import Callback, Trainer
 from torch.utils.data import DataLoader
 from test_layers import PACKAGE, sources
 
@@ -91,15 +91,19 @@ def test_the_installed_lightning_and_torch_have_every_private_name_the_package_u
     assert internals.state_key(PerformanceMonitor(), a=1) == PerformanceMonitor()._generate_state_key(a=1)
 
 
+class OwnTrainer(Trainer):
+    """A Trainer subclass of the user's, in a module of theirs."""
+
+
 def test_a_lightning_without_the_fetch_pair_is_refused_at_setup_naming_its_version(tmp_path, monkeypatch):
     """A Lightning whose loops have no ``_on_before_fetch`` (the names the adapter looks for are made ones that
     no loop has): the fit stops at setup, before any step, with the installed version and the name it lacks."""
     monkeypatch.setattr(internals, "FETCH_PAIR", ("_on_before_fetch_gone", "_on_after_fetch_gone"))
-    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False)])
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False)], trainer_class=OwnTrainer)  # a user's own
     with pytest.raises(RuntimeError, match=r"lightning \d+\.\d+\S* has no `_on_before_fetch") as raised:
         trainer.fit(TinyModel(SleepDataset(8)))
     assert "needs a Lightning 2.5 or later" in str(raised.value)
-    assert str(raised.value).startswith(f"lightning {metadata.version('lightning')} ")  # the trainer's package
+    assert str(raised.value).startswith(f"lightning {metadata.version('lightning')} ")  # its Trainer's package
     assert trainer.global_step == 0 and fetch_timing_removed(trainer)
 
 

@@ -44,6 +44,8 @@ def capture(args: argparse.Namespace) -> int:
         if run is None:  # runs of their own under it (no TensorBoard or CSV logger): the newest that is running,
             left = None  # else the newest that left a marker, to say why it is not running
             for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*")), reverse=True):
+                if os.path.islink(own):  # a folder is read only where it lies: a link may lead to another fit
+                    continue
                 marker = capture_request.running(own)
                 if marker is not None and capture_request.not_running(marker) is None:
                     left = (own, marker)

@@ -26,8 +26,9 @@ from lightning_profkit.trace.rows import CODED, COLUMNS, Rows, rows
 PIECE = 4 * 10**6  # bytes of JSON a piece: small enough to decode in the caches, large enough to send cheaply
 WHOLE_FILE = 4 * 10**6  # a file up to this size is read at once, then cut
 WHOLE_FILE_JSON = 64 * 10**6  # unless its JSON is larger (a gzip file inflates about tenfold): then as a stream
-# Text without a boundary between events (or without the list) this long: the file is read in one pass, if its
-# whole text is at most ONE_PASS bytes, else left out. Both bound what a file that cannot be cut costs.
+# Text without a boundary between events (or without the list) this long is left out (its whole text is over
+# ONE_PASS); a text whose pieces do not decode is read in one pass where it is at most ONE_PASS bytes, else left out.
+# Both bound what a file that cannot be cut costs.
 _NO_BOUNDARY = 16 * 10**6
 ONE_PASS = 16 * 10**6
 _OVERLAP = 256  # bytes searched again when a block arrives: the most a match may reach back

@@ -55,6 +55,20 @@ def test_a_newer_run_killed_with_its_marker_left_does_not_hide_a_running_one(tmp
         in done.stderr, done.stderr
 
 
+def test_a_run_folder_that_is_a_link_is_passed_over(tmp_path):
+    """Someone who may write in a shared folder plants the newest ``run=`` name as a link to a folder where another
+    fit of the user's runs: the request goes to the run that lies in the folder, never through the link."""
+    elsewhere, lives = tmp_path / "elsewhere", [LiveRun(str(tmp_path / "shared" / "run=20261205-1"))]
+    lives.append(LiveRun(str(elsewhere)))
+    os.symlink(elsewhere, tmp_path / "shared" / "run=20261205-9")
+    try:
+        assert main(["capture", str(tmp_path / "shared")]) == 0
+        assert (tmp_path / "shared" / "run=20261205-1" / REQUEST).exists() and not (elsewhere / REQUEST).exists()
+    finally:
+        for live in lives:
+            live.end()
+
+
 def test_a_folder_without_a_run_is_one_line_and_exit_status_1(tmp_path):
     done = subprocess.run([PROFKIT, "capture", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "no running PerformanceMonitor" in done.stderr

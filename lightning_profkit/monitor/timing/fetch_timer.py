@@ -264,7 +264,8 @@ def require_fetch_pair(trainer: Any) -> None:
     """Raise at ``setup`` where the installed Lightning's fit loops have no fetch pair, where the timer goes."""
     loop = trainer.fit_loop.epoch_loop
     if fetch_pair(loop) is None or fetch_pair(loop.val_loop) is None:
-        package = type(trainer).__module__.split(".")[0]  # lightning or pytorch_lightning
+        packages = [c.__module__.split(".")[0] for c in type(trainer).__mro__]  # a user's subclass: its base's
+        package = next((p for p in packages if p in ("lightning", "pytorch_lightning")), "lightning")
         raise RuntimeError(moved(package, FETCH_PAIR[0], "PerformanceMonitor times each DataLoader fetch there "
                                  "and needs a Lightning 2.5 or later that has it"))
 
