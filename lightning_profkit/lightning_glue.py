@@ -172,6 +172,11 @@ def run_folder_name(trainer: Trainer) -> str:
 WINDOW_FOLDER = re.compile(r"epoch=\d+-batch=\d|step=\d")
 
 
+def _holds_windows(folder: str) -> bool:
+    with os.scandir(folder) as entries:
+        return any(entry.is_dir(follow_symlinks=False) and WINDOW_FOLDER.match(entry.name) for entry in entries)
+
+
 def own_trace_dir(trainer: Trainer, folder: str) -> tuple[str, Optional[str]]:
     """``folder``, or a run folder of this fit's own under it, and why: another fit is writing to it now (its live-run
     marker there names a process that may still run), or an earlier fit's windows are in it (decided on rank zero).
@@ -181,8 +186,7 @@ def own_trace_dir(trainer: Trainer, folder: str) -> tuple[str, Optional[str]]:
         other = other_fit(folder)
         if other:
             why = f"another fit ({other}) writes there"
-        elif os.path.isdir(folder) and any(entry.is_dir(follow_symlinks=False) and WINDOW_FOLDER.match(entry.name)
-                                           for entry in os.scandir(folder)):
+        elif os.path.isdir(folder) and _holds_windows(folder):
             why = "an earlier fit's traces are there"
     why = trainer.strategy.broadcast(why)
     return (join(folder, run_folder_name(trainer)), why) if why else (folder, None)

@@ -42,17 +42,13 @@ def capture(args: argparse.Namespace) -> int:
         folder = trace_dir_of(args.run_dir)
         run, soon = capture_request.running(folder), "within about a second"
         if run is None:  # runs of their own under it (no TensorBoard or CSV logger): the newest that is running,
-            left = None  # else the newest that left a marker, to say why it is not running
-            for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*")), reverse=True):
-                if os.path.islink(own):  # a folder is read only where it lies: a link may lead to another fit
-                    continue
-                marker = capture_request.running(own)
-                if marker is not None and capture_request.not_running(marker) is None:
-                    left = (own, marker)
-                    break
-                left = left or ((own, marker) if marker is not None else None)
-            if left is not None:
-                folder, run = left
+            # else the newest that left a marker, to say why it is not running; never through a link (it may lead
+            # to another fit: a folder is read only where it lies)
+            runs = [(own, marker) for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*")), reverse=True)
+                    if not os.path.islink(own) and (marker := capture_request.running(own)) is not None]
+            live = [(own, marker) for own, marker in runs if capture_request.not_running(marker) is None]
+            if runs:
+                folder, run = (live or runs)[0]
     if run is None:
         raise CommandError(f"{folder}: no running PerformanceMonitor writes traces here (no {capture_request.MARKER})")
     why = capture_request.not_running(run)

@@ -38,15 +38,15 @@ def upload_kept(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.local}: no trace files (*.pt.trace.json[.gz]) there")
     staged = is_staging(args.local)
     left_out: list[str] = []
-    for path in found:
+    for k, path in enumerate(found):
         key = os.path.relpath(path, args.local).replace(os.sep, "/")
-        if not key.isprintable() or key != key.encode("utf-8", "surrogateescape").decode("utf-8", "replace"):
+        if not key.isprintable():  # a control character, or bytes that are not UTF-8 (surrogates are not printable)
             left_out.append(f"{path}: a name that is not printable UTF-8 cannot be an object's key: not uploaded")
             continue
         try:
             upload_with_companions(path, join(args.url, key))
         except StoreError as err:
-            done = found.index(path) - len(left_out)
+            done = k - len(left_out)
             raise CommandError(f"{err}; {done} of {len(found)} trace(s) uploaded, the others are still in {args.local}")
         except (FileRefused, OSError) as err:  # a link, a pipe, a socket, unreadable: named, never followed
             left_out.append(str(err) if isinstance(err, FileRefused) else f"{path}: {err.strerror or err}")

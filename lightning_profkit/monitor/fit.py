@@ -13,6 +13,7 @@ import torch
 
 from lightning_profkit import capture_request
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
+from lightning_profkit.figures import MB
 from lightning_profkit.metric_names import EXCHANGED, PREFIX
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
 from lightning_profkit.monitor.alerting.checks import BlockFigures, RollingChecks
@@ -121,7 +122,7 @@ class FitRun:
         if o.profiles_rank(self.rank.rank) and not self.other_profiler and not self.broken:
             activities = profiler_activities(o.activities, on_cuda)
             intake.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
-            limit = None if o.max_trace_mb is None else int(o.max_trace_mb * 1e6)
+            limit = None if o.max_trace_mb is None else int(o.max_trace_mb * MB)
 
             def opener(trace_ready: Callable, validating: bool = False) -> Callable:
                 recording = Recording(activities, o.profiler_options(), trace_ready, o.quiet, limit)
@@ -195,10 +196,10 @@ class FitRun:
         now = self.clock()
         self.in_epoch = True
         self.measure.epoch_start(now)
-        self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch, step - batch_idx)
+        self.epoch_offset = step - batch_idx  # the fit's step of the epoch's batch 0
+        self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch, self.epoch_offset)
         self.advice.mark(now, self.timer.stats)  # the epoch's first check measures from here
         self.epoch_first_step = step
-        self.epoch_offset = step - batch_idx  # the fit's step of the epoch's batch 0
         self.epoch_length = epoch_length
         self.windows.epoch_start(step, batch_idx, epoch_length)
         if self.windows.recording:

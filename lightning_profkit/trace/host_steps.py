@@ -37,7 +37,7 @@ def window_figures(c: Columns) -> HostFigures:
     data_wait = in_steps(c.spans(dataloader))
     blocking = in_steps(c.spans(any_sync))
     # what else the training process ran: on any of its threads (backward runs on autograd's), the steps left out
-    pids = {c.threads[t][0] for t in np.unique(c.thread[steps]).tolist()}
+    pids = {c.threads[t][0] for t in intervals.distinct(c.thread[steps]).tolist()}
     in_processes = np.array([pid in pids for pid, _ in c.threads], dtype=bool)[c.thread]
     operators = c.cat_mask(*v.OPERATOR, v.USER_ANNOTATION, *v.PYTHON, *v.HOST_CUDA) & ~steps & in_processes
     causes = [(CAUSES[0], dataloader), (CAUSES[1], any_sync), (CAUSES[2], operators)]
@@ -92,9 +92,12 @@ def gpu_idle(c: Columns, device: np.ndarray, steps: intervals.Union,
     gpu_of_thread = np.array([codes.setdefault(pid, len(codes)) for pid, _ in c.threads], dtype=np.int64)
     active = np.flatnonzero(device)
     starts, ends, gpus = intervals.union_by(gpu_of_thread[c.thread[active]], c.ts[active], c.end[active])
-    count = np.unique(gpus).size
-    inside = intervals.covered_until(steps, ends) - intervals.covered_until(steps, starts)
-    idle = 1.0 - float(inside.sum()) / count / total
+    count = intervals.distinct(gpus).size
+
+    def busy(u: intervals.Union) -> float:  # device time inside ``u``, summed over the GPUs
+        return float((intervals.covered_until(u, ends) - intervals.covered_until(u, starts)).sum())
+
+    idle = 1.0 - busy(steps) / count / total
     spans = [c.spans(where) for _, where in causes]
     bounds = intervals.distinct(np.concatenate([*steps, *(x for u in spans for x in u)]))
     left = intervals.covered(steps, bounds)  # the segments between all bounds that lie in a step, not yet given
@@ -106,6 +109,5 @@ def gpu_idle(c: Columns, device: np.ndarray, steps: intervals.Union,
     by_cause = {}
     for name, taken in parts.items():
         part = intervals.union(bounds[:-1][taken], bounds[1:][taken])
-        busy = intervals.covered_until(part, ends) - intervals.covered_until(part, starts)
-        by_cause[name] = (intervals.length(part) - float(busy.sum()) / count) / total
+        by_cause[name] = (intervals.length(part) - busy(part) / count) / total
     return idle, by_cause

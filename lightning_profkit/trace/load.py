@@ -236,7 +236,7 @@ def check_events(path: str, events: int, file_bytes: int, json_bytes: int) -> No
 class _Found:
     """The labels of the first piece that has them; ``check(events)`` is told of the events read so far."""
 
-    check: Callable[[int], None] = lambda events: None
+    check: Callable[[int], None]
     info: Optional[dict[str, Any]] = None
     meta: Optional[dict[str, Any]] = None
     events: int = 0

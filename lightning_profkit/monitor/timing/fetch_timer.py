@@ -192,16 +192,18 @@ class FetchTimer:
             s.steps_done = done
         if done >= self._due or t0 >= self._due_at:
             self._on_due()
-        if self.cpu_clock is not None:
-            s.cpu0 = self.cpu_clock()
+        clock = self.cpu_clock
+        if clock is not None:
+            s.cpu0 = clock()
         s.t0 = perf_counter()  # the wait starts here: the bookkeeping above, and on_due's work, are not in it
 
     def _train_after(self) -> None:
         s = self.stats
         waited = perf_counter() - s.t0
         s.train_s += waited
-        if self.cpu_clock is not None:
-            s.cpu_s += self.cpu_clock() - s.cpu0
+        clock = self.cpu_clock
+        if clock is not None:
+            s.cpu_s += clock() - s.cpu0
         if not s.train_count:
             s.first_wait = waited
         s.train_count += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Optional
 
+from lightning_profkit.figures import MB
 from lightning_profkit.internals import kineto_results, moved
 from lightning_profkit.monitor.alerting.advice import gpu_idle_notice
 from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD
@@ -46,7 +47,7 @@ def over_message(options: Options, window: WrittenWindow) -> str:
              f"for {window.steps} {steps}", window.path,
              f"nothing estimates a fit's first window of each kind (training, validation), and a window keeps one of its "
              f"{steps} at least; the next windows of its kind are estimated at {each / 1e6:.2f} MB a step"
-             + (" (over max_trace_mb: one step each)" if each > options.max_trace_mb * 1e6 else "")]
+             + (" (over max_trace_mb: one step each)" if each > options.max_trace_mb * MB else "")]
     return "\n  - ".join(lines + fewer(options, window.validation))
 
 
@@ -101,7 +102,7 @@ class TraceIntake:
             if window.json_bytes:
                 self.bytes_per_step[window.validation] = window.json_bytes / window.steps
                 limit = self.options.max_trace_mb
-                if limit is not None and window.json_bytes > limit * 1e6:
+                if limit is not None and window.json_bytes > limit * MB:
                     self.report(over_message(self.options, window), "max_trace_mb_over")
         if not self.to_user:
             return done, removed, []
