@@ -4,7 +4,7 @@ figures (``trace/host_steps.py``), the end-of-fit lines and ``profkit summary``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 CAUSES = ("data_wait", "blocking_sync", "cpu_ops", "other")
 WHAT = {  # what the training process was doing while the GPU idled
@@ -47,6 +47,11 @@ def advice(cause: str, blocking_by_call: Optional[dict[str, float]] = None) -> s
         if call in SYNC_ADVICE:
             return f"{call} blocks: {SYNC_ADVICE[call][1]}"
     return ADVICE[cause]
+
+
+def blocking_by_call(figures: dict[str, Any]) -> dict[str, float]:
+    """The blocking CUDA calls of a trace's (or traces') figures, ms per step by call, those above zero."""
+    return {k.split("/", 1)[1]: v for k, v in figures.items() if k.startswith("sync_ms_per_step/") and v}
 
 
 def verdict(idle: Optional[float], shares: dict[str, Optional[float]],

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from typing import Any, Callable, Optional, Sequence, TextIO
 
-from lightning_profkit.idle_causes import CAUSES, share_name, verdict
+from lightning_profkit.idle_causes import CAUSES, blocking_by_call, share_name, verdict
 from lightning_profkit.printable import printable, redact
 from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
@@ -133,8 +133,7 @@ def _idle_lines(labels: list[str], summaries: Sequence[dict[str, Any]], agg: dic
     if len(summaries) > 1:
         lines.append(("mean", figures))
     rows = [[label, _pct(fig["gpu_idle_share"]), *(_pct(fig[share_name(c)]) for c in CAUSES)] for label, fig in lines]
-    by_call = {k.split("/", 1)[1]: v for k, v in figures.items() if k.startswith("sync_ms_per_step/") and v}
-    said = verdict(figures["gpu_idle_share"], {c: figures[share_name(c)] for c in CAUSES}, by_call)
+    said = verdict(figures["gpu_idle_share"], {c: figures[share_name(c)] for c in CAUSES}, blocking_by_call(figures))
     return ["", _title("Why the GPU idled, % of the profiled steps as the GPU ran them, by what the training process "
                        "was doing", color),
             table(["trace", "gpu_idle_share", *map(share_name, CAUSES)], rows, color),
@@ -144,7 +143,7 @@ def _idle_lines(labels: list[str], summaries: Sequence[dict[str, Any]], agg: dic
 def _device_tables(figures: dict[str, Any], color: bool) -> list[str]:
     """The blocking CUDA calls and the peak memory, where the traces have them."""
     out = []
-    sync = [(k.split("/", 1)[1], v) for k, v in figures.items() if k.startswith("sync_ms_per_step/") and v]
+    sync = list(blocking_by_call(figures).items())
     if sync:
         out += ["", _title("Blocking CUDA calls inside steps, ms per step (mean over traces)", color)]
         out.append(table(["call", "ms/step"], [[n, _ms(v)] for n, v in sorted(sync, key=lambda kv: -kv[1])], color))

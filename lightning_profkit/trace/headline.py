@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from lightning_profkit.idle_causes import CAUSES, advice, largest, share_name
+from lightning_profkit.idle_causes import CAUSES, advice, blocking_by_call, largest, share_name
 from lightning_profkit.printable import printable
 from lightning_profkit.trace.vocabulary import STEP_ROLES
 
@@ -35,8 +35,7 @@ def fit_line(agg: dict[str, Any]) -> list[str]:
     if cause is not None and (fig["gpu_idle_share"] or 0.0) >= 0.005:  # why the GPU idled, and what to do
         split = ", ".join(f"{c} {percent(v)}" for c, v in sorted(idle.items(), key=lambda kv: -(kv[1] or 0.0))
                           if (v or 0.0) >= 0.0005)
-        by_call = {k.split("/", 1)[1]: v for k, v in fig.items() if k.startswith("sync_ms_per_step/") and v}
-        lines += [f"GPU idle by cause: {split}", f"what to do: {advice(cause, by_call)}"]
+        lines += [f"GPU idle by cause: {split}", f"what to do: {advice(cause, blocking_by_call(fig))}"]
     ops = agg["operators"]["cpu_by_self"]
     if ops:
         per_window = ops[0]["self_us"] / max(agg["traces"], 1) / 1000
