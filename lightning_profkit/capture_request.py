@@ -1,18 +1,16 @@
-"""The capture-request protocol, shared by the callback and ``profkit capture``: ask a running
-PerformanceMonitor for a window from another process with a request file in its trace folder.
-What it does for a user: docs/alerts.md (Capture on demand). Design notes: docs/how-it-works.md.
-"""
+"""The capture-request protocol, shared by the callback and ``profkit capture``: a request file in a running fit's
+trace folder asks it for a window (docs/alerts.md, Capture on demand). Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import secrets
 import socket
-import stat
 import time
-from typing import Any, Callable, Optional
+from typing import Any, BinaryIO, Callable, Optional
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.machine import process_start
@@ -40,8 +38,7 @@ def this_run() -> dict[str, Any]:
 
 
 def mark_running(trace_dir: str, marker: Optional[dict[str, Any]] = None) -> tuple[str, str]:
-    """Write the live-run marker (``marker``, else :func:`this_run`; creating ``trace_dir`` if needed); returns its
-    path and its fit id."""
+    """Write the live-run marker (``marker``, else :func:`this_run`) into ``trace_dir``; its path and fit id."""
     os.makedirs(trace_dir, exist_ok=True)
     path = os.path.join(trace_dir, MARKER)
     marker = marker or this_run()
@@ -55,10 +52,8 @@ def unmark(path: str, fit: str) -> None:
     _MARKERS.pop(path, None)
     found = running(os.path.dirname(path))
     if found is not None and found.get("fit") == fit:
-        try:
+        with contextlib.suppress(OSError):
             os.remove(path)
-        except OSError:
-            pass
 
 
 @atexit.register
@@ -70,21 +65,22 @@ def _unmark_all() -> None:
 def running(trace_dir: str) -> Optional[dict[str, Any]]:
     """The marker of the run writing to ``trace_dir``, or None (also where it is not a plain file this process's user
     made: another user's marker neither stops nor steers a fit)."""
+    path = os.path.join(trace_dir, MARKER)
     try:
-        with open_regular(os.path.join(trace_dir, MARKER), MAX_BYTES) as f:
-            return marker_of(f.read(MAX_BYTES)) if _ours(os.fstat(f.fileno())) else None
+        with open_regular(path, MAX_BYTES) as f:
+            return None if _made_by_another(f, path) else marker_of(f.read(MAX_BYTES))
     except (OSError, FileRefused):
         return None
 
 
-def _ours(st: os.stat_result) -> bool:
-    """Whether a file of status ``st`` is a plain file this process's user made."""
-    return stat.S_ISREG(st.st_mode) and (not hasattr(os, "getuid") or st.st_uid == os.getuid())
+def _made_by_another(f: BinaryIO, path: str) -> Optional[str]:
+    """Why the file ``f`` opened at ``path`` is refused: another user made it; None where this process's user did."""
+    uid = os.fstat(f.fileno()).st_uid
+    return None if uid == os.getuid() else f"{path}: made by user id {uid}, not by this run's user ({os.getuid()})"
 
 
 def other_fit(trace_dir: str, fit: Optional[str] = None) -> Optional[str]:
-    """Who else writes to ``trace_dir`` now: a live run's marker there, of a process that may still run and of a
-    fit other than ``fit``, as words; None when no other fit does."""
+    """Which fit other than ``fit`` writes to ``trace_dir`` now (its process may still run), in words; or None."""
     marker = running(trace_dir)
     if marker is None or marker.get("fit") == fit or not_running(marker) is not None:
         return None
@@ -103,8 +99,7 @@ def marker_of(text: bytes) -> Optional[dict[str, Any]]:
 
 
 def not_running(marker: dict[str, Any]) -> Optional[str]:
-    """Why the process that wrote ``marker`` is known to be gone, or None when it may still run (it is on
-    this host and alive, or on another host, which cannot be checked from here)."""
+    """Why the process that wrote ``marker`` is known to be gone; None when it may still run (or is on another host)."""
     pid = marker.get("pid")
     if marker.get("host") != socket.gethostname():
         return None
@@ -135,9 +130,8 @@ def request_capture(trace_dir: str, steps: Optional[int] = None) -> str:
 
 
 def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
-    """Read and remove a pending request; None when there is none. A request this process's user did not make
-    (another user's file, a link, not a plain file) is refused: ``{"refused": why}``. ``steps`` is at most
-    :data:`MAX_STEPS` (``capped``: what was asked, where more). A folder that cannot be read raises OSError."""
+    """Read and remove a pending request (None: none); another user's, a link or not a plain file is
+    ``{"refused": why}``, more than :data:`MAX_STEPS` steps is ``capped``. A folder that cannot be read raises OSError."""
     path = os.path.join(trace_dir, REQUEST)
     refused, data = None, {}
     try:
@@ -148,18 +142,14 @@ def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
         refused = str(err)
     else:
         with f:
-            st = os.fstat(f.fileno())
-            if hasattr(os, "getuid") and st.st_uid != os.getuid():
-                refused = f"{path}: made by user id {st.st_uid}, not by this run's user ({os.getuid()})"
-            else:
+            refused = _made_by_another(f, path)
+            if refused is None:
                 try:
                     data = json.loads(f.read(MAX_BYTES))
                 except (OSError, ValueError, RecursionError):
                     data = {}  # unreadable or half-written by hand: still a request, with defaults
-    try:
+    with contextlib.suppress(OSError):
         os.remove(path)
-    except OSError:
-        pass
     if refused is not None:
         return {"refused": refused}
     steps = data.get("steps") if isinstance(data, dict) else None
@@ -169,25 +159,12 @@ def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
     return {"steps": steps}
 
 
-class RequestPoller:
-    """Checks ``trace_dir`` for a request at most every ``interval`` seconds of ``time.perf_counter``."""
-
-    __slots__ = ("trace_dir", "interval", "next_poll")
-
-    def __init__(self, trace_dir: str, interval: float = 1.0) -> None:
-        self.trace_dir, self.interval, self.next_poll = trace_dir, interval, 0.0
-
-    def poll(self, now: float) -> Optional[dict[str, Any]]:
-        if now < self.next_poll:
-            return None
-        self.next_poll = now + self.interval
-        return take_request(self.trace_dir)
+POLL_S = 1.0  # seconds of time.perf_counter between two looks for a request
 
 
 class LiveRun:
-    """Rank zero's announcement of a running fit in its trace folder (the marker, creating the folder if it
-    has to), and the capture requests it takes there. :meth:`end` withdraws the marker, and the folders too
-    that this created for it and nothing was written into."""
+    """Rank zero's live-run marker in its trace folder and the capture requests it takes there; :meth:`end`
+    withdraws the marker, and the folders made for it that nothing was written into."""
 
     def __init__(self, trace_dir: str) -> None:
         self.created: list[str] = []  # the folders the marker needed, deepest first
@@ -199,25 +176,22 @@ class LiveRun:
         self.run = this_run()
         self.marker, self.fit = mark_running(trace_dir, self.run)
         take_request(trace_dir)  # a request left from an earlier run is stale
-        self.poller: Optional[RequestPoller] = RequestPoller(trace_dir)
-
-    @property
-    def next_poll(self) -> float:
-        return self.poller.next_poll if self.poller is not None else float("inf")
+        self.next_poll = 0.0  # no look for a request before then (inf: polling stopped)
 
     def poll(self, now: float) -> Optional[dict[str, Any]]:
         """A request, if one is there and a poll is due; an OSError stops the polling and is raised."""
-        if self.poller is None:
+        if now < self.next_poll:
             return None
+        self.next_poll = now + POLL_S
         try:
-            return self.poller.poll(now)
+            return take_request(self.trace_dir)
         except OSError:
-            self.poller = None
+            self.next_poll = float("inf")
             raise
 
     def end(self) -> None:
         unmark(self.marker, self.fit)
-        self.poller = None
+        self.next_poll = float("inf")
         for folder in self.created:
             try:
                 os.rmdir(folder)  # ours, and nothing was written into it
@@ -227,8 +201,7 @@ class LiveRun:
 
 def requested_steps(live: LiveRun, now: float, active: int, report: Callable[..., None]
                     ) -> tuple[Optional[int], list[str]]:
-    """The steps a request taken ``now`` asks to record (``active`` where it names none; None without a request
-    to act on), and the lines to print; ``report(message, key)`` is told of a request refused or unreadable."""
+    """The steps a request taken ``now`` asks to record (None: no request to act on) and the lines to print."""
     try:
         request = live.poll(now)
     except OSError as err:
