@@ -1,7 +1,5 @@
-"""The one way this package writes a file that others may read while it is written: under a temporary name
-beside it, renamed into place when complete, so that a reader sees the whole file or none. The temporary file is
-created new under a name nobody can foresee (``O_EXCL | O_NOFOLLOW``: never through a link or into a file someone
-else made)."""
+"""The one way this package writes a file others may read: under a new temporary name nobody can foresee beside it
+(never through a link), renamed into place when complete (docs/guarantees.md)."""
 
 from __future__ import annotations
 
@@ -15,9 +13,7 @@ _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | get
 
 
 def temporary_pattern(final_path: str) -> str:
-    """A glob of the hidden sibling names :func:`write_atomic` uses for ``final_path``, which match none of the
-    names readers look for (not torch-tb-profiler's ``*.pt.trace.json(.gz)``, not ``capture.request``), so that
-    any process can find them to clean up."""
+    """A glob of the hidden temporary names :func:`atomic_writer` uses for ``final_path`` (none a reader looks for)."""
     head, tail = os.path.split(final_path)
     return os.path.join(glob.escape(head), f".{glob.escape(tail)}.*.tmp")
 

@@ -1,6 +1,5 @@
-"""What is written beside a trace and travels with it: its summary (``NAME.profkit``, see
-:mod:`~lightning_profkit.trace.sidecar`) and its events as a table (``NAME.parquet``). Shared ground: the training
-process moves, uploads and deletes them with their trace; the analysis side reads them."""
+"""What travels with a trace: its summary (``NAME.profkit``, :mod:`~lightning_profkit.trace.sidecar`) and its events
+table (``NAME.parquet``), uploaded and deleted with it (docs/many-ranks.md)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ SUFFIXES = (SIDECAR, EVENTS)
 
 
 def with_companions(trace: str) -> list[str]:
-    """The paths (or URLs) of ``trace``'s companions, then ``trace``: uploaded in this order, so that a trace on a
-    store has its companions once it is there."""
+    """The paths (or URLs) of ``trace``'s companions, then ``trace``: a trace uploaded last has its companions."""
     return [trace + suffix for suffix in SUFFIXES] + [trace]
 
 
