@@ -1,7 +1,5 @@
-"""Streams finished windows to disk off the training thread: a writer thread saves the profiler's results, finalizes
-a local window of at most ``IN_THREAD_BYTES`` of JSON itself and hands the others (and every window bound for object
-storage) to the fit's finalizing process (:mod:`~lightning_profkit.monitor.writing.process`). Uploads and their
-retries: docs/traces-and-storage.md. Design notes: docs/how-it-works.md."""
+"""The writer thread: saves a finished window's profiler results off the training thread and finalizes its trace, or has
+the fit's finalizing process do it and the uploads (docs/traces-and-storage.md). Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
@@ -65,9 +63,8 @@ class FolderTaken(OSError):
 
 
 def window_folder(folder: str) -> bool:
-    """Make a window's ``folder`` (its parents as needed) and say whether it was made here; a folder already at the
-    name is written into only where it is a folder of this user, not a link (another rank of the fit made it): a
-    link or another user's is :class:`FolderTaken`, so that nothing is written through a path another user made."""
+    """Make a window's ``folder`` (and its parents) and say whether it was made here; one already there is written
+    into only where it is this user's folder, not a link (another rank made it): else :class:`FolderTaken`."""
     os.makedirs(os.path.dirname(folder), exist_ok=True)
     try:
         os.mkdir(folder)
@@ -77,7 +74,7 @@ def window_folder(folder: str) -> bool:
     if stat.S_ISLNK(st.st_mode):
         raise FolderTaken(f"{folder} is already there and is a symbolic link: the window is not written there, nor "
                           "anywhere")
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+    if st.st_uid != os.getuid():
         raise FolderTaken(f"{folder} is already there and is another user's (user id {st.st_uid}): the window is not "
                           "written there, nor anywhere")
     if not stat.S_ISDIR(st.st_mode):
@@ -86,35 +83,22 @@ def window_folder(folder: str) -> bool:
 
 
 class TraceWriter:
-    """Background writer. ``submit`` never blocks; ``flush`` waits, with a bound, for pending windows.
+    """The writer thread; ``on_error(message, key)`` is told from it of a window not written, uploaded or deleted, and
+    ``on_written(figures)`` of each written. Waits are on events and locks: no patched ``time.sleep`` changes them."""
 
-    ``on_error(message, key)`` is called from the writer thread when a window cannot be written (``key``
-    "write"; the window's partial files are removed), uploaded ("upload": it stays in its staging folder) or
-    deleted ("retention").
-    ``on_written(figures)`` gets what the finalizer printed.
-    Waits are on events and locks (the interpreter's own clock), so a patched ``time.monotonic`` or
-    ``time.sleep`` does not cut them short or stretch them.
-    """
-
-    def __init__(
-        self,
-        on_error: Callable[[str, str], None],
-        on_written: Optional[Callable[[dict[str, Any]], None]] = None,
-        storage_options: Optional[dict[str, Any]] = None,
-    ) -> None:
-        self._on_error = on_error
-        self._on_written = on_written
+    def __init__(self, on_error: Callable[[str, str], None], on_written: Optional[Callable[[dict[str, Any]], None]] = None,
+                 storage_options: Optional[dict[str, Any]] = None) -> None:
+        self._on_error, self._on_written = on_error, on_written
         # a WindowJob, an Event to set once every job before it is done, or None: end the thread
         self._jobs: "queue.Queue[Union[WindowJob, dict[str, Any], threading.Event, None]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
-        self._pending = 0  # jobs submitted and not yet done or dropped
+        self.pending = 0  # jobs submitted and not yet done or dropped
         self._waiting: list[str] = []  # the paths of the windows submitted and not yet written or dropped
-        # its process starts with the first window, ends with the thread
-        self._finalizer = FinalizingProcess(storage_options)
+        self._finalizer = FinalizingProcess(storage_options)  # started with the first job, ended with the thread
         self._cpu_lock = threading.Lock()  # not ``_lock``: ``close`` holds that while it joins the thread
         self._ended_thread_cpu_s = 0.0  # CPU seconds of this writer's threads that ended
-        self._thread_clock: Optional[int] = None  # the running thread's CPU clock, where the OS has one
+        self._thread_clock: Optional[int] = None  # the running thread's CPU clock
         self.unsent: list[list[str]] = []  # [local, url]: traces written here and not uploaded yet, oldest first
         self._backoff = 0.0  # seconds to wait after the latest failed upload before the next try (0: none failed)
         self._retry_at = 0.0  # perf_counter seconds: no upload is tried before then
@@ -122,20 +106,13 @@ class TraceWriter:
         self.full: Optional[DiskFull] = None  # the latest window that did not fit on its disk
 
     @property
-    def pending(self) -> int:
-        return self._pending
-
-    @property
     def cpu_s(self) -> float:
-        """CPU seconds this writer's thread and finalizing process have used so far, read now (see
-        :attr:`FinalizingProcess.cpu_s`; the thread's once it ends, where the OS has no thread CPU clock)."""
+        """CPU seconds this writer's thread and finalizing process have used so far, read now."""
         with self._cpu_lock:
             thread = self._ended_thread_cpu_s
             if self._thread_clock is not None:
-                try:
+                with contextlib.suppress(OSError):  # the thread just ended
                     thread += time.clock_gettime(self._thread_clock)
-                except OSError:
-                    pass
         return thread + self._finalizer.cpu_s
 
     def submit(self, job: Union[WindowJob, dict[str, Any]]) -> None:
@@ -144,30 +121,28 @@ class TraceWriter:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="profkit-writer", daemon=True)
                 self._thread.start()
-            self._pending += 1
+            self.pending += 1
             if isinstance(job, WindowJob):
                 self._waiting.append(job.path)
         self._jobs.put(job)
 
     def watch(self, url: str, local: str, marker: dict[str, Any]) -> None:
-        """Start the finalizing process now, keeping ``marker`` on the store at ``url`` and moving capture requests
-        left there into ``local`` for as long as it runs (:class:`~lightning_profkit.monitor.writing.child.RequestMirror`)."""
+        """Start the finalizing process now, with a :class:`~lightning_profkit.monitor.writing.child.RequestMirror`."""
         self._finalizer.watch = {"url": url, "local": local, "marker": marker}
         self.submit({})
 
     def flush(self, timeout: float) -> bool:
         """Wait until every submitted window is written or dropped; False if ``timeout`` ran out."""
         with self._lock:
-            if not self._pending:
+            if not self.pending:
                 return True
             reached = threading.Event()
             self._jobs.put(reached)
         return reached.wait(timeout)
 
     def close(self, timeout: float) -> list[str]:
-        """:meth:`flush`, then end the thread and the finalizing process, all within ``timeout`` seconds (a last try
-        of the uploads that wait, if there is time; a store call still running then is cut short by ending the
-        process); returns the paths of the windows not written by then (their data is lost)."""
+        """:meth:`flush`, a last try of the uploads that wait, then end the thread and the finalizing process, all
+        within ``timeout`` seconds; returns the paths of the windows not written by then (their data is lost)."""
         self._deadline = time.perf_counter() + timeout  # not time.monotonic: a test or a user may patch it
         left = [] if self.flush(timeout) else list(self._waiting)
         with self._lock:
@@ -183,8 +158,7 @@ class TraceWriter:
 
     def _run(self) -> None:
         with self._cpu_lock:
-            clock = getattr(time, "pthread_getcpuclockid", None)
-            self._thread_clock = clock(threading.get_ident()) if clock is not None else None
+            self._thread_clock = time.pthread_getcpuclockid(threading.get_ident())
         try:
             self._serve()
         finally:
@@ -220,7 +194,7 @@ class TraceWriter:
         finally:
             if counted:
                 with self._lock:
-                    self._pending -= 1
+                    self.pending -= 1
                     if isinstance(job, WindowJob) and job.path in self._waiting:
                         self._waiting.remove(job.path)
 
@@ -258,8 +232,7 @@ class TraceWriter:
                 self._store()
 
     def remove(self, urls: list[str]) -> None:
-        """On this writer's thread (from ``on_written``): delete objects from the store (a trace not uploaded yet
-        is deleted locally instead)."""
+        """On this writer's thread: delete objects from the store (a trace not uploaded yet: its local copy)."""
         local_only = [u for u in self.unsent if u[1] in urls]
         for local, url in local_only:
             self.unsent.remove([local, url])
@@ -268,9 +241,8 @@ class TraceWriter:
         self._store([u for u in urls if u not in never_sent])
 
     def _store(self, removals: Sequence[str] = (), last: bool = False) -> None:
-        """Upload the traces that wait, oldest first, and delete ``removals``: in the finalizing process, never after
-        the deadline, and (but for the ``last`` try) not before the backoff after a failed upload has passed, so
-        that a store that is down costs one try per backoff, not one per window."""
+        """Upload the traces that wait and delete ``removals``, in the finalizing process: never after the deadline,
+        nor (but for the ``last`` try) before the backoff after a failed upload has passed."""
         now = time.perf_counter()
         uploads = self.unsent if self.unsent and (last or now >= self._retry_at) else []
         if (not uploads and not removals) or now >= self._deadline:
