@@ -130,8 +130,8 @@ def request_capture(trace_dir: str, steps: Optional[int] = None) -> str:
 
 
 def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
-    """Read and remove a pending request (None: none); another user's, a link or not a plain file is
-    ``{"refused": why}``, more than :data:`MAX_STEPS` steps is ``capped``. A folder that cannot be read raises OSError."""
+    """Read and remove a pending request (None: none); another user's, a link or not a plain file is ``{"refused":
+    why}``, more than :data:`MAX_STEPS` steps is ``capped``. A folder that cannot be read raises OSError."""
     path = os.path.join(trace_dir, REQUEST)
     refused, data = None, {}
     try:

@@ -1,7 +1,5 @@
-"""Turn raw profiler dumps into final trace files: in one child process per fit, off the training loop, or for a
-small local window in the writer thread (:mod:`~lightning_profkit.monitor.writing.writer`). Run as ``python -m
-lightning_profkit.monitor.writing.child``, it takes one job at a time from its pipe and replies with the window's
-figures and summary. Design notes: docs/how-it-works.md."""
+"""Raw profiler dumps made final traces (in the fit's finalizing process, or the writer thread for a small local
+window) and the store's work, one job at a time from a pipe. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
@@ -42,9 +40,8 @@ FINALIZE_PIECE = 256_000
 
 
 def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Optional[str] = None) -> dict[str, Any]:
-    """Rewrite ``raw_path`` into ``final_path`` (gzip JSON), atomically; return the window's figures, for the
-    trace at ``url`` where it goes to object storage. The trace is complete (and visible) before its figures and
-    companions are computed."""
+    """Rewrite ``raw_path`` into ``final_path`` (gzip JSON), atomically; the window's figures, for the trace at ``url``
+    where it goes to object storage."""
     last = meta["steps"][1] if "steps" in meta and not meta.get("validation") else None
     try:
         trace, size, meta = _rewrite_streaming(raw_path, final_path, meta, last)
@@ -61,8 +58,7 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
 def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], last: Optional[int],
                        as_written: bool = False) -> tuple[LoadedTrace, int, dict[str, Any]]:
     """The rewrite a piece at a time (:mod:`~lightning_profkit.trace.rewrite`), each piece edited, decoded into rows
-    and compressed as it is read: memory holds the rows and a few pieces, never the whole text. ``as_written``: the
-    whole text as one piece, unedited (a dump the edits cannot read: its trace keeps all it recorded)."""
+    and compressed as it is read; ``as_written``: the whole text as one piece, unedited."""
     appender, found, size = Appender(), {}, 0
 
     def edited() -> Iterator[tuple[Text, bool, bool]]:
@@ -82,7 +78,8 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], las
 
     def keys() -> dict[str, Any]:
         found["rows"] = appender.rows()
-        found["meta"] = _marked(meta, found["rows"])
+        lacks = problems(from_rows(found["rows"]), meta)  # what the trace lacks of what its window recorded
+        found["meta"] = {**meta, "problems": lacks} if lacks else meta
         added = {"profkit": found["meta"]}
         if found.get("info") is None:  # kineto writes it only under torch.distributed; HTA reads the rank from it
             added["distributedInfo"] = {"rank": meta.get("rank"), "world_size": meta.get("world_size")}
@@ -96,13 +93,6 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], las
     return LoadedTrace(found["rows"], found["info"], found["meta"]), size, found["meta"]
 
 
-def _marked(meta: dict[str, Any], rows: Any) -> dict[str, Any]:
-    """The window's labels, with ``problems`` where its trace lacks what it recorded (the callback warns;
-    `profkit summary` and `report` show them)."""
-    lacks = problems(from_rows(rows), meta)
-    return {**meta, "problems": lacks} if lacks else meta
-
-
 def compressor() -> Any:
     """A gzip stream at ISA-L's level 2: about 1 ms of CPU a MB of JSON, against 12 for zlib's level 6, for a file
     a sixth larger (``benchmarks/finalizer.py``)."""
@@ -110,8 +100,7 @@ def compressor() -> Any:
 
 
 def companions(final_path: str, summary: dict[str, Any]) -> Optional[str]:
-    """Write the trace's sidecar beside it; why it could not be written, in words, or None. The trace is whole
-    without it: `profkit` parses it instead."""
+    """Write the trace's sidecar beside it; why it could not be written, in words, or None."""
     try:
         keep(final_path, summary)
     except Exception as err:  # noqa: BLE001 - whatever it is, it must not cost the trace
@@ -120,10 +109,8 @@ def companions(final_path: str, summary: dict[str, Any]) -> Optional[str]:
 
 
 def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]:
-    """Upload each ``[local, url]`` in turn with its companions (the local copies deleted once they are up) until
-    one fails, and delete each URL with its companions; returns what failed: ``unsent`` (``[local, url, why]``: the
-    failed upload, then those not tried after it: a store that failed is not asked again at once) and ``failed``
-    (why a deletion failed)."""
+    """Upload each ``[local, url]`` with its companions until one fails, and delete each of ``removals``; what failed:
+    ``unsent`` (``[local, url, why]``: that upload and those after it) and ``failed`` (why a deletion failed)."""
     unsent, failed = [], []
     for local, url in uploads:
         if unsent:
@@ -135,10 +122,8 @@ def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]
             unsent.append([local, url, str(err)])
             continue
         remove_local(local)
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(local))  # the window's staging folder, once empty
-        except OSError:
-            pass
     for url in removals:
         try:
             for at in with_companions(url):
@@ -149,9 +134,8 @@ def store_work(uploads: list[list[str]], removals: list[str]) -> dict[str, list]
 
 
 class RequestMirror:
-    """For rank zero of a run on object storage: its live-run marker on the store (``marker``) while the fit runs,
-    and every ``interval`` seconds a capture request left on the store moved into the local folder where the
-    callback looks for one. A store that fails is tried again at the next poll."""
+    """For rank zero of a run on object storage: its live-run ``marker`` on the store while the fit runs, and every
+    ``interval`` seconds a capture request left there moved into the ``local`` folder, where the callback looks."""
 
     def __init__(self, url: str, local: str, marker: dict[str, Any], interval: float = 2.0) -> None:
         self.url, self.local, self.marker, self.interval = url, local, marker, interval
@@ -162,7 +146,7 @@ class RequestMirror:
     def _run(self) -> None:
         marked = False
         while True:
-            try:
+            with contextlib.suppress(StoreError, OSError):  # reported by the uploads; tried again at the next poll
                 if not marked:
                     write(join(self.url, MARKER), json.dumps(self.marker).encode())
                     marked = True
@@ -170,47 +154,36 @@ class RequestMirror:
                 if asked is not None:  # as it is: the callback reads it as it reads a local one, up to a bound
                     remove(join(self.url, REQUEST))
                     write_atomic(os.path.join(self.local, REQUEST), asked)
-            except (StoreError, OSError):
-                pass  # the store is reported by the uploads; requests wait for the next poll
             if self._stop.wait(self.interval):
                 return
 
     def end(self) -> None:
         self._stop.set()
         self._thread.join(30)
-        try:  # ours only: another fit into the same folder may have put its own since
+        with contextlib.suppress(StoreError):  # ours only: another fit into the same folder may have put its own since
             there = marker_of(read(join(self.url, MARKER), MAX_BYTES) or b"")
             if there is not None and there.get("fit") == self.marker.get("fit"):
                 remove(join(self.url, MARKER))
-        except StoreError:
-            pass
 
 
 NICE = 10  # the finalizing process's default nice increment; PROFKIT_FINALIZER_NICE sets another, or "idle"
 
 
 def lower_priority(setting: Optional[str] = None) -> None:
-    """Run below training: ``NICE`` steps of nice above the parent (or ``setting``: a number, or ``idle`` for
-    ``SCHED_IDLE``, which gets a core only when nothing else wants it and so starves while loader workers fill every
-    core). Nice 10 gets about a tenth of a core shared with one busy process, so a window's trace is written within
-    seconds on a saturated node (``benchmarks/streaming.py``)."""
+    """Run below training: ``NICE`` steps of nice above the parent, or ``setting`` (a number, or ``idle`` for
+    ``SCHED_IDLE``); why: docs/traces-and-storage.md, measured by ``benchmarks/streaming.py``."""
     setting = setting or os.environ.get("PROFKIT_FINALIZER_NICE") or str(NICE)
-    try:
+    with contextlib.suppress(OSError, ValueError):
         if setting == "idle":
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         else:
             os.nice(min(19, max(0, int(setting))))
-    except (AttributeError, OSError, ValueError):
-        pass
 
 
 def serve(jobs: Connection, replies: Connection) -> None:
-    """One job received, one reply sent, until the parent closes its end. A job has a store to probe (``probe``: a
-    URL, see :func:`~lightning_profkit.store.write_probe`), a window to finalize (``raw``,
-    ``final``, ``meta``, ``url``), store work (``uploads``, ``removals``, see :func:`store_work`) and/or a
-    :class:`RequestMirror` to start (``watch``: its arguments; it ends with the jobs); its reply has ``done`` (the
-    window's figures and summary) or ``error``, what the store work left, and ``cpu_s`` (this process's CPU seconds
-    so far). After the last job a last reply gives ``cpu_s`` alone."""
+    """One reply to each job until the parent closes its end, then one with ``cpu_s`` alone. A job may have a store to
+    ``probe``, a window to finalize (``raw``), store work (``uploads``, ``removals``) and a RequestMirror to start
+    (``watch``); a reply has ``done`` (the window's figures and summary) or ``error``, and ``cpu_s`` so far."""
     mirror = None
     while True:
         try:

@@ -86,7 +86,8 @@ class TraceWriter:
     """The writer thread; ``on_error(message, key)`` is told from it of a window not written, uploaded or deleted, and
     ``on_written(figures)`` of each written. Waits are on events and locks: no patched ``time.sleep`` changes them."""
 
-    def __init__(self, on_error: Callable[[str, str], None], on_written: Optional[Callable[[dict[str, Any]], None]] = None,
+    def __init__(self, on_error: Callable[[str, str], None],
+                 on_written: Optional[Callable[[dict[str, Any]], None]] = None,
                  storage_options: Optional[dict[str, Any]] = None) -> None:
         self._on_error, self._on_written = on_error, on_written
         # a WindowJob, an Event to set once every job before it is done, or None: end the thread
