@@ -1,4 +1,2 @@
-"""What writes a window's trace: where it goes (output), the writer thread, the fit's finalizing process
-(its handle, process, and what it runs, child), and retention of the newest windows."""
-
-SUMMARIZED = 50  # the newest training windows of a fit that the end-of-fit line covers
+"""Writing a fit's traces: where they go (output), the writer thread, the finalizing process and what it runs
+(process, child), and retention of the newest windows."""

@@ -1,6 +1,5 @@
-"""Where a fit's traces go and what becomes of them (docs/traces-and-storage.md): written off the training thread,
-the newest windows kept, and the written windows handed back to the training thread, which alone updates what the
-callback shows (its list of traces, the summaries of the end of ``fit``)."""
+"""Where a fit's traces go (their folders' names, a store's staging folder) and the written windows handed back to the
+training thread (docs/traces-and-storage.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from lightning_profkit.figures import HostFigures
-from lightning_profkit.monitor.writing import SUMMARIZED
 from lightning_profkit.monitor.writing.retention import Retention
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, free_mb, megabytes
 from lightning_profkit.printable import redact
@@ -30,6 +28,7 @@ def worker_name(rank: int, host: Optional[str] = None) -> str:
 
 
 EPOCH_DIGITS, BATCH_DIGITS = 4, 6  # window folders sort in time order in any listing up to epoch 9999, batch 999999
+SUMMARIZED = 50  # the newest training windows of a fit that the end-of-fit line covers
 
 
 def _batches(first: int, last: int) -> str:
@@ -37,14 +36,13 @@ def _batches(first: int, last: int) -> str:
 
 
 def window_name(epoch: int, first: int, last: int) -> str:
-    """``epoch=0001-batch=000011-000013``: batches 11-13 of epoch 1 (Lightning's ``batch_idx``), zero-padded so
-    that TensorBoard, ``ls`` and HTA list windows in time order."""
+    """``epoch=0001-batch=000011-000013``: batches 11-13 of epoch 1 (docs/choosing-steps.md)."""
     return f"epoch={epoch:0{EPOCH_DIGITS}d}-batch={_batches(first, last)}"
 
 
 def validation_window_name(epoch: int, after_batch: int, first: int, last: int) -> str:
     """``epoch=0000-batch=000039-val-batch=000002-000004``: batches 2-4 of the validation run after training batch
-    39 of epoch 0, so that it sorts after the training windows up to that batch and before the later ones."""
+    39 of epoch 0 (docs/choosing-steps.md)."""
     return f"epoch={epoch:0{EPOCH_DIGITS}d}-batch={after_batch:0{BATCH_DIGITS}d}-val-batch={_batches(first, last)}"
 
 
@@ -67,9 +65,8 @@ PROBE_TIMEOUT_S = 600.0  # the store's write and delete of a probe object at set
 
 
 def check_trace_dir(trace_dir: str, storage_options: Optional[dict[str, Any]] = None) -> None:
-    """Fail now, before any training step, if traces could not be written to ``trace_dir``: a URL's store is
-    probed (by a finalizing process, which uploads the traces) and the local temporary folder, where its traces
-    are staged, checked; a local folder is checked."""
+    """Fail now, before any training step, if traces could not be written to ``trace_dir``: a URL's store is probed
+    (by a finalizing process) and the local temporary folder, where its traces are staged, checked."""
     if is_url(trace_dir):
         finalizer = FinalizingProcess(storage_options)
         try:
@@ -85,9 +82,8 @@ def check_trace_dir(trace_dir: str, storage_options: Optional[dict[str, Any]] = 
 
 
 def check_writable(folder: str) -> None:
-    """Fail now if ``folder`` could not be created or written, without creating it: a new probe file (a name
-    nobody can foresee, never through a link) in the folder or, where it does not exist yet, in its nearest
-    existing parent, removed at once."""
+    """Fail now if ``folder`` could not be created or written, without creating it: a new probe file (``mkstemp``)
+    in it or its nearest existing parent, removed at once."""
     existing = os.path.abspath(folder)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
@@ -105,26 +101,22 @@ def check_writable(folder: str) -> None:
 
 
 def staging_folder() -> str:
-    """A new local folder for the traces of a run on object storage, written there in full before their upload
-    (and kept where an upload fails): made by ``mkdtemp``, so only this user can enter it (mode 0700) and no one
-    can foresee or make its name first."""
+    """A new private local folder (``mkdtemp``: mode 0700, a name no one can foresee) for the traces of a run on
+    object storage, written there in full before their upload."""
     return tempfile.mkdtemp(prefix=STAGING_PREFIX)
 
 
 class TraceOutput:
-    """One fit's traces on one rank. ``on_error(message, key)`` is called from the writer thread when a window
-    cannot be written or uploaded."""
+    """One fit's traces on one rank; ``on_error(message, key)`` is told, from the writer thread too, what failed."""
 
     def __init__(self, trace_dir: str, rank: int, world_size: int, keep_last: Optional[int],
                  on_error: Callable[[str, str], None], storage_options: Optional[dict[str, Any]] = None) -> None:
-        self.trace_dir, self.worker = trace_dir, worker_name(rank)
+        self.trace_dir, self.worker, self.rank, self.world_size = trace_dir, worker_name(rank), rank, world_size
         self.remote = is_url(trace_dir)
         self._local: Optional[str] = None if self.remote else trace_dir  # where files are written first
-        self.rank, self.world_size = rank, world_size
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
         self._retention = Retention(keep_last, self._delete_remote if self.remote else None) if keep_last else None
-        self._on_error = on_error
-        self._storage_options = storage_options
+        self._on_error, self._storage_options = on_error, storage_options
         self._writer: Optional[TraceWriter] = None  # started with the first window
         self._closed_cpu_s: Optional[float] = None  # what the writer used in all, once closed
         self._need_mb: Optional[float] = None  # the disk the latest written window took at its peak (its JSON)
@@ -134,8 +126,7 @@ class TraceOutput:
 
     @property
     def local_dir(self) -> str:
-        """Where files are written first: the trace folder, or a run on object storage's staging folder (made when
-        first needed)."""
+        """Where files are written first: the trace folder, or a run on object storage's staging folder."""
         if self._local is None:
             self._local = staging_folder()
         return self._local
@@ -149,10 +140,8 @@ class TraceOutput:
     def submit(self, results: Any, epoch: int, first: int, last: int, offset: int,
                notes: Optional[dict[str, Any]] = None, validation_after: Optional[int] = None,
                after_batch: int = 0) -> str:
-        """Queue a window's profiler results (steps ``first``-``last``; ``offset`` is the epoch's first
-        step; ``notes`` go into the trace's ``profkit`` key too); returns the path its trace will have. A
-        validation window (``validation_after``: the training step it followed, ``after_batch`` that step's batch
-        in the epoch) has batch indices for steps."""
+        """Queue a window's profiler results (steps ``first``-``last`` of an epoch from step ``offset``, or batches of
+        the validation run after training step ``validation_after``); the path its trace will have."""
         if validation_after is None:
             folder = window_name(epoch, first - offset, last - offset)
             steps = {"steps": [first, last], "batch_idx": [first - offset, last - offset]}
@@ -168,8 +157,7 @@ class TraceOutput:
         return url or path
 
     def announce(self, marker: dict[str, Any]) -> None:
-        """For a trace folder on object storage: keep ``marker`` there while the fit runs, and move capture requests
-        left there to the local staging folder, where the callback looks."""
+        """For a trace folder on object storage: keep ``marker`` there while the fit runs, and bring requests in."""
         self._writer_started().watch(self.trace_dir, self.local_dir, {**marker, "requests_at": self.local_dir})
 
     def _writer_started(self) -> TraceWriter:
@@ -179,8 +167,7 @@ class TraceOutput:
         return self._writer
 
     def _on_written(self, window: dict[str, Any]) -> None:
-        """On the writer thread: a window is in place; older ones may go. What retention deleted is published
-        first, so that the training thread never takes the new window without the deletion it caused."""
+        """On the writer thread: a window is in place; older ones may go (published first: see :meth:`take_written`)."""
         if self._retention is not None:
             self._removed.extend(self._retention.add(window["path"]))
         self._written.append(window)
@@ -192,8 +179,7 @@ class TraceOutput:
 
     @property
     def helper_cpu_s(self) -> Optional[float]:
-        """CPU seconds the fit's trace writing has used off the training thread so far (in all, once closed);
-        None before the first window."""
+        """CPU seconds the fit's trace writing has used off the training thread so far; None before the first window."""
         return self._writer.cpu_s if self._writer is not None else self._closed_cpu_s
 
     @property
@@ -201,8 +187,8 @@ class TraceOutput:
         return bool(self._written)
 
     def take_written(self) -> tuple[list[WrittenWindow], set[str]]:
-        """On the training thread: the windows written since the last call, and the paths retention deleted
-        (taken after the windows: a deletion is published before the window that caused it)."""
+        """On the training thread: the windows written since the last call, and the paths retention deleted (taken
+        after the windows: a deletion is published before the window that caused it)."""
         done = []
         while self._written:
             window = self._written.popleft()
@@ -235,9 +221,8 @@ class TraceOutput:
         return len(self.summaries), fit_line(aggregate(self.summaries))
 
     def room(self) -> Optional[str]:
-        """Why the next window would not fit where traces are written first, in words; None where it would (or
-        nothing says otherwise yet). A window needs room for its JSON (written in full before it is compressed):
-        as much as the latest written window's, or, after one did not fit, more than was free then."""
+        """Why the next window would not fit where traces are written first, in words, or None: it needs room for its
+        JSON, as much as the latest written window's, or, after one did not fit, more than was free then."""
         full = self._writer.full if self._writer is not None else None
         need = self._need_mb
         if full is not None:
@@ -252,8 +237,8 @@ class TraceOutput:
                 "training goes on")
 
     def close(self, timeout: float) -> tuple[list[str], list[str]]:
-        """Wait up to ``timeout`` seconds for the windows still being written; returns the paths of those that were
-        not written by then, and the local copies of the traces that could not be uploaded."""
+        """Wait up to ``timeout`` seconds for the windows still being written; the paths of those not written by then,
+        and the local copies of the traces that could not be uploaded."""
         writer = self._writer
         if writer is None:
             return [], []

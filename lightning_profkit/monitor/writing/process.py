@@ -1,7 +1,5 @@
-"""The one finalizing process of a fit: started with the first window it is given (one over a MB of JSON, or bound
-for object storage), reused for every later one, ended at teardown. It rewrites each raw profiler dump into its trace
-(:mod:`~lightning_profkit.monitor.writing.child`) at nice 10 below training. Design notes: docs/how-it-works.md.
-"""
+"""The fit's one finalizing process, running :mod:`~lightning_profkit.monitor.writing.child` below training
+(docs/traces-and-storage.md). Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ class FinalizingProcess:
 
     @property
     def cpu_s(self) -> float:
-        """CPU seconds the finalizing processes of this object have used so far: the running one's read from the
-        OS now where it can be (Linux), else as of its last reply; an ended one's as it reported at its exit."""
+        """CPU seconds the finalizing processes of this object have used so far (the running one's read now)."""
         proc = self._proc
         live = cpu_seconds_of(proc.pid) if proc is not None else None
         return self._ended_cpu_s + max(self._cpu_s, live or 0.0)
@@ -70,8 +67,9 @@ class FinalizingProcess:
         self._replies, replies = Pipe(duplex=False)
         ends = (jobs.fileno(), replies.fileno())
         try:
+            quiet = subprocess.DEVNULL
             self._proc = subprocess.Popen([*python_running(CHILD), *map(str, ends)], pass_fds=ends, env=child_env(),
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                          stdin=quiet, stdout=quiet, stderr=quiet)
         finally:  # the child's ends: held by the child alone, so that either side sees the other's end
             jobs.close()
             replies.close()
@@ -83,8 +81,7 @@ class FinalizingProcess:
             proc.kill()
 
     def close(self, timeout: float = 5.0) -> None:
-        """End the process: at the end of its jobs it reports its CPU seconds and exits; killed if it has not
-        within ``timeout``."""
+        """End the process: it reports its CPU seconds and exits, or is killed after ``timeout`` seconds."""
         proc, jobs, replies = self._proc, self._jobs, self._replies
         self._proc = self._jobs = self._replies = None
         try:
@@ -110,7 +107,7 @@ class FinalizingProcess:
 def child_env() -> dict[str, str]:
     """The child imports this package from wherever the parent found it, and uses one thread."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(lightning_profkit.__file__)))  # the folder holding the package
+    root = os.path.dirname(os.path.dirname(os.path.abspath(lightning_profkit.__file__)))  # the package's folder
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     for threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[threads] = "1"  # one core for the rewrite; the others stay with training
