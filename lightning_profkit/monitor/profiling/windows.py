@@ -1,12 +1,12 @@
-"""One torch.profiler session per window: created when a window begins, gone when it ends; outside a window no
-session exists and nothing is paid. Its ``ProfilerStep#N`` markers carry the fit's steps (docs/choosing-steps.md).
-"""
+"""One torch.profiler session per window, none outside a window, and the training and validation windows' runners
+(docs/choosing-steps.md)."""
 
 from __future__ import annotations
 
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import Any, Callable, Iterator, Optional
 
@@ -17,11 +17,7 @@ from lightning_profkit.internals import profiler_running, release, start_at
 from lightning_profkit.monitor.profiling.selection import Selection, StepList, WithCaptures
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
-
-
 PLANNED_SCAN = 100_000  # steps looked ahead for the end of a window cut short
-
-
 KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"  # read by kineto once a process, when its first profiler session starts
 QUIET_LEVEL = "6"  # above every line kineto prints: USDT (5 on torch 2.13+), STAGE (4 on 2.3), errors ("no GPU")
 _kineto_started = False
@@ -29,10 +25,8 @@ _kineto_started = False
 
 @contextmanager
 def quiet_kineto(enabled: bool = True) -> Iterator[None]:
-    """Around the first profiler start of this process: kineto (torch's profiler library) then reads its log level
-    once, and prints nothing for the rest of the process (its ``USDT:`` lines at every start and stop, ``STAGE:``
-    lines on torch 2.3, a CUDA build's ``gpuGetDeviceCount failed`` on a machine without a GPU). The environment is
-    as it was once the call returns; a ``KINETO_LOG_LEVEL`` the user set is left alone."""
+    """Around the first profiler start of this process, where kineto reads its log level once: ``QUIET_LEVEL``, the
+    environment as it was afterwards; a ``KINETO_LOG_LEVEL`` the user set is left alone (docs/choosing-steps.md)."""
     global _kineto_started
     if not enabled or _kineto_started or KINETO_LOG_LEVEL in os.environ:
         _kineto_started = True
@@ -63,8 +57,7 @@ def window_schedule(selection: Selection, first_active: int, offset: int) -> Cal
 @dataclass(frozen=True)
 class Recording:
     """What every window of a fit records with: torch.profiler's ``activities`` and ``options``, where each session's
-    results go (``on_trace_ready(session, prof)``), whether kineto starts quiet (:func:`quiet_kineto`), and the trace's
-    size budget in bytes of JSON (None: none)."""
+    results go, whether kineto starts quiet, and the trace's size budget in bytes of JSON (None: none)."""
 
     activities: list[ProfilerActivity]
     options: dict[str, Any]
@@ -74,19 +67,10 @@ class Recording:
 
 
 class WindowSession:
-    """Drives one ``torch.profiler.profile`` through warm-up and recording of one window.
-
-    Call :meth:`step` at every step boundary inside the window; it returns False once the window has
-    been recorded and handed to the recording's ``on_trace_ready``. :meth:`finish` ends it early (epoch end, error) and
-    still hands over whatever was recorded. ``spent_s``: seconds the calling thread spent in the session's
-    own calls (start, each step boundary, stop and the hand-over), not in the profiled steps.
-
-    ``estimate_bytes``: the trace's JSON size so far, estimated as ``bytes_per_step`` (the JSON per recorded step
-    of the fit's latest written window of the same kind; None before one) times the steps recorded. At a step
-    boundary where one more recorded step would take the estimate past the recording's ``max_bytes``, with steps
-    still to record, the window ends there, keeping the steps recorded (one at least), and ``planned_last`` is the
-    step it would have recorded to.
-    """
+    """Drives one ``torch.profiler.profile`` through the warm-up and recording of one window: :meth:`step` at every
+    step boundary in it, :meth:`finish` to end it early. ``spent_s``: seconds spent in the session's own calls. A
+    window whose ``estimate_bytes`` would pass ``max_bytes`` ends early (docs/traces-and-storage.md), ``planned_last``
+    the step it would have recorded to."""
 
     def __init__(self, selection: Selection, step: int, batch_idx: int, warmup: int, recording: Recording,
                  bytes_per_step: Optional[float] = None) -> None:
@@ -97,17 +81,14 @@ class WindowSession:
         self.recording, self.bytes_per_step = recording, bytes_per_step
         self.planned_last: Optional[int] = None
         self._schedule = schedule = window_schedule(selection, self.first_active, step - batch_idx)
-        self.profiler = torch.profiler.profile(
-            activities=recording.activities, schedule=schedule, on_trace_ready=self._ready, **recording.options
-        )
+        ready = partial(recording.on_trace_ready, self)
+        self.profiler = torch.profiler.profile(activities=recording.activities, schedule=schedule, on_trace_ready=ready,
+                                               **recording.options)
         self.step_now = step  # the step the profile is in (its ProfilerStep#<step>)
         start_at(self.profiler, step, schedule(step))
         with quiet_kineto(self.recording.quiet):
             self.profiler.start()
         self.spent_s = perf_counter() - start
-
-    def _ready(self, prof: torch.profiler.profile) -> None:
-        self.recording.on_trace_ready(self, prof)
 
     def _note_recording(self) -> None:
         """At the end of a step: note it if it was recorded."""
@@ -148,7 +129,7 @@ class WindowSession:
                 if self.profiler.current_action != ProfilerAction.NONE:
                     return True
             self.profiler.stop()
-            self._release()
+            release(self.profiler)  # freed once the writer is done with it, not at a later garbage collection
             return False
         finally:
             self.spent_s += perf_counter() - start
@@ -162,19 +143,18 @@ class WindowSession:
         try:
             self.profiler.stop()
         finally:
-            self._release()
+            release(self.profiler)
             self.spent_s += perf_counter() - start
 
-    def _release(self) -> None:
-        # freed as soon as the writer is done with it rather than at some later pass of the garbage collector
-        release(self.profiler)
+
+Opener = Callable[[Selection, int, int, int], Optional[WindowSession]]  # (selection, step, batch_idx, warmup)
 
 
 class _Windows:
     """What both kinds of windows keep: the open session, the seconds each ended window spent in its session's calls,
     and the last step of a window ended early (``max_trace_mb``), before which none opens again."""
 
-    def __init__(self, open_session: Callable[[Selection, int, int, int], Optional[WindowSession]]) -> None:
+    def __init__(self, open_session: Opener) -> None:
         self._open = open_session
         self.session: Optional[WindowSession] = None
         self.spent: list[float] = []  # ended windows: seconds of each in its session's calls
@@ -202,15 +182,10 @@ class _Windows:
 
 
 class WindowRunner(_Windows):
-    """Decides at each step boundary whether to start, advance or end a window's session.
+    """Decides at each step boundary whether to start, advance or end a training window's session (opened by
+    ``open_session``, which may skip it); a window still open at an epoch's last batch ends there."""
 
-    ``open_session(selection, step, batch_idx, warmup)`` creates the session (or returns None to skip, e.g.
-    when another profiler is running; see :func:`session_opener`). Windows never span epochs: one still open at an
-    epoch's last batch is ended there with what it recorded.
-    """
-
-    def __init__(self, selection: Selection, open_session: Callable[[Selection, int, int, int], Optional[WindowSession]]
-                 ) -> None:
+    def __init__(self, selection: Selection, open_session: Opener) -> None:
         super().__init__(open_session)
         self.selection = WithCaptures(selection)
         self.profiled: list[tuple[int, int]] = []  # this epoch's windows: first and last step with a session
@@ -223,9 +198,7 @@ class WindowRunner(_Windows):
         self._maybe_open(next_step, next_batch_idx)
 
     def capture(self, first: int, last: int, next_step: int) -> None:
-        """Record steps ``first``-``last`` (from :func:`~lightning_profkit.monitor.profiling.selection.capture_steps`),
-        the next step being ``next_step``. Takes effect when no session is open at the next step boundary (an open
-        window finishes first)."""
+        """Record steps ``first``-``last`` too, the next step being ``next_step`` (once no window is open)."""
         self.selection = self.selection.add(first, last, next_step)
 
     def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool) -> None:
@@ -241,10 +214,8 @@ class WindowRunner(_Windows):
             self._maybe_open(step + 1, batch_idx + 1, stopping)
 
     def next_step_end(self, step: int, batch_idx: int, horizon: int = 1000) -> int:
-        """The first step from ``step`` on at whose end :meth:`step_end` has work: every step of an open
-        session, else the step before the next session starts. Where no window begins within ``horizon``
-        steps, a step before any could, to be asked again then; so the caller need not call
-        :meth:`step_end` at the other steps."""
+        """The first step from ``step`` on at whose end :meth:`step_end` has work (where no window begins within
+        ``horizon`` steps, one before any could: to be asked again then)."""
         if self.session is not None:
             return step
         warmup = self.selection.warmup
@@ -283,12 +254,10 @@ class WindowRunner(_Windows):
 
 
 class ValidationWindows(_Windows):
-    """Selected batches of each validation run (its first dataloader), recorded in windows of their own: a
-    :class:`StepList` over the run's batch indices, a session opened at a batch's start and stepped at its end,
-    whatever is open ended when the run ends. Steps here are batch indices (``ProfilerStep#<batch_idx>``);
-    :attr:`spent` holds the windows ended since the caller last emptied it."""
+    """The ``batches`` of each validation run (its first dataloader, by batch index) in windows of their own; a session
+    opens at a batch's start and steps at its end."""
 
-    def __init__(self, batches: StepList, open_session: Callable[[Selection, int, int, int], Optional[WindowSession]]) -> None:
+    def __init__(self, batches: StepList, open_session: Opener) -> None:
         super().__init__(open_session)
         self.batches = batches
 
@@ -314,16 +283,11 @@ def profiler_activities(names: Optional[list[str]], on_cuda: bool) -> list[Profi
     return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_cuda else [ProfilerActivity.CPU]
 
 
-def session_opener(
-    recording: Recording,
-    report: Callable[..., None],
-    bytes_per_step: Callable[[], Optional[float]] = lambda: None,
-    room: Callable[[], Optional[str]] = lambda: None,
-) -> Callable[[Selection, int, int, int], Optional[WindowSession]]:
-    """What :class:`WindowRunner` calls to open a session: none while another torch.profiler session runs
-    (torch allows one at a time; ``report`` is told), nor while ``room()`` says why the trace would not fit
-    (told to ``report(why, "disk_full")``). ``bytes_per_step()``: what the size estimate of a window opened now
-    counts a recorded step (see :class:`WindowSession`)."""
+def session_opener(recording: Recording, report: Callable[..., None],
+                   bytes_per_step: Callable[[], Optional[float]] = lambda: None,
+                   room: Callable[[], Optional[str]] = lambda: None) -> Opener:
+    """What opens a window's session: none while another torch.profiler session runs, nor while ``room()`` says why
+    the trace would not fit (``report`` is told); ``bytes_per_step()`` for its size estimate."""
 
     def open_session(selection: Selection, step: int, batch_idx: int, warmup: int) -> Optional[WindowSession]:
         if profiler_running():
