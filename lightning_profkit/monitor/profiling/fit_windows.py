@@ -1,5 +1,5 @@
-"""The profiler windows of one fit on one rank: the training windows and the validation windows, the next step at
-whose end they have work, and the windows asked for after an alert or from outside."""
+"""The profiler windows of one fit on one rank: training and validation windows, the next step with window work, and
+the captures asked for after an alert or from outside."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ INF = float("inf")
 
 
 class FitWindows:
-    """``runner`` records the training windows (None: this rank records none), ``validation`` those of the validation
-    runs (None: no ``validation_batches``); ``report(message, key=None)`` is told what went wrong. ``due``: the next
-    step at whose end :meth:`step_end` has work. ``last_step``: the fit's last step, where the Trainer knows it."""
+    """``runner`` records the training windows and ``validation`` the validation runs' (None: none); ``due``: the next
+    step at whose end :meth:`step_end` has work; ``last_step``: the fit's last step, where the Trainer knows it."""
 
     def __init__(self, runner: Optional[WindowRunner], validation: Optional[ValidationWindows],
                  report: Callable[..., None]) -> None:
@@ -58,7 +57,7 @@ class FitWindows:
 
     def epoch_end(self) -> tuple[list[tuple[int, int]], list[float]]:
         """End the epoch's window: the epoch's profiled steps (first and last of each window) and the seconds each
-        window, training or validation, spent in its session's calls."""
+        window spent in its session's calls."""
         runner, validation = self.runner, self.validation
         if runner is not None:
             runner.stop()
@@ -66,9 +65,8 @@ class FitWindows:
         return (runner.profiled if runner else []), spent
 
     def capture(self, step: int, steps: int, budget: RollingChecks) -> Optional[tuple[int, int]]:
-        """Record ``steps`` steps from the step after ``step`` on (at once near the fit's end), spending one of the
-        fit's captures (``budget``); the steps, or None where this rank records none, the budget is spent (said
-        once) or the fit ends at ``step``."""
+        """Record ``steps`` steps after ``step``, spending one of the fit's captures (``budget``); the steps, or None
+        where this rank records none, the budget is spent or the fit ends at ``step``."""
         if self.runner is None:
             return None
         window = capture_steps(step, steps, self.runner.selection.warmup, self.last_step)

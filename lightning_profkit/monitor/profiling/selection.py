@@ -1,7 +1,5 @@
-"""Which training steps get profiled: pure functions of the step, no Lightning, no torch. Every selection answers
-``is_active(step, batch_idx)``: is this step recorded? ``step`` counts the fit's batches from 0 across epochs
-(``trainer.fit_loop.total_batch_idx``), ``batch_idx`` is the index within the epoch, as Lightning passes it to the
-hooks. Steps, warm-up and windows: docs/choosing-steps.md."""
+"""Which training steps get profiled: ``is_active(step, batch_idx)``, ``step`` counting the fit's batches from 0 across
+epochs, ``batch_idx`` within the epoch (docs/choosing-steps.md)."""
 
 from __future__ import annotations
 
@@ -30,20 +28,15 @@ class Selection:
         return self
 
     def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
-        """If a profiler session should start at this step, the warm-up steps it runs first; else None.
-
-        A session starts ``warmup`` steps before the first active step of a window. Where that moment
-        has passed (epoch start, resume, a window just ended), it starts now with the warm-up it has
-        left, possibly none.
-        """
+        """The warm-up steps of a session that should start at this step (``warmup`` before its first active step,
+        or what is left of them), or None."""
         for k in range(self.warmup + 1):
             if self.is_active(step + k, batch_idx + k):
                 return k
         return None
 
     def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
-        """The first active step in ``[step, step + horizon)``, or None. A scan here (one predicate call
-        per step); the selections below answer in O(1)."""
+        """The first active step in ``[step, step + horizon)``, or None (a scan here; O(1) in the selections below)."""
         for k in range(horizon):
             if self.is_active(step + k, batch_idx + k):
                 return step + k
@@ -55,14 +48,8 @@ class Selection:
 
 @dataclass(frozen=True)
 class EpochWindow(Selection):
-    """One window in every epoch: skip ``skip_first`` steps, warm up ``warmup``, record ``active`` (steps counted
-    from each epoch's start, ``batch_idx``).
-
-    When an epoch is too short for ``skip_first + warmup + active`` steps the window moves earlier so
-    that it still fits (short epochs under ``limit_train_batches`` still get profiled). An epoch shorter than
-    ``warmup + active`` steps records what it can: the warm-up where a recorded step can follow it, then
-    every step left (an epoch of 1 step records it, without warm-up). :meth:`describe` says which.
-    """
+    """One window in every epoch: skip ``skip_first`` batches, warm up ``warmup``, record ``active``; moved earlier or
+    shortened to fit a short epoch (docs/choosing-steps.md)."""
 
     skip_first: int
     warmup: int
@@ -205,9 +192,7 @@ class WithCaptures(Selection):
         return self.base.warmup
 
     def is_active(self, step: int, batch_idx: int) -> bool:
-        if self.base.is_active(step, batch_idx):
-            return True
-        return bool(self.ranges) and any(lo <= step <= hi for lo, hi in self.ranges)
+        return self.base.is_active(step, batch_idx) or any(lo <= step <= hi for lo, hi in self.ranges)
 
     def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
         if not self.ranges:  # no capture pending, the usual case: asked at every step, so keep it short
@@ -233,7 +218,7 @@ class WithCaptures(Selection):
 
 def capture_steps(after: int, active: int, warmup: int, last_step: Optional[int]) -> Optional[tuple[int, int]]:
     """The steps a capture asked for at the end of step ``after`` records: ``active`` steps after ``warmup``, or at
-    once (no warm-up) where the fit's ``last_step`` would come first, cut there; None when the fit ends at ``after``."""
+    once where the fit's ``last_step`` would come first, cut there; None when the fit ends at ``after``."""
     first = after + 1 + warmup
     if last_step is not None and first + active - 1 > last_step:
         first = after + 1
