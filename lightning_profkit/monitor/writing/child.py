@@ -86,17 +86,13 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], las
         return added
 
     with atomic_writer(final_path) as out:
-        deflate = compressor()
+        # gzip at ISA-L's level 2: about 1 ms of CPU a MB of JSON, against 12 for zlib's level 6, for a file a sixth
+        # larger (benchmarks/finalizer.py)
+        deflate = _compressobj(2, DEFLATED, 31)
         for text in joined(edited(), keys):
             out.write(deflate.compress(text))
         out.write(deflate.flush())
     return LoadedTrace(found["rows"], found["info"], found["meta"]), size, found["meta"]
-
-
-def compressor() -> Any:
-    """A gzip stream at ISA-L's level 2: about 1 ms of CPU a MB of JSON, against 12 for zlib's level 6, for a file
-    a sixth larger (``benchmarks/finalizer.py``)."""
-    return _compressobj(2, DEFLATED, 31)
 
 
 def companions(final_path: str, summary: dict[str, Any]) -> Optional[str]:

@@ -161,24 +161,21 @@ class TraceWriter:
         with self._cpu_lock:
             self._thread_clock = time.pthread_getcpuclockid(threading.get_ident())
         try:
-            self._serve()
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    if self.unsent:  # a last try for the uploads that wait, backoff or not
+                        self._guarded(lambda _: self._store(last=True), None, counted=False)
+                    self._finalizer.close(timeout=max(min(self._deadline - time.perf_counter(), 5.0), 0.0))
+                    return
+                if isinstance(job, threading.Event):
+                    job.set()
+                    continue
+                self._guarded(self._write if isinstance(job, WindowJob) else self._finalizer.run, job)
         finally:
             with self._cpu_lock:
                 self._thread_clock = None
                 self._ended_thread_cpu_s += time.thread_time()
-
-    def _serve(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                if self.unsent:  # a last try for the uploads that wait, backoff or not
-                    self._guarded(lambda _: self._store(last=True), None, counted=False)
-                self._finalizer.close(timeout=max(min(self._deadline - time.perf_counter(), 5.0), 0.0))
-                return
-            if isinstance(job, threading.Event):
-                job.set()
-                continue
-            self._guarded(self._write if isinstance(job, WindowJob) else self._finalizer.run, job)
 
     def _guarded(self, work: Callable[[Any], None], job: Any, counted: bool = True) -> None:
         """Do a job (``counted`` in :attr:`pending`); an error is reported, never raised."""
