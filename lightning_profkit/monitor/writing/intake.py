@@ -1,5 +1,5 @@
-"""The windows' traces on their way: a finished profiler session handed to the trace output with its labels, and
-each written window taken back: listed, named to the alerts recorded for, checked, and its figures logged."""
+"""A finished profiler session handed to the trace output with its labels, and each written window taken back:
+checked, its figures logged (docs/traces-and-storage.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ def fewer(options: Options, validation: bool = False) -> list[str]:
 
 def cut_message(options: Options, first: int, last: int, planned_last: int, estimated_bytes: Optional[float],
                 validation: bool = False) -> str:
-    """What to say of a window of batches ``first``-``planned_last`` (in its epoch, or its validation run) ended
-    early by ``max_trace_mb`` after ``last``."""
+    """What to say of a window of batches ``first``-``planned_last`` ended early by ``max_trace_mb`` after ``last``."""
     lines = [f"a window ended early: its trace would pass max_trace_mb={options.max_trace_mb:g}",
              f"batches {first}-{planned_last} planned, {first}-{last} recorded, about {(estimated_bytes or 0) / 1e6:.0f}"
              " MB of JSON (estimated from the JSON a step of the latest written window of its kind)"]
@@ -68,8 +67,8 @@ class TraceIntake:
 
     def submit(self, session: WindowSession, prof: Any, epoch: int, log_step: int,
                validation_after: Optional[int] = None, after_batch: int = 0) -> None:
-        """The finished ``session``'s results to be written (``validation_after``: the training step a validation
-        window followed, ``after_batch`` its batch in the epoch)."""
+        """The finished ``session``'s results to be written (a validation window's: ``validation_after`` and
+        ``after_batch`` as :meth:`TraceOutput.submit` has them)."""
         results = kineto_results(prof)
         if results is None:
             self.report(moved("torch", "profile.profiler.kineto_results", "no window is written"), "kineto_results")
@@ -91,8 +90,7 @@ class TraceIntake:
                            after_batch=after_batch)
 
     def take(self) -> tuple[list[WrittenWindow], set[str], list[tuple[int, dict[str, float]]]]:
-        """The windows written since the last look, the paths retention deleted, and the metrics to log of each
-        window (rank zero); what a trace lacks is said."""
+        """The windows written since the last look, the paths retention deleted, and the metrics to log (rank zero)."""
         done, removed = self.output.take_written()
         for window in done:  # on every rank: what a trace lacks; the size estimate from the latest window of a kind
             if window.problems:

@@ -1,10 +1,9 @@
-"""Keep the newest K window folders of ours: older trace files we wrote are deleted, and their folder once empty.
-
-Only files this process wrote are removed (other ranks delete their own; the last one removes the folder).
-"""
+"""``keep_last_windows``: the trace files this process wrote in older window folders are deleted, and a folder once
+empty (other ranks delete their own)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import OrderedDict
 from typing import Callable, Optional
@@ -15,10 +14,8 @@ from lightning_profkit.companions import remove_local
 def delete_local(folder: str, files: list[str]) -> list[str]:
     """Delete ``files`` (with their companions) and then ``folder`` if that left it empty; returns the files deleted."""
     removed = [f for f in files if remove_local(f)]
-    try:
+    with contextlib.suppress(OSError):
         os.rmdir(folder)  # only when empty: other ranks' files stay
-    except OSError:
-        pass
     return removed
 
 
