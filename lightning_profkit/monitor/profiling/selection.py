@@ -170,9 +170,6 @@ class NoSteps(Selection):
     def is_active(self, step: int, batch_idx: int) -> bool:
         return False
 
-    def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
-        return None
-
     def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
         return None
 
