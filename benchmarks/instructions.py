@@ -145,10 +145,10 @@ def child(config: str, steps: int, poll_interval: float, switch: str, regions: b
     sys.path.insert(0, HERE)
     from overhead import make_fit
 
-    from lightning_profkit.capture_request import RequestPoller
+    from lightning_profkit import capture_request
     from lightning_profkit.monitor import fit as fit_run
 
-    RequestPoller.__init__.__defaults__ = (poll_interval,)
+    capture_request.POLL_S = poll_interval
     fit_run.OWNER_CHECK_S = poll_interval  # the ownership check (every 10 s of a real fit) comes with a look
     torch.set_num_threads(1)
     if os.environ.get("PROFKIT_CG_IDLE_THREAD"):  # --idle-thread: one more thread, as a logger's or CUDA's
