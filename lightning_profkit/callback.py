@@ -18,7 +18,7 @@ from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.fit import FitRun, Outcome
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.profiling.selection import StepRanges
-from lightning_profkit.monitor.timing import fetch_timer
+from lightning_profkit.monitor.timing.fetch_timer import FetchTimer, require_fetch_pair
 from lightning_profkit.monitor.writing.output import check_trace_dir
 from lightning_profkit.notices import Notices
 from lightning_profkit.printable import redact
@@ -130,10 +130,13 @@ class PerformanceMonitor(Callback):
         # not guarded: a trace folder that cannot be written is the user's to fix, before the first step
         if stage != "fit":
             return
+        monitors = sum(isinstance(c, PerformanceMonitor) for c in trainer.callbacks)
+        if monitors > 1:
+            raise ValueError(f"`callbacks=` holds {monitors} PerformanceMonitors: a Trainer takes one (they would time "
+                             "the same DataLoader fetches and profile the same steps)")
         check_monitors_come_after(trainer, self)
         self._end(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
-        fetch_timer.require_fetch_pair(trainer)
-        fetch_timer.uninstall_stale(trainer)  # and what any PerformanceMonitor left on these loops
+        require_fetch_pair(trainer)
         chosen = self.options.dirpath or trace_dir(trainer)
         folder, why = own_trace_dir(trainer, chosen)
         self.trace_dir = redact(folder)  # shown; the credentials of a URL stay in `folder`
@@ -238,7 +241,7 @@ class PerformanceMonitor(Callback):
     def _arm(self, trainer: Trainer, on_cuda: bool) -> None:
         """Timer and machinery in place when training starts, not at ``setup``: a failing tuner's loop skips teardown."""
         processes = self._fit.rank.processes_per_node
-        self._fit.arm(fetch_timer.install(trainer), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
+        self._fit.arm(FetchTimer(trainer).install(), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
                       lambda: loader_facts(train_loader(trainer), on_cuda, processes, worker_pids(trainer)),
                       lambda: worker_pids(trainer))
         if self._fit.windows.validation is not None:  # the validation batch hooks exist only then: else they cost nothing

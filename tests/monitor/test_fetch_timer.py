@@ -1,6 +1,5 @@
 """The fetch timer on a real Trainer's loops, called as Lightning's fetcher calls them: each fetch's wait, each
-step's time from one first fetch to the next, the alarm at a step asked for, and the loops given back, also when
-two timers (two PerformanceMonitors) are stacked and taken off in either order."""
+step's time from one first fetch to the next, the alarm at a step asked for, and the loops given back."""
 
 import time
 
@@ -40,20 +39,6 @@ def test_fetch_waits_and_step_times_are_timed_and_the_loops_given_back(tmp_path)
     stats.end_step(time.perf_counter(), loop.batch_progress.total.completed)
     assert len(stats.step_times) == 4 and stats.first_fetch <= start
     assert woken == [2, 3] and own(loop) == []
-
-
-def test_stacked_timers_each_time_every_fetch_and_leave_nothing_in_either_order(tmp_path):
-    for first_off in (0, 1):  # the lower one first, then the upper one first
-        trainer = make_trainer(tmp_path, [])
-        loop = trainer.fit_loop.epoch_loop
-        timers = [FetchTimer(trainer).install(), FetchTimer(trainer).install()]
-        fetch(loop)
-        timers[first_off].uninstall()
-        fetch(loop)
-        timers[1 - first_off].uninstall()
-        fetch(loop)  # Lightning's own pair again
-        assert timers[first_off].stats.train_count == 1 and timers[1 - first_off].stats.train_count == 2
-        assert own(loop) == []
 
 
 def test_a_validation_run_is_left_out_of_the_step_it_follows():

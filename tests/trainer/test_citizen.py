@@ -95,6 +95,24 @@ def test_a_copy_made_during_the_fit_profiles_a_fit_of_its_own(tmp_path):
     assert [p for p in clone.traces if str(tmp_path / "b") in p] and leftovers(tmp_path) == []
 
 
+def test_a_trainer_copied_mid_fit_fits_with_one_timer_and_leaves_none(tmp_path):
+    """A Trainer copied mid-fit carries a copy of the fetch timer on its loops, with no fit of its own to take it off:
+    the copy's fit puts its own timer in its place and leaves the loops as Lightning made them."""
+    class CopyTrainer(Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 2:
+                self.copied = copy.deepcopy(trainer)
+
+    spy = CopyTrainer()
+    make_trainer(tmp_path / "a", [PerformanceMonitor(steps="4-5", alert_threshold=None), spy]).fit(
+        TinyModel(SleepDataset(20)))
+    copied = spy.copied
+    assert not fetch_timing_removed(copied)
+    copied.callbacks = copied.callbacks[:1]
+    copied.fit(TinyModel(SleepDataset(20)))
+    assert fetch_timing_removed(copied) and window_names(copied.callbacks[0])
+
+
 def test_user_callback_deep_copying_the_callbacks_in_on_fit_start(tmp_path):
     class Snapshot(Callback):
         def on_fit_start(self, trainer, pl_module):

@@ -166,38 +166,14 @@ def test_alert_state_and_budget_survive_a_checkpoint(tmp_path):
     assert again.alerts == []  # the same data-bound episode goes on: no second alert after resuming
 
 
-def test_two_monitors_keep_their_own_state_through_a_checkpoint(tmp_path):
-    """Two monitors in one Trainer, each with its own capture budget: each resumes with its own."""
-    def fit(monitors, **kwargs):
-        saver = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_last=True)
-        make_trainer(tmp_path, [*monitors, saver], enable_checkpointing=True).fit(TinyModel(SleepDataset(8)), **kwargs)
-
-    def pair():
-        return [PerformanceMonitor(profile=False, dirpath=str(tmp_path / name), alert_threshold=None, max_captures=n)
-                for name, n in (("a", 3), ("b", 7))]
-
-    first = pair()
-    assert first[0].state_key != first[1].state_key
-    fit(first)
-    second = pair()
-    for monitor in second:
-        monitor.load_state_dict({"captures_left": 0})
-    fit(second, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))  # loads each state; the fit had ended: no step runs
-    assert [m.state_dict()["captures_left"] for m in second] == [3, 7]
-
-
-def test_two_monitors_in_one_trainer_each_time_every_fetch_and_leave_the_loops_as_they_were(tmp_path):
-    """The second monitor's timer goes over the first's; each logs its own step times and data wait every epoch,
-    and the loops have their own fetch callbacks back when the fit ends (the first is taken off from under the
-    second)."""
-    recorder = Recorder()
-    monitors = [PerformanceMonitor(profile=False, dirpath=str(tmp_path / name), alert_threshold=None) for name in "ab"]
-    trainer = make_trainer(tmp_path, monitors, logger=recorder, max_epochs=2)
-    trainer.fit(TinyModel(SleepDataset(8, delay=0.002)))
-    epochs = [metrics for _, metrics in recorder.rows if "profkit/step_time_ms_mean" in metrics]
-    assert [m["epoch"] for m in epochs] == [0, 0, 1, 1]
-    assert all(m["profkit/data_wait_s"] > 0 for m in epochs)
-    assert fetch_timing_removed(trainer)
+def test_two_monitors_in_one_trainer_are_refused_at_setup(tmp_path):
+    """One PerformanceMonitor per Trainer: a second is an error at setup, before any step, and the loops keep their
+    own fetch callbacks."""
+    monitors = [PerformanceMonitor(profile=False, dirpath=str(tmp_path / name)) for name in "ab"]
+    trainer = make_trainer(tmp_path, monitors)
+    with pytest.raises(ValueError, match=r"`callbacks=` holds 2 PerformanceMonitors: a Trainer takes one"):
+        trainer.fit(TinyModel(SleepDataset(8)))
+    assert trainer.global_step == 0 and fetch_timing_removed(trainer)
 
 
 class FreeTheDisk(Callback):

@@ -28,7 +28,7 @@ def test_the_wait_leaves_out_our_own_work_at_the_fetch(tmp_path, monkeypatch):
     clock = Clock()
     monkeypatch.setattr(fetch_timer, "perf_counter", clock)
     trainer = make_trainer(tmp_path, [])
-    timer = fetch_timer.install(trainer)  # on Lightning's own loop
+    timer = fetch_timer.FetchTimer(trainer).install()  # on Lightning's own loop
     loop = trainer.fit_loop.epoch_loop
     try:
         timer.wake(0, float("inf"), lambda: clock.advance(0.05))  # the callback's work, due at this step's first fetch

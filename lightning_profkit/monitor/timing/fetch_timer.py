@@ -67,11 +67,6 @@ def _nothing() -> None:
     pass
 
 
-def _timer_of(method: Any) -> Optional["FetchTimer"]:
-    owner = getattr(method, "__self__", None)
-    return owner if isinstance(owner, FetchTimer) else None
-
-
 def _own(loop: Any, name: str) -> Any:
     """What ``loop`` itself holds under ``name`` (None where it has just its class's method). Read through
     ``getattr``: reading the object's ``__dict__`` would turn its attributes into a plain dict, which
@@ -96,7 +91,7 @@ class FetchTimer:
         self._val_loop = self._train_loop.val_loop
         self._progress = self._train_loop.batch_progress.total  # Lightning's tracker of completed steps
         self._action = f"[{type(self._train_loop).__name__}].train_dataloader_next"  # as Lightning names it
-        self._saved: list[tuple[Any, str, Any]] = []
+        self._saved: list[tuple[Any, str, Any, Callable[[], None]]] = []
         self._own_pair: Optional[tuple[Callable[[], None], Callable[[], None]]] = None  # the loop's, if overridden
         self._val_pair: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
         self._on_due: Callable[[], None] = _nothing
@@ -106,8 +101,12 @@ class FetchTimer:
         self.wake(float("inf"), float("inf"))
 
     def install(self) -> "FetchTimer":
-        """On the loops' fetch pair (:func:`require_fetch_pair`: checked at ``setup``)."""
+        """On the loops' fetch pair (:func:`require_fetch_pair`: checked at ``setup``), in place of a timer that a
+        copy of a trainer made mid-fit carries."""
         train, val = self._train_loop, self._val_loop
+        stale = getattr(_own(train, FETCH_PAIR[0]), "__self__", None)
+        if isinstance(stale, FetchTimer):
+            stale.uninstall()
         train_pair, val_pair = fetch_pair(train), fetch_pair(val)
         assert train_pair is not None and val_pair is not None
         overridden = any(_own(train, name) is not None for name in FETCH_PAIR)
@@ -117,46 +116,19 @@ class FetchTimer:
         self._val_pair = val_pair
         for loop, name, ours in ((train, FETCH_PAIR[0], self._train_before), (train, FETCH_PAIR[1], self._train_after),
                                  (val, FETCH_PAIR[0], self._val_before), (val, FETCH_PAIR[1], self._val_after)):
-            self._saved.append((loop, name, _own(loop, name)))
+            self._saved.append((loop, name, _own(loop, name), ours))
             setattr(loop, name, ours)
         return self
 
     def uninstall(self) -> None:
-        """Give the loops back what they had (where what they have now is still ours); a timer installed over this
-        one (another PerformanceMonitor's) calls what this one called instead."""
-        above = self._above()
-        if above is not None:
-            above._skip(self)
-        else:
-            ours = self._methods()
-            for loop, name, before in reversed(self._saved):
-                if _own(loop, name) in ours[name]:
-                    if before is None:
-                        delattr(loop, name)
-                    else:
-                        setattr(loop, name, before)
+        """Give the loops back what they had (where what they have now is still ours)."""
+        for loop, name, before, ours in reversed(self._saved):
+            if _own(loop, name) == ours:
+                if before is None:
+                    delattr(loop, name)
+                else:
+                    setattr(loop, name, before)
         self._saved = []
-
-    def _methods(self) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
-        return {FETCH_PAIR[0]: (self._train_before, self._val_before), FETCH_PAIR[1]: (self._train_after, self._val_after)}
-
-    def _above(self) -> Optional["FetchTimer"]:
-        """The timer whose pair calls this one's, if another was installed over it."""
-        timer = _timer_of(_own(self._train_loop, FETCH_PAIR[0]))
-        while timer is not None and timer is not self:
-            below = _timer_of(timer._own_pair[0]) if timer._own_pair else None
-            if below is self:
-                return timer
-            timer = below
-        return None
-
-    def _skip(self, below: "FetchTimer") -> None:
-        """Call what ``below`` called, and give the loops back what it had, instead of ``below``'s pair."""
-        self._own_pair, self._val_pair = below._own_pair, below._val_pair
-        had = {(id(loop), name): before for loop, name, before in below._saved}
-        replaced = [m for pair in below._methods().values() for m in pair]
-        self._saved = [(loop, name, had[id(loop), name] if before in replaced else before)
-                       for loop, name, before in self._saved]
 
     def reset(self) -> FetchStats:
         """Start new counters (each epoch); returns the finished ones."""
@@ -270,21 +242,3 @@ def require_fetch_pair(trainer: Any) -> None:
         package = next((p for p in packages if p in ("lightning", "pytorch_lightning")), "lightning")
         raise RuntimeError(moved(package, FETCH_PAIR[0], "PerformanceMonitor times each DataLoader fetch there "
                                  "and needs a Lightning 2.5 or later that has it"))
-
-
-def install(trainer: Any) -> FetchTimer:
-    """Time the fetches of ``trainer.fit`` from now until :meth:`FetchTimer.uninstall` (over any other
-    PerformanceMonitor's timer: each gets every fetch)."""
-    return FetchTimer(trainer).install()
-
-
-def uninstall_stale(trainer: Any) -> None:
-    """Take off the fit loops every timer still there from a fit that ended without uninstalling it (at
-    ``setup``, before any timer of the new fit is installed)."""
-    loop = trainer.fit_loop.epoch_loop
-    for holder in (loop, loop.val_loop):
-        for name in FETCH_PAIR:
-            seen: set[int] = set()
-            while (stale := _timer_of(_own(holder, name))) is not None and id(stale) not in seen:
-                seen.add(id(stale))
-                stale.uninstall()
