@@ -1,7 +1,5 @@
-"""Every private name of Lightning, torch and Python that the package uses, read or set here and nowhere else.
-Each is looked up on the installed objects when it is used, never assumed: where a release has moved one, the caller
-gets None (or False) and takes its fallback, and :func:`moved` is the one line that says what was not found in which
-installed version. Design notes: docs/how-it-works.md."""
+"""Every private name of Lightning, torch and Python that the package uses, looked up here alone when used: where a
+release has moved one, the caller gets None (or False) and takes its fallback. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
@@ -46,8 +44,8 @@ def _loader_iterators(fit_loop: Any) -> list[Any]:
 
 
 def loader_workers(fit_loop: Any) -> list[int]:
-    """The pids of the training DataLoaders' workers, as Lightning's CombinedLoader iterates each loader's own
-    iterator (a loader without workers has none; empty where the names are not found)."""
+    """The pids of the training DataLoaders' workers, from the iterator of each loader in Lightning's CombinedLoader
+    (empty where the names are not found)."""
     return [w.pid for it in _loader_iterators(fit_loop) for w in getattr(it, "_workers", ())
             if getattr(w, "pid", None) is not None]
 

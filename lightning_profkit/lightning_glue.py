@@ -1,6 +1,5 @@
-"""The callback's Lightning glue, no logic: what it reads of a Trainer (the plain facts a
-:class:`~lightning_profkit.monitor.fit.FitRun` is driven by), an :class:`~lightning_profkit.monitor.fit.Outcome`
-applied to it, and what a hook does when the callback itself fails."""
+"""The callback's Lightning glue, no logic: the facts of a Trainer a :class:`~lightning_profkit.monitor.fit.FitRun`
+is driven by, an :class:`~lightning_profkit.monitor.fit.Outcome` applied to it, and the hooks' guard."""
 
 from __future__ import annotations
 
@@ -71,17 +70,12 @@ def train_loader(trainer: Trainer) -> Any:
 
 
 def worker_pids(trainer: Trainer) -> list[int]:
-    """The pids of the training DataLoaders' worker processes running now (Lightning's CombinedLoader iterates
-    each loader's own iterator; a loader without workers has none). Where no iterator shows its workers (a loader
-    that iterates torch's iterator inside its own, as litdata's ``StreamingDataLoader``), the workers found by
-    :func:`_dataloader_workers`."""
-    return loader_workers(trainer.fit_loop) or _dataloader_workers()
-
-
-def _dataloader_workers() -> list[int]:
-    """The pids of the live daemon processes this process started through ``multiprocessing``, as torch starts
-    DataLoader workers (the finalizing process is started otherwise)."""
-    return [p.pid for p in multiprocessing.active_children() if p.daemon and p.pid is not None]
+    """The pids of the training DataLoaders' worker processes running now. Where no iterator shows its workers (a
+    loader that iterates torch's iterator inside its own, as litdata's ``StreamingDataLoader``): the live daemon
+    processes this process started through ``multiprocessing``, as torch starts DataLoader workers (the finalizing
+    process is started otherwise)."""
+    found = loader_workers(trainer.fit_loop)
+    return found or [p.pid for p in multiprocessing.active_children() if p.daemon and p.pid is not None]
 
 
 def cuda_uuid(pl_module: Any) -> Optional[str]:
@@ -147,9 +141,8 @@ def alert_to_tensorboard(trainer: Trainer, alert: DataWaitAlert) -> None:
 def trace_dir(trainer: Trainer) -> str:
     """The run's own folder of traces (the same on all ranks): ``<log_dir>/profiler`` of the first
     TensorBoardLogger, else of a first CSVLogger (each run has a ``version_N`` of its own there); else, as no
-    logger (or MLflow's, W&B's, a custom one's) gives this run a folder of its own, a new one under
-    ``<trainer.log_dir>/profiler``: ``run=YYYYmmdd-HHMMSS.ffffff-xxxxxx`` (UTC, so that runs sort, and a random
-    part)."""
+    logger (or MLflow's, W&B's, a custom one's) gives this run a folder of its own, a new :func:`run_folder_name`
+    under ``<trainer.log_dir>/profiler``."""
     tb = next(iter(tensorboard_loggers(trainer)), None)
     if tb is not None:
         return join(trainer.strategy.broadcast(tb.log_dir), "profiler")

@@ -1,7 +1,5 @@
-"""One fit's machinery on one rank, with no Lightning: :class:`FitRun`, created by the callback at ``setup`` and
-closed at ``teardown``. Each hook reads the few facts of the trainer it needs and makes one call here; what the
-trainer must do in return comes back as an :class:`Outcome`. Design notes: docs/how-it-works.md.
-"""
+"""One fit's machinery on one rank, with no Lightning: each hook makes one call on :class:`FitRun` and applies the
+:class:`Outcome` it returns. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
@@ -62,14 +60,10 @@ class Rank:
 
 
 class FitRun:
-    """One fit on one rank. What a PerformanceMonitor keeps across its fits: ``checks`` (the rolling checks' alert
-    episode and capture budget), ``traces`` (its trace files, oldest first) and ``alerts``. Where the fit runs:
-    ``trace_dir``, ``rank``, ``other_profiler`` (Lightning's PyTorchProfiler runs too: torch allows one profiler
-    session at a time) and ``fit_loop``, Lightning's, whose loader start-up is timed. How it reaches outside itself
-    besides its :class:`Outcome`: ``report(message, key)`` warns once per kind of problem; ``to_loggers(alert)``
-    writes an alert where the run's loggers show text; ``wake()`` asks the trainer to call :meth:`step_end` at the
-    end of the step now beginning (the fetch timer calls it at the first fetch of a step with work); ``clock()``
-    reads the time (the fetch timer's clock)."""
+    """One fit on one rank; ``checks``, ``traces`` and ``alerts`` are the monitor's, kept across its fits.
+    ``other_profiler``: Lightning's PyTorchProfiler holds torch's one profiler session; ``report(message, key)`` warns
+    once per kind of problem; ``to_loggers(alert)`` writes an alert where the loggers show text; ``wake()`` asks the
+    trainer to call :meth:`step_end` at the end of the step now beginning."""
 
     def __init__(self, options: Options, checks: RollingChecks, traces: list[str], alerts: list[DataWaitAlert],
                  trace_dir: str, report: Callable[..., None], *, rank: Rank = Rank(), other_profiler: bool = False,
@@ -107,10 +101,8 @@ class FitRun:
     # ------------------------------------------------------------------ arming and closing
     def arm(self, timer: FetchTimer, on_cuda: bool, batch_size: Optional[int],
             loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Callable[[], Sequence[int]] = tuple) -> None:
-        """Training starts (or starts again after loops that ran without us): ``timer`` times its fetches (and, where
-        alerts are on, the training thread's CPU in them, for the advice); ``loader()`` reads the training
-        DataLoader's settings, for advice; ``workers()``, only the pids of its worker processes now (read when the
-        advice marks them)."""
+        """Training starts (or starts again after loops that ran without us); ``loader()`` and ``workers()`` read
+        the training DataLoader's settings and its workers' pids for the advice."""
         o = self.options
         self.timer, self.advice.loader, self.advice.workers = timer, loader, workers
         timer.cpu_clock = thread_time if self.advice.watching else None
@@ -143,9 +135,8 @@ class FitRun:
                 self.output.announce(self.live.run)
 
     def disarm(self, wait: bool = True) -> Outcome:
-        """End the machinery: the profiler sessions, the fetch timer, the sampler, the writer (waiting up to
-        ``flush_timeout``, with ``wait``) and the live-run marker. Safe to call again. The windows written
-        meanwhile come back to be logged."""
+        """End the machinery (waiting up to ``flush_timeout`` for the writer, with ``wait``); safe to call again. The
+        windows written meanwhile come back to be logged."""
         out = Outcome()
         self.windows.stop()
         if self.timer is not None:

@@ -30,19 +30,9 @@ def _fail(name: str, wants: str, value: Any) -> None:
     raise ValueError(f"`{name}` must be {wants}, got {value!r}")
 
 
-def _flag(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        _fail(name, "True or False", value)
-
-
 def _whole(name: str, value: Any, minimum: int, wants: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         _fail(name, wants or f"an integer >= {minimum}", value)
-
-
-def _callable(name: str, value: Any) -> None:
-    if value is not None and not callable(value):
-        _fail(name, "callable", value)
 
 
 # a window's trace JSON, MB: TensorBoard's PyTorch Profiler tab shows an empty view above about 500 MB
@@ -88,7 +78,8 @@ class Options:
 
     def __post_init__(self) -> None:
         for name in FLAGS:
-            _flag(name, getattr(self, name))
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, "True or False", getattr(self, name))
         for name, minimum in WHOLE.items():
             _whole(name, getattr(self, name), minimum)
         for name, (ok, optional, wants) in NUMBERS.items():
@@ -97,7 +88,8 @@ class Options:
                                                      or not ok(value)):
                 _fail(name, wants, value)
         for name in ("step_filter", "on_alert"):
-            _callable(name, getattr(self, name))
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                _fail(name, "callable", getattr(self, name))
         if self.alert_action not in ALERT_ACTIONS:
             _fail("alert_action", f"one of {', '.join(map(repr, ALERT_ACTIONS))}", self.alert_action)
         if self.keep_last_windows is not None:

@@ -1,6 +1,5 @@
-"""Exact DataLoader wait and step times, timed where Lightning itself times each fetch (docs/metrics.md says how):
-:class:`FetchTimer` puts its own fetch pair on the ``fit`` loops for the length of the fit, and calls ``on_due()`` at
-the first fetch of a step the callback asked to hear about, or past a given time. Design notes: docs/how-it-works.md.
+"""Exact DataLoader wait and step times, timed where Lightning itself times each fetch (docs/metrics.md): in the
+fetch pair :class:`FetchTimer` puts on the ``fit`` loops for the length of the fit. Design notes: docs/how-it-works.md.
 """
 
 from __future__ import annotations
@@ -198,10 +197,8 @@ class FetchTimer:
 
 
 class LoaderSetupTimer:
-    """Times the fit loop's ``setup_data`` (:data:`~lightning_profkit.internals.LOADER_SETUP`) from :meth:`install`
-    to :meth:`uninstall` into ``seconds``: where Lightning makes the training DataLoader (``train_dataloader()``) and
-    its first iterator, which starts the workers of epoch 0 before ``on_train_start`` (later epochs start theirs
-    after ``on_train_epoch_start``)."""
+    """Times the fit loop's ``setup_data`` into ``seconds``: where Lightning makes the training DataLoader and its
+    first iterator, which starts epoch 0's workers before ``on_train_start``."""
 
     def __init__(self, fit_loop: Any) -> None:
         self.seconds = 0.0
