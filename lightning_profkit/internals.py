@@ -38,15 +38,11 @@ def has_loader_setup(fit_loop: Any) -> bool:
     return callable(getattr(type(fit_loop), LOADER_SETUP, None))
 
 
-def _loader_iterators(fit_loop: Any) -> list[Any]:
-    combined = getattr(getattr(fit_loop, "_combined_loader", None), "_iterator", None)
-    return list(getattr(combined, "iterators", None) or ())
-
-
 def loader_workers(fit_loop: Any) -> list[int]:
     """The pids of the training DataLoaders' workers, from the iterator of each loader in Lightning's CombinedLoader
     (empty where the names are not found)."""
-    return [w.pid for it in _loader_iterators(fit_loop) for w in getattr(it, "_workers", ())
+    combined = getattr(getattr(fit_loop, "_combined_loader", None), "_iterator", None)
+    return [w.pid for it in getattr(combined, "iterators", None) or () for w in getattr(it, "_workers", ())
             if getattr(w, "pid", None) is not None]
 
 

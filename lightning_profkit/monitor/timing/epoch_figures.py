@@ -11,22 +11,11 @@ from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 if TYPE_CHECKING:
     from lightning_profkit.monitor.alerting.checks import BlockFigures
 
-def epoch_figures(
-    fetch: FetchStats,
-    epoch_start: float,
-    epoch_end: float,
-    validation_s: float,
-    batch_size: Optional[int],
-    peak_memory_bytes: Optional[int],
-    gpu_idle_ratio: Optional[float] = None,
-    startup_before_s: float = 0.0,
-) -> dict[str, float]:
-    """Figures of one epoch on one rank; a figure that cannot be known is left out. ``startup_before_s``: the
-    loader's start-up before ``epoch_start`` (epoch 0's, in Lightning's ``setup_data``), added to its start-up.
-
-    Training time is the epoch's wall time less the validation runs inside it; the data-wait ratio is the
-    time spent in Lightning's fetches (the DataLoader's ``next()`` and its CombinedLoader) over that training time.
-    """
+def epoch_figures(fetch: FetchStats, epoch_start: float, epoch_end: float, validation_s: float,
+                  batch_size: Optional[int], peak_memory_bytes: Optional[int], gpu_idle_ratio: Optional[float] = None,
+                  startup_before_s: float = 0.0) -> dict[str, float]:
+    """Figures of one epoch on one rank (docs/metrics.md); a figure that cannot be known is left out.
+    ``startup_before_s``: the loader's start-up before ``epoch_start`` (epoch 0's, in Lightning's ``setup_data``)."""
     train_s = max(epoch_end - epoch_start - validation_s, 0.0)
     out: dict[str, float] = {"train_s": train_s, "data_wait_s": fetch.train_s}
     if train_s > 0:

@@ -1,7 +1,5 @@
-"""How busy the training DataLoader was, for the advice of an alert: its worker processes' CPU time over the wall
-time and their time waiting for a CPU (the scheduler tells a worker that computes on a crowded node from one that
-waits on storage), and the training thread's own time on or waiting for a CPU during its data wait, read from the
-OS at marks (the rolling checks and the epoch ends). Off the hot path."""
+"""How busy the training DataLoader's workers and the training thread were between marks (the rolling checks and the
+epoch ends), read from the OS, for the advice of an alert. Off the hot path."""
 
 from __future__ import annotations
 

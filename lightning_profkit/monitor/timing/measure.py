@@ -1,6 +1,5 @@
-"""What a fit measures of each epoch beside its fetches: the epoch's spans (the validation runs inside it), the GPU's
-idle time (NVML), peak memory, the loader's start-up before training, and what profiling cost; the epoch's figures
-as the exchange's vector."""
+"""What a fit measures of each epoch beside its fetches: the validation runs inside it, the GPU's idle time (NVML),
+peak memory, the loader's start-up before training, and what profiling cost."""
 
 from __future__ import annotations
 
