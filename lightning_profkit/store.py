@@ -1,7 +1,5 @@
-"""Object storage through fsspec (``s3://``, ``gs://``, ``az://``, ``memory://``: any protocol fsspec knows), for
-the traces of a run that logs there and for ``profkit`` reading them back. A missing package is a :class:`StoreError`
-with the ``pip install`` line to run; the training process itself never talks to a store. A run on a store:
-docs/traces-and-storage.md. Design notes: docs/how-it-works.md."""
+"""Object storage through fsspec (any protocol it knows), for a run's traces and ``profkit`` reading them back; the
+training process never talks to a store. See docs/traces-and-storage.md."""
 
 from __future__ import annotations
 
@@ -41,15 +39,13 @@ LOCAL_TO_A_PROCESS = ("memory",)  # a store that lives in one process cannot tak
 
 
 def use_options(options: Optional[dict[str, Any]]) -> None:
-    """The storage options (``storage_options`` of fsspec: credentials, an endpoint) every store call of this
-    process passes on. Set in the processes that reach the store, never in the training process."""
+    """fsspec's ``storage_options`` every store call of this process passes on (never set in the training process)."""
     _OPTIONS.clear()
     _OPTIONS.update(options or {})
 
 
 def filesystem(url: str) -> tuple[Any, str]:
-    """fsspec's file system for ``url`` and the path in it (called inside :func:`_store_errors`, which takes the
-    credentials out of its errors)."""
+    """fsspec's file system for ``url`` and the path in it (called inside :func:`_store_errors`)."""
     protocol = url.partition("://")[0]
     if protocol in LOCAL_TO_A_PROCESS:
         raise StoreError(f"{url}: {protocol}:// lives inside one process and cannot hold traces, which are written by "
@@ -79,9 +75,15 @@ def _store_errors(url: str) -> Iterator[None]:
         raise StoreError(_without_secrets(f"{url}: {type(err).__name__}: {err}", url)) from None
 
 
+@contextlib.contextmanager
+def _opened(url: str) -> Iterator[tuple[Any, str]]:
+    """:func:`filesystem` of ``url``, inside :func:`_store_errors`."""
+    with _store_errors(url):
+        yield filesystem(url)
+
+
 def _without_secrets(text: str, url: str) -> str:
-    """``text`` with the user information of URLs, and the parts of ``url``'s and of the storage options' secrets
-    it holds, shown as ``***``."""
+    """``text`` with URLs' user information, ``url``'s and the storage options' secrets shown as ``***``."""
     userinfo = url.partition("://")[2].partition("/")[0].rpartition("@")[0]
     secrets = [part for part in userinfo.split(":") if len(part) >= 4]
     secrets += [v for v in _strings(_OPTIONS) if len(v) >= 4]
@@ -95,8 +97,7 @@ _CREDENTIAL = re.compile(r"secret|password|token|key|credential|sas|connection_s
 
 
 def credential_keys(options: Any, above: str = "") -> list[str]:
-    """The keys of ``options`` (nested dicts too, as ``client_kwargs.aws_secret_access_key``) named as credentials
-    are (``key``, ``secret``, ``token``, ``password``...)."""
+    """The keys of ``options`` named as credentials are, nested ones as ``client_kwargs.aws_secret_access_key``."""
     if not isinstance(options, dict):
         return []
     found = []
@@ -108,8 +109,7 @@ def credential_keys(options: Any, above: str = "") -> list[str]:
 
 
 def _strings(options: Any) -> Iterator[str]:
-    """Every string value in ``options``, nested dicts and lists too (``client_kwargs``, a token), but the
-    endpoint's URL, which errors name to say where."""
+    """Every string value in ``options``, nested too, but the endpoint's URL (errors name it to say where)."""
     if isinstance(options, str):
         yield options
     elif isinstance(options, dict):
@@ -124,14 +124,12 @@ def _strings(options: Any) -> Iterator[str]:
 def upload(local: str, url: str) -> None:
     """Put the complete file ``local`` at ``url`` (visible only once whole): a regular file, never through a link
     (:class:`~lightning_profkit.opener.FileRefused` before the store is reached)."""
-    with open_regular(local) as f, _store_errors(url):
-        fs, path = filesystem(url)
+    with open_regular(local) as f, _opened(url) as (fs, path):
         fs.put_file(fd_path(f), path)
 
 
 def upload_with_companions(local: str, url: str) -> None:
-    """:func:`upload` the local trace ``local`` to ``url``, its companions that are there first (see
-    :func:`~lightning_profkit.companions.with_companions`)."""
+    """:func:`upload` the local trace ``local`` to ``url``, its companions that are there first."""
     for path, at in zip(with_companions(local), with_companions(url)):
         if path == local or os.path.lexists(path):
             upload(path, at)
@@ -139,23 +137,20 @@ def upload_with_companions(local: str, url: str) -> None:
 
 def fetch_file(url: str, local: str) -> None:
     """Copy the object at ``url`` to the local path ``local``."""
-    with _store_errors(url):
-        fs, path = filesystem(url)
+    with _opened(url) as (fs, path):
         fs.get_file(path, local)
 
 
 def remove(url: str) -> None:
     """Delete the object at ``url`` (gone already is fine)."""
-    with _store_errors(url):
-        fs, path = filesystem(url)
+    with _opened(url) as (fs, path):
         if fs.exists(path):
             fs.rm_file(path)
 
 
 def read(url: str, limit: Optional[int] = None) -> Optional[bytes]:
     """The object at ``url`` (its first ``limit`` bytes and one more, where given), or None where there is none."""
-    with _store_errors(url):
-        fs, path = filesystem(url)
+    with _opened(url) as (fs, path):
         try:
             return fs.cat_file(path, end=None if limit is None else limit + 1)
         except FileNotFoundError:
@@ -168,10 +163,8 @@ def named(paths: Iterable[str], suffixes: tuple[str, ...]) -> list[str]:
 
 
 def files_under(url: str, suffixes: tuple[str, ...]) -> tuple[Any, list[str]]:
-    """fsspec's file system for ``url`` and the URLs of the files under it whose names end with one of ``suffixes``
-    (see :func:`named`)."""
-    with _store_errors(url):
-        fs, root = filesystem(url)
+    """fsspec's file system for ``url`` and the URLs of the files under it that :func:`named` keeps."""
+    with _opened(url) as (fs, root):
         found = named(fs.find(root), suffixes)
     return fs, [fs.unstrip_protocol(p) for p in found]
 
@@ -187,10 +180,8 @@ def copy_here(url: str, fs: Any, urls: Sequence[str], into: str, suffix: str) ->
 
 
 def subfolders(url: str, prefix: str) -> list[str]:
-    """The URLs of the folders right under ``url`` whose names start with ``prefix``, sorted (none where ``url`` is
-    not a folder)."""
-    with _store_errors(url):
-        fs, path = filesystem(url)
+    """The URLs of the folders right under ``url`` whose names start with ``prefix``, sorted."""
+    with _opened(url) as (fs, path):
         try:
             entries = fs.ls(path, detail=True)
         except (FileNotFoundError, NotADirectoryError):
@@ -201,15 +192,13 @@ def subfolders(url: str, prefix: str) -> list[str]:
 
 def write(url: str, data: bytes) -> None:
     """Put ``data`` at ``url`` in one call."""
-    with _store_errors(url):
-        fs, path = filesystem(url)
+    with _opened(url) as (fs, path):
         fs.pipe_file(path, data)
 
 
 def write_probe(url: str) -> None:
     """Write a small object under ``url`` and delete it again, or raise :class:`StoreError` saying why."""
-    with _store_errors(url):
-        fs, folder = filesystem(url)
+    with _opened(url) as (fs, folder):
         key = join(folder, f".profkit-probe-{socket.gethostname()}-{os.getpid()}")
         fs.pipe_file(key, b"profkit")
         fs.rm_file(key)
@@ -227,12 +216,10 @@ class Survey:
 
 
 def survey(url: str, suffixes: tuple[str, ...]) -> Survey:
-    """The traces under ``url`` (or the trace ``url``: those whose names end with one of ``suffixes``) and the
-    summaries in their fresh sidecars (:mod:`~lightning_profkit.trace.sidecar`), read many at a time."""
+    """The traces under ``url`` (or the trace ``url``) and the summaries in their fresh sidecars."""
     from lightning_profkit.trace import sidecar
 
-    with _store_errors(url):
-        fs, root = filesystem(url)
+    with _opened(url) as (fs, root):
         if fs.isfile(root):
             listing = {root: fs.info(root)}
             if fs.isfile(sidecar.sidecar_of(root)):
@@ -261,10 +248,9 @@ def survey(url: str, suffixes: tuple[str, ...]) -> Survey:
 
 
 def download(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
-    """The traces under ``url`` (see :func:`survey`): those without a fresh sidecar copied into the local folder
-    ``into``, keeping their paths below ``url``, many at a time. Returns ``paths`` (the local copies), ``known``
-    (the summary of each trace not copied, by the local path a copy would have), ``unread`` (see
-    :class:`Survey`) and ``refused`` (the URLs of traces whose keys would leave ``into``: not copied)."""
+    """The traces under ``url`` (see :func:`survey`) without a fresh sidecar copied into ``into`` under their paths
+    below ``url``: ``paths`` (the copies), ``known`` (the other summaries, by the path a copy would have), ``unread``
+    and ``refused`` (the URLs of traces whose keys would leave ``into``: not copied)."""
     found = survey(url, suffixes)
     parts = {p: p[len(found.root):].strip("/").split("/") for p in found.found}
     # a key whose parts hold "..", "." or nothing would be copied elsewhere than into `into`: never copied
@@ -284,6 +270,5 @@ def put(pairs: list[list[str]]) -> None:
     """Upload each ``[local, url]``, many at a time (one store: the first URL's)."""
     if not pairs:
         return
-    with _store_errors(pairs[0][1]):
-        fs, _ = filesystem(pairs[0][1])
+    with _opened(pairs[0][1]) as (fs, _):
         fs.put([local for local, _ in pairs], [filesystem(url)[1] for _, url in pairs])
