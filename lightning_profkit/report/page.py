@@ -16,6 +16,8 @@ from typing import Any, Optional, Sequence
 from lightning_profkit.alerts import MARKDOWN_ESCAPABLE
 from lightning_profkit.idle_causes import CAUSES, share_name
 from lightning_profkit.report.run_data import Epoch, RunData
+from lightning_profkit.trace.headline import ABSENT
+from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.ranks import NAMED_WAITING, ranks_to_show
 from lightning_profkit.trace.vocabulary import STEP_ROLES
 from lightning_profkit.trace.summary import key_figures
@@ -51,12 +53,8 @@ def _n(value: Any, spec: str = ".2f", scale: float = 1.0) -> str:
     return format(value * scale, spec)
 
 
-def _pct(value: Optional[float]) -> str:
-    return "-" if _n(value) == "-" else _n(value, ".1f", 100) + "%"
-
-
 def _ms(value: Optional[float]) -> str:
-    return "-" if _n(value) == "-" else _n(value) + " ms"
+    return ABSENT if value is None else f"{value:.2f} ms"
 
 
 def line_chart(title: str, xs: Sequence[int], series: dict[str, Sequence[Optional[float]]], unit: str,

@@ -16,20 +16,11 @@ from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, WaitBusy, W
 
 WAITING = 0.5  # busy less than this share of the time: waiting on something other than the CPU (I/O)
 CROWDED = 0.2  # workers ready to run but waiting for a CPU this share of the time: the node's CPUs are taken
-# with workers, a training thread on or waiting for a CPU through at least this share of its data wait unpacks the
-# batches itself: one that only sleeps until a batch comes still waits for a CPU then, a large share of a short wait
-# where other processes hold the CPUs
-UNPACKING = 0.8
+UNPACKING = 0.8  # with workers, a training thread on or waiting for a CPU this share of its data wait unpacks batches
 RESTARTING = 0.2  # workers that start again every epoch, taking this share of its time to give their first batch
-# with workers: the training thread on a CPU in its fetches through at least TAKING_SHARE of its wait less its wait
-# for a CPU (it takes the batches, receiving every tensor and unpickling, rather than sleeps until they come),
-# taking a batch costs it at least TAKING_CPU of the CPU all the workers spent making it (their work is not the
-# larger part), and the batch holds at least MANY_TENSORS tensors (each costs the training thread a handover of its
-# own; there are tensors to merge): the training process is the limit, and more workers do not help. Measured, quiet
-# and beside two CPU-burning processes: many small tensors (300 a batch) 34-76%, 1.4-10x, 68-97 ms a batch; workers
-# that sleep (storage, one tensor a batch) 12-22% quiet but 25-33% beside the burners (their wait shrinks as the
-# step slows; the 1.4-1.8 ms taking a batch costs does not), 0.7-1.0x; workers that compute 6-8%, 0.03-0.05x. The
-# shares move with the load, the CPU a batch costs each side and its tensors do not.
+# with workers, the training process is too slow to take the batches where its thread ran through TAKING_SHARE of its
+# wait, taking a batch costs it TAKING_CPU of what the workers spent making it, and a batch holds MANY_TENSORS:
+# docs/alerts.md (the measurements: docs/performance.md#advice)
 TAKING_SHARE = 0.25
 TAKING_CPU = 0.5
 MANY_TENSORS = 8
@@ -38,7 +29,7 @@ UNSHARDED = "IterableDataset without get_worker_info() read by"
 
 @dataclass(frozen=True)
 class LoaderFacts:
-    """What the advice looks at; :func:`loader_facts` reads it from a DataLoader."""
+    """What the advice looks at, read from a DataLoader by :func:`loader_facts`."""
 
     num_workers: int = 0
     pin_memory: bool = False
@@ -78,8 +69,8 @@ def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1, worker
 
 
 def tensors_in(batch: Any, most: int = 100_000) -> Optional[int]:
-    """The tensors and numpy arrays a worker hands over in a batch of nested mappings, lists, tuples and dataclasses
-    (each container once), counted over at most ``most`` of its items; None for a batch of another kind."""
+    """The tensors and numpy arrays in a batch of nested mappings, lists, tuples and dataclasses (at most ``most``
+    items looked at); None for a batch of another kind."""
     from torch import Tensor
 
     def inside(item: Any) -> Optional[Iterable[Any]]:
@@ -123,8 +114,7 @@ def shards(dataset: Any) -> bool:
 
 def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, train_s: Optional[float] = None,
                      busy: LoaderBusy = LoaderBusy()) -> list[str]:
-    """What to try, most likely first, for a loop that waits on its DataLoader: where the batches are made
-    (:func:`_batch_maker_advice`), what was measured, then the loader settings that cost time."""
+    """What to try, most likely first, for a loop that waits on its DataLoader."""
     per_process = facts.cpus_per_process
     suggested = max(1, per_process - 2 if per_process > 2 else per_process - 1)  # leave the main process a CPU
     training = busy.training
@@ -140,10 +130,7 @@ def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, trai
 
 
 def _batch_maker_advice(facts: LoaderFacts, busy: LoaderBusy, suggested: int) -> list[str]:
-    """Where the batches are made rests on how busy the training thread was in its wait, and how many workers on
-    how busy they were (``busy``, measured): a training thread that computes in its wait, or waits while batches the
-    workers made are ready, unpacks the batches itself; workers that wait on I/O gain from more of them than CPUs,
-    workers that compute from cheaper samples."""
+    """Where the batches are made and how many workers, from how busy the training thread and the workers were."""
     workers, training, n = busy.workers, busy.training, facts.num_workers
     cheaper = "make __getitem__ cheaper (cache decoded data, augment on the GPU)"
     if n == 0:  # its CPU in its fetches over their wait less its wait for a CPU, where read: the load moves it least
@@ -178,8 +165,7 @@ def _taking_is_the_limit(training: WaitBusy, workers: Optional[WorkersBusy]) -> 
 
 def _settings_advice(facts: LoaderFacts, suggested: int, startup_s: Optional[float],
                      train_s: Optional[float]) -> list[str]:
-    """The loader settings that cost a data-bound loop time: pinned memory, worker restarts, prefetching, small
-    batches, an iterable dataset's sharding."""
+    """The loader settings that cost a data-bound loop time."""
     out, n = [], facts.num_workers
     if facts.on_cuda and not facts.pin_memory:
         out.append("pin_memory=True: batches copy to the GPU faster and can overlap compute; the copy is in the step")
@@ -194,17 +180,15 @@ def _settings_advice(facts: LoaderFacts, suggested: int, startup_s: Optional[flo
         out.append(f"batch_size={facts.batch_size}: per-batch costs (collate, copies, hooks) dominate; a larger batch "
                    "spreads them")
     if facts.iterable and n > 0 and not facts.shards_itself:
-        out.insert(0, f"{UNSHARDED} {n} workers, each yields every sample ({n} copies an epoch): shard it first, each "
-                      "worker its own part (torch.utils.data.get_worker_info())")
+        out.append(f"{UNSHARDED} {n} workers, each yields every sample ({n} copies an epoch): shard it first, each "
+                   "worker its own part (torch.utils.data.get_worker_info())")
     elif facts.iterable and n == 0:
         out.append("IterableDataset: its iterator runs in the training process unless num_workers > 0")
     return out
 
 
 def gpu_idle_advice(figures: HostFigures) -> list[str]:
-    """Advice from a window's figures for a GPU that idles while the loop does not wait for data: what the training
-    process mostly did while the GPU idled and what to do about it, then the blocking calls that cost most per step,
-    with their usual causes."""
+    """Advice from a window's figures for a GPU that idles while the loop does not wait for data."""
     cause = largest(figures.gpu_idle_by_cause)
     out = [] if cause is None else [f"mostly {WHAT[cause]} ({figures.gpu_idle_by_cause[cause]:.0%} of the steps): "
                                     f"{advice(cause, figures.blocking_sync_us_by_call)}"]
@@ -216,8 +200,7 @@ def gpu_idle_advice(figures: HostFigures) -> list[str]:
 
 
 def gpu_idle_notice(figures: HostFigures, trace_dir: str, data_wait_threshold: float) -> Optional[str]:
-    """What to say about a window where the GPU mostly idles although the loop hardly waits for data; None
-    for any other window."""
+    """What to say about a window where the GPU mostly idles although the loop hardly waits for data, else None."""
     idle, data = figures.gpu_idle_share, figures.data_wait_share or 0.0
     if idle is None or idle <= 0.5 or data >= data_wait_threshold:
         return None
