@@ -1,5 +1,4 @@
-"""What this process may use of the machine (read by both sides: the advice and the command's workers), and what
-another process has used of it."""
+"""What this process may use of the machine, and what a process has used of it."""
 
 from __future__ import annotations
 
@@ -31,32 +30,26 @@ def _proc(path: str) -> bytes:
         os.close(fd)
 
 
-def _stat(pid: int) -> Optional[list[bytes]]:
-    """The fields of ``/proc/PID/stat`` after the command name (which may hold anything): field 3 on, from 0."""
+def _stat(pid: int, *at: int) -> Optional[list[int]]:
+    """Numbers of ``/proc/PID/stat``, counted from 0 at field 3 (after the command name, which may hold anything)."""
     try:
-        return _proc(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
+        fields = _proc(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()
+        return [int(fields[i]) for i in at]
+    except (OSError, IndexError, ValueError):
         return None
 
 
 def cpu_seconds_of(pid: int) -> Optional[float]:
-    """CPU seconds (user and system) process ``pid`` has used so far, from ``/proc`` (Linux: in clock ticks,
-    1/100 s); None where that cannot be read."""
-    fields = _stat(pid)
-    try:
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else None  # utime, stime
-    except (ValueError, IndexError):
-        return None
+    """CPU seconds (user and system) process ``pid`` has used so far (Linux); None where that cannot be read."""
+    ticks = _stat(pid, 11, 12)  # utime, stime
+    return None if ticks is None else sum(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def process_start(pid: int) -> Optional[int]:
-    """When process ``pid`` started, in clock ticks since boot (Linux); None where that cannot be read.
-    With the pid it names one process: a pid reused by a later process has another start time."""
-    fields = _stat(pid)
-    try:
-        return int(fields[19]) if fields else None  # field 22, starttime
-    except (ValueError, IndexError):
-        return None
+    """When process ``pid`` started, in clock ticks since boot (Linux; with the pid it names one process); None
+    where that cannot be read."""
+    ticks = _stat(pid, 19)  # field 22, starttime
+    return None if ticks is None else ticks[0]
 
 
 def scheduled_seconds_of(pid: int) -> Optional[tuple[float, Optional[float]]]:
@@ -78,10 +71,8 @@ def thread_scheduled_seconds() -> tuple[float, Optional[float]]:
 
 
 def waited_seconds() -> Optional[float]:
-    """Seconds the calling thread has waited for a CPU while ready to run (another task had it), from
-    ``/proc/thread-self/schedstat`` (Linux); None where that cannot be read."""
-    scheduled = _schedstat("/proc/thread-self/schedstat")
-    return None if scheduled is None else scheduled[1]
+    """Seconds the calling thread has waited for a CPU while ready to run (Linux); None where that cannot be read."""
+    return thread_scheduled_seconds()[1]
 
 
 def _schedstat(path: str) -> Optional[tuple[float, float]]:
