@@ -37,10 +37,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], color: bool = F
         parts = [str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(cells)]
         return "  ".join(parts).rstrip()
 
-    head = line(headers)
-    if color:
-        head = f"\033[1m{head}\033[0m"
-    return "\n".join([head, *(line(r) for r in rows)])
+    return "\n".join([_title(line(headers), color), *(line(r) for r in rows)])
 
 
 def _title(text: str, color: bool) -> str:
@@ -89,8 +86,7 @@ def verdict_lines(verdict: dict[str, Any]) -> list[str]:
 
 def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool = False,
                  ranks: Optional[dict[str, Any]] = None) -> str:
-    """``profkit summary``'s tables: each trace's step time and host figures, the ranks, the blocking calls and
-    peak memory, the top operators, and the traces' notes."""
+    """``profkit summary``'s tables and the traces' notes."""
     labels = trace_labels(summaries)
     out = _step_tables(labels, summaries, agg, color) + _idle_lines(labels, summaries, agg, color)
     if ranks is not None:
@@ -103,8 +99,7 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
 
 
 def _step_tables(labels: list[str], summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool) -> list[str]:
-    """(label, steps, key figures) per trace, and a mean row when there are several: the step time breakdown and
-    the host figures."""
+    """The step time breakdown and the host figures, a row per trace and their mean where there are several."""
     lines = [
         (label, str(len(s["step_breakdown"]["steps"]) if s.get("step_breakdown") else 0), key_figures(s))
         for label, s in zip(labels, summaries)
@@ -124,8 +119,7 @@ def _step_tables(labels: list[str], summaries: Sequence[dict[str, Any]], agg: di
 
 
 def _idle_lines(labels: list[str], summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool) -> list[str]:
-    """Why the GPU idled: per trace (and their mean), the idle share by what the training process was doing, and
-    what to do about the largest part; nothing where no trace has GPU activity."""
+    """Why the GPU idled, per trace and their mean, and what to do; nothing where no trace has GPU activity."""
     figures = agg["figures"]
     if figures.get("gpu_idle_share") is None:
         return []
@@ -155,8 +149,7 @@ def _device_tables(figures: dict[str, Any], color: bool) -> list[str]:
 
 
 def _operator_tables(agg: dict[str, Any], color: bool) -> list[str]:
-    """The top CPU operators and GPU kernels; calls as counted, over all traces (a mean per trace would round 4
-    calls in 8 traces to 0)."""
+    """The top CPU operators and GPU kernels; calls counted over all traces (a mean would round 4 in 8 traces to 0)."""
     out = []
     per = max(agg["traces"], 1)
     counted = ["name", "calls", "ms"] if per == 1 else ["name", f"calls in {per} traces", "ms per trace"]
@@ -213,8 +206,7 @@ def _div(us: Optional[float]) -> Optional[float]:
 
 
 def json_text(value: Any) -> str:
-    """``value`` as JSON, one key a line (``json.dumps(value, indent=1)``'s text, encoded in C: a summary of many
-    operators or devices is millions of values)."""
+    """``json.dumps(value, indent=1)``'s text, encoded in C (a summary may hold millions of values)."""
     import msgspec
 
     try:

@@ -1,6 +1,4 @@
-"""The report page: HTML with its charts drawn as inline SVG and its style inline, so that it opens offline,
-from a file, on any browser, and prints. Figures in, text out; the one look at the disk is whether a trace lies inside
-the run, before the page links it."""
+"""The report page: HTML with inline SVG charts and style, which opens offline in any browser and prints."""
 
 from __future__ import annotations
 
@@ -94,9 +92,8 @@ def line_chart(title: str, xs: Sequence[int], series: dict[str, Sequence[Optiona
 
 
 def _thinned(points: list[tuple[float, float]], pixels: int) -> list[tuple[float, float]]:
-    """``points`` (in x order) as drawn on ``pixels`` columns: where there are more, the lowest and the highest of
-    each column's share of them, so that the line keeps every spike and costs the page a few kB whatever the
-    epochs."""
+    """``points`` (in x order) on ``pixels`` columns: where there are more, each column's lowest and highest, so
+    that the line keeps every spike and costs the page a few kB whatever the epochs."""
     if len(points) <= 2 * pixels:
         return points
     value = operator.itemgetter(1)
@@ -128,8 +125,7 @@ _ESCAPED = re.compile(f"\\\\([{MARKDOWN_ESCAPABLE}])")  # what alerts.as_text es
 
 
 def _inline(text: str) -> str:
-    """One line of an alert's Markdown: ``**bold**`` and ```code```; backslash escapes and HTML entities (how
-    the alert writes any text as it is) shown as the characters they stand for, escaped for HTML."""
+    """One line of an alert's Markdown as HTML: ``**bold**``, ```code```, and what alerts.as_text escaped as written."""
     kept = _ESCAPED.sub(lambda m: f"\x00{ord(m.group(1))}\x00", html.unescape(text).replace("\x00", ""))
     shown = re.sub(r"`([^`]+)`", r"<code>\1</code>", re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", _e(kept)))
     return re.sub("\x00(\\d+)\x00", lambda m: _e(chr(int(m.group(1)))), shown)
@@ -198,8 +194,8 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _href(path: str, here: str) -> str:
-    """A relative URL to the file ``path`` from the folder ``here``: percent-encoded and starting with ``./`` or
-    ``../``, so that no part of a file name can be read as a scheme (``javascript:``) or a query."""
+    """A relative URL to the file ``path`` from the folder ``here``, percent-encoded and starting with ``./`` or
+    ``../`` (no file name can be read as a scheme, ``javascript:``, or a query)."""
     quoted = urllib.parse.quote(os.fsencode(os.path.relpath(path, here).replace(os.sep, "/")))  # its bytes, as named
     return quoted if quoted.startswith("../") else "./" + quoted
 
@@ -227,7 +223,7 @@ def _window(summary: dict[str, Any], here: str, run_dir: str) -> str:
 
 
 def _idle(figures: dict[str, Any]) -> str:
-    """The GPU idle time by what the training process was doing, where the trace has a GPU: ``(data_wait 33.4%, ...)``."""
+    """The GPU idle time by cause, where the trace has a GPU: ``(data_wait 33.4%, ...)``."""
     parts = [(cause, figures.get(share_name(cause))) for cause in CAUSES]
     shown = ", ".join(f"{cause} {_pct(share)}" for cause, share in parts if share is not None)
     return f" ({_e(shown)})" if shown else ""
