@@ -13,8 +13,7 @@ class DataWaitWarning(UserWarning):
 
 @dataclass(frozen=True)
 class DataWaitAlert:
-    """What an alert hands to ``on_alert`` and prints: the figures, the advice and the steps recorded for it. Once
-    their trace is written, ``PerformanceMonitor.alerts`` holds a copy with its ``trace_dir``."""
+    """What an alert hands to ``on_alert`` and prints (see docs/alerts.md)."""
 
     ratio: float  # data-wait ratio of the check that fired (the worst rank's, with several ranks)
     threshold: float
@@ -66,8 +65,7 @@ _MARKDOWN = re.compile(f"([{MARKDOWN_ESCAPABLE}])")
 
 
 def as_text(text: str) -> str:
-    """``text`` as Markdown that renders to exactly ``text``: Markdown's characters escaped (``__getitem__`` is not
-    bold), HTML's written as entities."""
+    """``text`` as Markdown that renders to exactly ``text`` (``__getitem__`` is not bold, ``<b>`` no tag)."""
     escaped = _MARKDOWN.sub(r"\\\1", text)
     return escaped.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 

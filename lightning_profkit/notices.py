@@ -1,7 +1,5 @@
-"""How our warnings reach the user: as Python's own, shown at the line of the user's code that is running (their
-``trainer.fit(...)``), with the category: ``train.py:42: DataWaitWarning: PerformanceMonitor: ...``. :func:`warn`
-names the user's frame through :func:`warnings.warn_explicit`. Design notes: docs/how-it-works.md.
-"""
+"""Our warnings, shown at the user's running line (``train.py:42: DataWaitWarning: PerformanceMonitor: ...``).
+Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
@@ -20,8 +18,8 @@ FRAMEWORKS = ("lightning_profkit", "lightning", "lightning_fabric", "pytorch_lig
 
 
 def users_frame() -> Optional[FrameType]:
-    """The innermost frame of the user's code on the training thread (this one, or the main thread when this is
-    a helper thread of ours); None where there is none (a fit started by a framework)."""
+    """The innermost frame of the user's code on the training thread (the main thread, from a helper thread of
+    ours); None where there is none (a fit started by a framework)."""
     frame = inspect.currentframe()
     if threading.current_thread() is not threading.main_thread():
         frame = thread_frame(threading.main_thread().ident) or frame
@@ -42,8 +40,7 @@ def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
 
 
 class Notices:
-    """One callback's problems, each said once (``key``, default the message itself), as a RuntimeWarning
-    ``PerformanceMonitor: ...``. Kept across fits: a problem said in one fit is not said again in the next."""
+    """One callback's problems as RuntimeWarnings, each ``key`` (default: the message) said once, across fits too."""
 
     def __init__(self) -> None:
         self.said: set[str] = set()

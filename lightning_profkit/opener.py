@@ -1,7 +1,5 @@
-"""The one way this package opens a file it did not just write (a trace, its summary or events table, a logger's
-metrics, a capture request, a run's marker): a regular file only, never through a symbolic link, never waiting on
-a pipe, and never more than a stated number of bytes, refused before any byte is parsed (docs/guarantees.md).
-tests/test_layers.py fails on any other ``open`` of a path in the package."""
+"""The one way this package opens a file it did not just write: a regular file, not through a symbolic link, of at
+most a stated size (docs/guarantees.md)."""
 
 from __future__ import annotations
 
@@ -44,9 +42,8 @@ def _kind(st: os.stat_result) -> str:
 
 
 def open_regular(path: str, limit: Optional[int] = None) -> BinaryIO:
-    """``path`` opened for reading, if it is a regular file of at most ``limit`` bytes that is not a symbolic link:
-    else a :class:`FileRefused`, before anything is read (a pipe or a device is not waited on). An ``OSError`` where
-    the folder cannot be read."""
+    """``path`` opened for reading if it is a regular file of at most ``limit`` bytes, not a link; else
+    :class:`FileRefused` before anything is read (an ``OSError`` where the folder cannot be read)."""
     try:
         fd = os.open(path, _READ)
     except OSError as err:
@@ -80,6 +77,5 @@ def read_regular(path: str, limit: int) -> bytes:
 
 
 def fd_path(f: BinaryIO) -> str:
-    """A path to the file ``f`` opened by :func:`open_regular`, for a library that opens files by path itself
-    (DuckDB, fsspec): the open file itself, whatever becomes of its name meanwhile."""
+    """A path to the open file ``f`` itself, for a library that opens files by path (DuckDB, fsspec)."""
     return f"/dev/fd/{f.fileno()}"

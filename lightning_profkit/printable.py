@@ -1,5 +1,4 @@
-"""Text from outside (names in a trace, file names, URLs) made safe to show: no control characters for a terminal,
-no credentials. Pure, no dependencies: the command imports it before anything else."""
+"""Text from outside (names in a trace, file names, URLs) made safe to show: no terminal controls, no credentials."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u
 
 
 def printable(text: str) -> str:
-    """``text`` with every control or invisible formatting character shown as its escape (``\\x1b``, ``\\u202e``):
-    a name from a trace or a file name cannot drive the terminal."""
+    """``text`` with every control or invisible formatting character shown as its escape (``\\x1b``, ``\\u202e``)."""
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 # the user information of a URL: ``scheme://user:password@`` (found from ``://``, so that the search is linear
@@ -26,8 +24,7 @@ def redact(text: str) -> str:
 
 
 def number_in(text: str) -> "int | None":
-    """The whole number ``text`` is, written in ASCII digits (at most 18 of them), or None: a name from a file can
-    hold any digit Unicode knows (``²``) and any count of them, which ``int`` refuses."""
+    """The whole number ``text`` is in at most 18 ASCII digits, or None (a name may hold ``²`` or a million digits)."""
     return int(text) if 0 < len(text) <= 18 and text.isascii() and text.isdigit() else None
 
 
