@@ -1,6 +1,5 @@
-"""Why the GPU idled in the profiled steps: each idle moment put down to what the training process was doing then,
-the first of these that matches, and what to do about the largest (docs/reading-a-run.md). Pure, shared by the
-figures (``trace/host_steps.py``), the end-of-fit lines and ``profkit summary``."""
+"""Why the GPU idled in the profiled steps, by what the training process was doing then, and what to do about the
+largest cause (docs/reading-a-run.md)."""
 
 from __future__ import annotations
 
@@ -56,8 +55,8 @@ def blocking_by_call(figures: dict[str, Any]) -> dict[str, float]:
 
 def verdict(idle: Optional[float], shares: dict[str, Optional[float]],
             blocking_by_call: Optional[dict[str, float]] = None) -> list[str]:
-    """How much of the steps' time the GPU idled and what the training process mostly did meanwhile, then what to do
-    about it: two lines, or one where the GPU hardly idled; none without a GPU."""
+    """How much the GPU idled and what the training process mostly did meanwhile, then what to do; none without
+    a GPU."""
     cause = largest(shares)
     if idle is None or cause is None:
         return []

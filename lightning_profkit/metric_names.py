@@ -1,7 +1,5 @@
-"""Every metric PerformanceMonitor logs, with its unit and meaning: the one place their names are written. A name
-with ``<...>`` has a part filled in at run time; the window metrics are the per-step figures of
-:class:`~lightning_profkit.figures.HostFigures`. Pure: no Lightning, no torch. The Metrics page (``docs/metrics.md``)
-holds :func:`markdown_table`. Design notes: docs/how-it-works.md."""
+"""Every metric PerformanceMonitor logs, with its unit and meaning: the one place their names are written
+(docs/metrics.md holds :func:`markdown_table`)."""
 
 from __future__ import annotations
 
@@ -13,9 +11,8 @@ PREFIX = "profkit/"
 
 @dataclass(frozen=True)
 class Metric:
-    """One logged metric: ``name`` under :data:`PREFIX`, its ``unit``, when it is logged (``when``), what it
-    means, and how several ranks' values become one (``ranks``: the mean; the largest, for the rank that runs
-    out of memory first or that profiling costs most; or "": not a reduction, rank zero's or the worst)."""
+    """One logged metric (``<...>`` in a name: filled in at run time); ``ranks``: how several ranks' values become
+    one ("mean", "max", or "": rank zero's or the worst)."""
 
     name: str
     unit: str

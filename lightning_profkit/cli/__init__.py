@@ -1,7 +1,4 @@
-"""The ``profkit`` command: summary, compare, capture, report, upload, sql and export.
-
-Every command's usage and the exit codes: docs/profkit.md (its Reference section is :func:`reference`'s output).
-"""
+"""The ``profkit`` command: summary, compare, capture, report, upload, sql and export (docs/profkit.md)."""
 
 from __future__ import annotations
 
@@ -66,8 +63,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def run() -> None:
-    """The console script: :func:`main`, then an exit that does not free the trace's objects one by one
-    (measured: about 35 ms, a tenth of a summary of a 2 MB trace); there is nothing else to clean up."""
+    """The console script: :func:`main`, then an exit that does not free the trace's objects one by one (measured:
+    a tenth of a summary of a 2 MB trace)."""
     # One BLAS thread: profkit does no linear algebra, and OpenBLAS's threads would spend a core for a
     # twentieth of a second at numpy's import, the core that reads the trace meanwhile.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

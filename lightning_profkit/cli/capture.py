@@ -41,9 +41,7 @@ def capture(args: argparse.Namespace) -> int:
     else:
         folder = trace_dir_of(args.run_dir)
         run, soon = capture_request.running(folder), "within about a second"
-        if run is None:  # runs of their own under it (no TensorBoard or CSV logger): the newest that is running,
-            # else the newest that left a marker, to say why it is not running; never through a link (it may lead
-            # to another fit: a folder is read only where it lies)
+        if run is None:  # its run=* folders: the newest running, else the newest with a marker; none through a link
             runs = [(own, marker) for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*")), reverse=True)
                     if not os.path.islink(own) and (marker := capture_request.running(own)) is not None]
             live = [(own, marker) for own, marker in runs if capture_request.not_running(marker) is None]
@@ -64,8 +62,8 @@ def capture(args: argparse.Namespace) -> int:
 
 
 def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
-    """The trace folder of the run at ``url`` (``url/profiler`` for a run folder, else ``url``; in either, the
-    newest ``run=*`` folder of its own whose run may still be running) and its marker."""
+    """The trace folder of the run at ``url`` (``url/profiler``, ``url``, or the newest running ``run=*`` under
+    either) and its marker."""
     from lightning_profkit import capture_request
 
     for folder in (join(url, "profiler"), url.rstrip("/")):

@@ -68,8 +68,8 @@ def sql(args: argparse.Namespace) -> int:
 
 
 def _opened(tables: dict[str, str], held: contextlib.ExitStack, left_out: list[str]) -> dict[str, str]:
-    """The events ``tables`` (each file and the name it goes by) that are ours, opened (held open by ``held``): each as
-    the path DuckDB reads it by (the file this process opened) and its name; the others named in ``left_out``."""
+    """Of the events ``tables`` (file: name), ours held open by ``held``, as the path DuckDB reads and the name; the
+    others named in ``left_out``."""
     from lightning_profkit.trace.event_table import labels, open_table
 
     objects = {}
@@ -87,9 +87,8 @@ def _opened(tables: dict[str, str], held: contextlib.ExitStack, left_out: list[s
 
 
 def _readable(run: str, local: str, left_out: list[str]) -> dict[str, str]:
-    """The run's events tables, each as the file read here and the name it goes by (on a store, its object; copies
-    go in the folder ``local``), after writing those that are missing; a trace that cannot be read is named in
-    ``left_out``."""
+    """The run's events tables (file read here: name; a store's copied into ``local``), the missing ones written
+    first; a trace that cannot be read is named in ``left_out``."""
     fs, tables, untabled = tables_of(run)
     objects = dict(zip(copy_here(run, fs, tables, local, EVENTS), tables)) if local else {t: t for t in tables}
     made = tabulate(run, fs, untabled, local, left_out)
@@ -133,8 +132,7 @@ def export(args: argparse.Namespace) -> int:
 
 
 def tables_of(run: str) -> tuple[Any, list[str], list[str]]:
-    """The events tables of the run (a folder or a URL: its traces' ``*.parquet`` companions), the file system that
-    reads them (None: local) and the traces that have none (or, local, a stale one)."""
+    """The file system of the run (None: local), its events tables and the traces without one (or a stale one)."""
     if is_url(run):
         from lightning_profkit.store import files_under
 
@@ -149,9 +147,8 @@ def tables_of(run: str) -> tuple[Any, list[str], list[str]]:
 
 
 def tabulate(run: str, fs: Any, untabled: list[str], local: str, left_out: list[str]) -> dict[str, str]:
-    """Write the events table of each trace in ``untabled``: beside it for a local run, else in the folder ``local``
-    from a copy of the trace (and put on the store beside it, for the next query); returns each table written and
-    the name it goes by. A trace that cannot be read is named in ``left_out``."""
+    """Write the events table of each trace in ``untabled`` (a store's in ``local``, then put beside the trace);
+    returns each table written and the name it goes by, and names in ``left_out`` those that cannot be read."""
     if not untabled:
         return {}
     if fs is None:

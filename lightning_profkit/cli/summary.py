@@ -77,10 +77,8 @@ def compare_paths(args: argparse.Namespace) -> int:
 
 
 def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str] = None) -> list[dict[str, Any]]:
-    """The summary of every readable trace under ``path`` (a file, a window folder or a run folder; a URL of
-    object storage is copied to a temporary folder first, or parsed by the workers of the Dask cluster at
-    ``scheduler``, and the summaries name the objects); ``left_out`` gains a line for each trace that could not be
-    read. None readable: a :class:`CommandError`."""
+    """The summary of every readable trace under ``path`` (a URL's traces copied here, or parsed on the Dask cluster
+    at ``scheduler``); ``left_out`` gains a line for each trace that could not be read."""
     if scheduler is not None:
         found = on_cluster(path, scheduler, left_out)
         return unless_none_read(path, found, left_out)
@@ -116,8 +114,7 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
 
 
 def on_cluster(path: str, scheduler: str, left_out: list[str]) -> list[dict[str, Any]]:
-    """The summaries of the traces at ``path`` (a URL, or a local path every worker sees), parsed by the workers of
-    the Dask cluster at ``scheduler``."""
+    """The summaries of the traces at ``path``, parsed by the workers of the Dask cluster at ``scheduler``."""
     try:
         from lightning_profkit.cli.cluster import SharedPathError, cluster_summaries
     except ImportError:
@@ -136,8 +133,7 @@ def on_cluster(path: str, scheduler: str, left_out: list[str]) -> list[dict[str,
 
 
 def read_here(path: str, jobs: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """The summaries of the local traces under ``path`` (a progress line on a terminal for long reads), and a line
-    for each left out; says once if their sidecars could not be kept."""
+    """The summaries of the local traces under ``path``, and a line for each left out."""
     read = read_folder(path, jobs, progress=Progress.on(sys.stderr))
     if read.unkept:
         say(f"could not keep the summaries beside the traces ({read.unkept}); the next look parses them again")

@@ -23,9 +23,8 @@ def add(sub: Any) -> None:
 
 
 def upload_kept(args: argparse.Namespace) -> int:
-    """``profkit upload LOCAL URL``: the traces a fit kept on this machine when its store failed (the folder its end
-    warning names), put at ``URL`` under the same paths. Each local copy goes once it is up where ``LOCAL`` is such a
-    staging folder (``profkit-staging-*``, this user's own, not a link); the files of any other folder stay."""
+    """The traces under ``LOCAL`` put at ``URL`` under the same paths, each local copy removed once up where
+    ``LOCAL`` is a fit's staging folder (:func:`is_staging`)."""
     from lightning_profkit.companions import remove_local
     from lightning_profkit.store import upload_with_companions
 
@@ -61,8 +60,7 @@ def upload_kept(args: argparse.Namespace) -> int:
 
 
 def is_staging(folder: str) -> bool:
-    """Whether ``folder`` is a staging folder a fit made (see
-    :func:`~lightning_profkit.monitor.writing.output.staging_folder`): named so, this user's own, not a link."""
+    """Whether ``folder`` is a staging folder a fit made: named so, this user's own, not a link."""
     try:
         st = os.lstat(folder)
     except OSError:

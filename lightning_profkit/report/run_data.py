@@ -53,8 +53,7 @@ class RunData:
 
     @property
     def alert_count(self) -> int:
-        """The alerts: their texts (TensorBoard), else the fit's count of them, else (runs logged before the count)
-        the episodes, runs of epochs flagged one after the other."""
+        """The alerts: their texts (TensorBoard), else the fit's count, else (older runs) the runs of flagged epochs."""
         counts = [e.data_wait_alerts for e in self.epochs if e.data_wait_alerts is not None]
         if self.alerts or counts:
             return len(self.alerts) or int(max(counts))
@@ -113,8 +112,8 @@ def _value(value: Any) -> Optional[float]:
 
 
 def _events_of_ours(text: bytes) -> Iterator[Any]:
-    """The events of the TensorBoard event file ``text`` that name our metrics or the epoch (the others are not
-    decoded); a record cut short at the end (a file still being written) is left out."""
+    """The events of the TensorBoard event file ``text`` that name our metrics or the epoch, the others not decoded;
+    a record cut short at the end (a file still being written) is left out."""
     from tensorboard.compat.proto.event_pb2 import Event
 
     at = 0
@@ -129,9 +128,8 @@ def _events_of_ours(text: bytes) -> Iterator[Any]:
 
 
 def from_events(folder: str, files: list[str]) -> RunData:
-    """Epochs and alerts from the TensorBoard event ``files`` in ``folder``, read in order (each at most
-    :data:`EVENTS_BYTES`; one that is not read is named in ``left_out``). Only the records that name our metrics or
-    the epoch are decoded."""
+    """Epochs and alerts from the TensorBoard event ``files`` in ``folder``, read in order (one that is not read is
+    named in ``left_out``)."""
     data = RunData(folder)
     scalars: dict[str, dict[int, tuple[float, float]]] = {}  # tag: step: (wall time, value), the last of a step
     epochs: dict[int, list[tuple[float, float]]] = {}  # step: (wall time, value), each logged
@@ -168,9 +166,8 @@ def from_events(folder: str, files: list[str]) -> RunData:
 
 
 def read_run(run_dir: str) -> RunData:
-    """The run's metrics: TensorBoard event files where there are any (they also hold the alerts), else
-    ``metrics.csv``; an empty RunData for a run that logged neither. A file that cannot be read is named in
-    ``left_out``."""
+    """The run's metrics: from its TensorBoard event files (they also hold the alerts), else ``metrics.csv``; a file
+    that cannot be read is named in ``left_out``."""
     files = sorted(glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*")))
     if files:
         return from_events(run_dir, files)
