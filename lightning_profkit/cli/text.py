@@ -88,7 +88,10 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
                  ranks: Optional[dict[str, Any]] = None) -> str:
     """``profkit summary``'s tables and the traces' notes."""
     labels = trace_labels(summaries)
-    out = _step_tables(labels, summaries, agg, color) + _idle_lines(labels, summaries, agg, color)
+    # (label, steps, key figures) of each trace, and of their mean where there are several
+    lines = [(label, str(len(s["step_breakdown"]["steps"]) if s.get("step_breakdown") else 0), key_figures(s))
+             for label, s in zip(labels, summaries)] + ([("mean", "", agg["figures"])] if len(summaries) > 1 else [])
+    out = _step_tables(lines, color) + _idle_lines(lines, agg["figures"], color)
     if ranks is not None:
         out += ranks_text(ranks, color)
     out += _device_tables(agg["figures"], color) + _operator_tables(agg, color)
@@ -98,14 +101,8 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
     return "\n".join(out)
 
 
-def _step_tables(labels: list[str], summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool) -> list[str]:
-    """The step time breakdown and the host figures, a row per trace and their mean where there are several."""
-    lines = [
-        (label, str(len(s["step_breakdown"]["steps"]) if s.get("step_breakdown") else 0), key_figures(s))
-        for label, s in zip(labels, summaries)
-    ]
-    if len(summaries) > 1:
-        lines.append(("mean", "", agg["figures"]))
+def _step_tables(lines: list[tuple[str, str, dict[str, Any]]], color: bool) -> list[str]:
+    """The step time breakdown and the host figures, a row for each of ``lines``."""
     roles = list(STEP_ROLES + ("Other",))
     shares = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in roles]
               for label, n, fig in lines]
@@ -118,15 +115,13 @@ def _step_tables(labels: list[str], summaries: Sequence[dict[str, Any]], agg: di
     ]
 
 
-def _idle_lines(labels: list[str], summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color: bool) -> list[str]:
-    """Why the GPU idled, per trace and their mean, and what to do; nothing where no trace has GPU activity."""
-    figures = agg["figures"]
+def _idle_lines(lines: list[tuple[str, str, dict[str, Any]]], figures: dict[str, Any], color: bool) -> list[str]:
+    """Why the GPU idled, a row for each of ``lines``, and what to do about ``figures``; nothing where no trace has
+    GPU activity."""
     if figures.get("gpu_idle_share") is None:
         return []
-    lines = [(label, key_figures(s)) for label, s in zip(labels, summaries)]
-    if len(summaries) > 1:
-        lines.append(("mean", figures))
-    rows = [[label, _pct(fig["gpu_idle_share"]), *(_pct(fig[share_name(c)]) for c in CAUSES)] for label, fig in lines]
+    rows = [[label, _pct(fig["gpu_idle_share"]), *(_pct(fig[share_name(c)]) for c in CAUSES)]
+            for label, _, fig in lines]
     said = verdict(figures["gpu_idle_share"], {c: figures[share_name(c)] for c in CAUSES}, blocking_by_call(figures))
     return ["", _title("Why the GPU idled, % of the profiled steps as the GPU ran them, by what the training process "
                        "was doing", color),

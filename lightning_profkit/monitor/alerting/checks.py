@@ -49,12 +49,13 @@ class AlertRule:
         self.alerts += 1
         return True
 
+    SAVED = ("streak", "in_episode", "last_alert_step", "alerts")  # what a checkpoint keeps
+
     def state_dict(self) -> dict[str, Any]:
-        return {"streak": self.streak, "in_episode": self.in_episode, "last_alert_step": self.last_alert_step,
-                "alerts": self.alerts}
+        return {key: getattr(self, key) for key in self.SAVED}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key in ("streak", "in_episode", "last_alert_step", "alerts"):
+        for key in self.SAVED:
             if key in state:
                 setattr(self, key, state[key])
 
