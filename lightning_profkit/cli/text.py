@@ -189,15 +189,12 @@ def compare_text(cmp: dict[str, Any], color: bool = False) -> str:
     out = [_title(f"A: {cmp['traces']['a']} trace(s), B: {cmp['traces']['b']} trace(s); means over traces "
                   "(B - A of a % in percentage points, pp)", color)]
     out.append(table(["figure", "A", "B", "B - A"], rows, color))
-    ops = [[short_name(r["name"]), _ms(_div(r["a_self_us"])), _ms(_div(r["b_self_us"]))] for r in cmp["cpu_by_self_per_trace"]]
+    ops = [[short_name(r["name"]), *(_ms(None if us is None else us / 1000) for us in (r["a_self_us"], r["b_self_us"]))]
+           for r in cmp["cpu_by_self_per_trace"]]
     if ops:
         out += ["", _title("Top CPU operators by self time, ms per trace", color)]
         out.append(table(["name", "A", "B"], ops, color))
     return "\n".join(out)
-
-
-def _div(us: Optional[float]) -> Optional[float]:
-    return None if us is None else us / 1000
 
 
 def json_text(value: Any) -> str:

@@ -1,6 +1,5 @@
-"""Alerts on their way to the user: a :class:`~lightning_profkit.alerts.DataWaitWarning`, the loggers' text and
-``on_alert`` on rank zero, when the alert fires (saying which steps are being recorded for it); once their trace is
-written, one more warning line names it (and the fit's list of alerts holds a copy with its ``trace_dir``)."""
+"""Alerts on their way to the user: a warning, the loggers' text and ``on_alert`` on rank zero, then a warning line
+naming their trace once written (docs/alerts.md)."""
 
 from __future__ import annotations
 
@@ -30,16 +29,13 @@ class AlertDelivery:
         if not self.to_user:
             return
         warn(alert.message, DataWaitWarning)
-        if self.to_loggers is not None:
-            try:
-                self.to_loggers(alert)
-            except Exception as err:
-                self.report(f"writing the alert to the loggers failed; training continues:\n  {err!r}", "to_loggers")
-        if self.on_alert is not None:
-            try:
-                self.on_alert(alert)
-            except Exception as err:
-                self.report(f"`on_alert` raised; training continues:\n  {err!r}", "on_alert")
+        for deliver, failed, key in ((self.to_loggers, "writing the alert to the loggers failed", "to_loggers"),
+                                     (self.on_alert, "`on_alert` raised", "on_alert")):
+            if deliver is not None:
+                try:
+                    deliver(alert)
+                except Exception as err:
+                    self.report(f"{failed}; training continues:\n  {err!r}", key)
 
     def window_written(self, path: str, first_step: int) -> list[tuple[DataWaitAlert, DataWaitAlert]]:
         """The trace of the window from ``first_step`` is at ``path``: it is the trace of the alerts before that
