@@ -21,8 +21,7 @@ def usable_cpus() -> int:
 
 
 def _proc(path: str) -> bytes:
-    """A small ``/proc`` file's text: one system call each to open, read and close it, no file object (read at the
-    rolling checks)."""
+    """A small ``/proc`` file's text, in one system call each to open, read and close it (read at rolling checks)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return os.read(fd, 4096)
@@ -53,9 +52,8 @@ def process_start(pid: int) -> Optional[int]:
 
 
 def scheduled_seconds_of(pid: int) -> Optional[tuple[float, Optional[float]]]:
-    """Seconds process ``pid`` (its main thread) has run on a CPU so far, and waited for one while ready to run, from
-    ``/proc/PID/schedstat`` (Linux); where only ``/proc/PID/stat`` can be read, its CPU seconds and None; None where
-    neither can."""
+    """Seconds process ``pid`` (its main thread) has run on a CPU, and waited for one while ready to run (Linux;
+    the second None where only ``/proc/PID/stat`` can be read); None where neither can."""
     scheduled = _schedstat(f"/proc/{pid}/schedstat")
     if scheduled is None:
         cpu = cpu_seconds_of(pid)

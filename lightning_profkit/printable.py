@@ -13,8 +13,7 @@ def printable(text: str) -> str:
     """``text`` with every control or invisible formatting character shown as its escape (``\\x1b``, ``\\u202e``)."""
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
-# the user information of a URL: ``scheme://user:password@`` (found from ``://``, so that the search is linear
-# in the text: a scheme matched first would be tried at every letter of a long word)
+# a URL's ``user:password@``, found from ``://`` (a scheme matched first would be tried at every letter of a word)
 _CREDENTIALS = re.compile(r"://[^/@\s'\"]{1,1024}@")
 
 

@@ -122,8 +122,7 @@ def _strings(options: Any) -> Iterator[str]:
 
 
 def upload(local: str, url: str) -> None:
-    """Put the complete file ``local`` at ``url`` (visible only once whole): a regular file, never through a link
-    (:class:`~lightning_profkit.opener.FileRefused` before the store is reached)."""
+    """Put the complete regular file ``local`` at ``url`` (visible only once whole), never through a link."""
     with open_regular(local) as f, _opened(url) as (fs, path):
         fs.put_file(fd_path(f), path)
 
@@ -170,9 +169,8 @@ def files_under(url: str, suffixes: tuple[str, ...]) -> tuple[Any, list[str]]:
 
 
 def copy_here(url: str, fs: Any, urls: Sequence[str], into: str, suffix: str) -> list[str]:
-    """Copy the objects ``urls`` of ``fs`` (found under ``url``) into the local folder ``into``, many at a time, as
-    ``000000<suffix>``, ``000001<suffix>`` … (names an object's key cannot steer out of ``into``); returns the
-    copies in the order of ``urls``."""
+    """Copy the objects ``urls`` of ``fs`` (under ``url``) into ``into`` as ``000000<suffix>``, ``000001<suffix>``…
+    (names a key cannot steer out of ``into``); returns the copies in the order of ``urls``."""
     local = [os.path.join(into, f"{i:06d}{suffix}") for i in range(len(urls))]
     with _store_errors(url):
         fs.get(list(urls), local)

@@ -1,7 +1,5 @@
-"""``profkit summary PATH --scheduler ADDRESS``: the traces of a run that have no fresh sidecar are parsed by the
-workers of a Dask distributed cluster, one trace per task; each worker puts its trace's sidecar back beside it.
-What PATH may be, and what the workers need: docs/many-ranks.md (Beyond one machine).
-"""
+"""``profkit summary PATH --scheduler ADDRESS``: the traces without a fresh sidecar parsed on a Dask cluster, one
+per task, each sidecar put back beside its trace (docs/many-ranks.md, Beyond one machine)."""
 
 from __future__ import annotations
 
@@ -45,9 +43,8 @@ def size_seen(path: str) -> Optional[int]:
 
 
 def cluster_summaries(url: str, scheduler: str, suffixes: tuple[str, ...], left_out: list[str]) -> list[dict[str, Any]]:
-    """The summary of every trace under ``url`` (or the local path ``url``): from its sidecar, or parsed on the cluster
-    at ``scheduler``; ``left_out`` gains a line for each trace that could not be read. A :class:`SharedPathError`
-    where a worker does not see a local path's traces."""
+    """The summary of every trace under ``url`` (or a local path), from its sidecar or parsed on the cluster at
+    ``scheduler``; ``left_out`` gains a line for each trace that could not be read."""
     from distributed import Client, as_completed
 
     from lightning_profkit.store import is_url, survey

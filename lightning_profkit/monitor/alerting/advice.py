@@ -18,9 +18,8 @@ WAITING = 0.5  # busy less than this share of the time: waiting on something oth
 CROWDED = 0.2  # workers ready to run but waiting for a CPU this share of the time: the node's CPUs are taken
 UNPACKING = 0.8  # with workers, a training thread on or waiting for a CPU this share of its data wait unpacks batches
 RESTARTING = 0.2  # workers that start again every epoch, taking this share of its time to give their first batch
-# with workers, the training process is too slow to take the batches where its thread ran through TAKING_SHARE of its
-# wait, taking a batch costs it TAKING_CPU of what the workers spent making it, and a batch holds MANY_TENSORS:
-# docs/alerts.md (the measurements: docs/performance.md#advice)
+# with workers, the training process is too slow to take the batches: thread busy TAKING_SHARE of its wait, taking a
+# batch costs TAKING_CPU of making it, MANY_TENSORS a batch (docs/alerts.md; measured: docs/performance.md#advice)
 TAKING_SHARE = 0.25
 TAKING_CPU = 0.5
 MANY_TENSORS = 8

@@ -1,7 +1,4 @@
-"""The rolling data-wait checks: each block's figures, and when they make an alert. Pure.
-
-A *check* is one measured data-wait ratio: a block of ``alert_window`` training steps, or a whole epoch. Episodes,
-patience and cooldown: docs/alerts.md."""
+"""The rolling data-wait checks: each block's figures, and when they make an alert (docs/alerts.md)."""
 
 from __future__ import annotations
 
@@ -61,9 +58,7 @@ class AlertRule:
 
 
 class CheckBlock:
-    """Data wait and training time of the rolling check's current block of steps, from clock readings and
-    the running total of fetch seconds. A block runs on across an epoch's end: what it had then is carried
-    into the next epoch. Validation runs inside the block are left out of its training time."""
+    """Data wait and training time (validation runs left out) of the rolling check's current block of steps."""
 
     def __init__(self) -> None:
         self.start(0.0, 0.0)
@@ -79,9 +74,8 @@ class CheckBlock:
 
 
 class RollingChecks:
-    """One callback's rolling checks: when the next is due, the block it measures, the alert rule, the
-    capture budget and the steps asked for from outside. The rule's state and the budget are what
-    checkpoints save (:meth:`state_dict`); a state loaded before a fit starts is applied when it does."""
+    """One callback's rolling checks: when the next is due, its block, the alert rule, the capture budget and the
+    steps asked for from outside; a state loaded before a fit starts is applied when it does."""
 
     def __init__(self, threshold: Optional[float], patience: int, cooldown: int, window: int, max_captures: int) -> None:
         self.threshold, self.patience, self.cooldown = threshold, patience, cooldown
@@ -156,8 +150,7 @@ class RollingChecks:
         batches 20-39", or "epoch 0 batch 30 to epoch 1 batch 9"."""
         assert self.check_at is not None
         first = self.check_at - self.window + 1  # each block is `window` steps, ending at check_at
-        # the epochs that hold a step of first..step: those starting by `step`, less those before the one
-        # holding `first`
+        # the epochs holding a step of first..step: those starting by `step`, less those before the one holding `first`
         starts = [(s, e, o) for s, e, o in self.epochs if s <= step]
         inside = [(e, o) for i, (s, e, o) in enumerate(starts) if i + 1 == len(starts) or starts[i + 1][0] > first]
         if not inside:

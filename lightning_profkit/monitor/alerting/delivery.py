@@ -12,8 +12,7 @@ from lightning_profkit.notices import warn
 
 
 class AlertDelivery:
-    """``report(message, key)`` is told when ``on_alert`` or ``to_loggers`` (the alert written where the run's
-    loggers show text) fails (training goes on)."""
+    """``report(message, key)`` is told when ``on_alert`` or ``to_loggers`` (the loggers' text) fails."""
 
     def __init__(self, on_alert: Optional[Callable[[DataWaitAlert], Any]], report: Callable[[str, str], None],
                  to_loggers: Optional[Callable[[DataWaitAlert], None]] = None) -> None:
@@ -38,8 +37,8 @@ class AlertDelivery:
                     self.report(f"{failed}; training continues:\n  {err!r}", key)
 
     def window_written(self, path: str, first_step: int) -> list[tuple[DataWaitAlert, DataWaitAlert]]:
-        """The trace of the window from ``first_step`` is at ``path``: it is the trace of the alerts before that
-        step (the first window wholly after them). Each such alert, and its copy with its ``trace_dir``."""
+        """The trace of the window from ``first_step``, at ``path``, is that of the alerts before it: each of them and
+        its copy with its ``trace_dir``."""
         named = [alert for alert in self.recording if alert.step < first_step]
         self.recording = [alert for alert in self.recording if alert.step >= first_step]
         folder = os.path.dirname(path)

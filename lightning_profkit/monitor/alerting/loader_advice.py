@@ -1,6 +1,5 @@
-"""An alert's advice in a running fit: how busy the DataLoader's workers and the training thread were between
-rolling checks (read at most once a second, and at an alert), the worst rank's figures taken from every rank, and
-what to try from them."""
+"""An alert's advice in a running fit, from how busy the worst rank's DataLoader workers and training thread were
+(docs/alerts.md)."""
 
 from __future__ import annotations
 
@@ -14,9 +13,8 @@ from lightning_profkit.monitor.timing.loader_busy import LoaderBusy, LoaderWatch
 
 
 class LoaderAdvice:
-    """``loader()`` reads the training DataLoader's settings; ``workers()`` the pids of its worker processes now;
-    ``report(message, key)`` is told when either fails (training goes on, with less advice). Not ``watching`` (no
-    alerts in this fit), marks read nothing."""
+    """``loader()`` reads the training DataLoader's settings, ``workers()`` its workers' pids; ``report(message,
+    key)`` is told when either fails. Not ``watching`` (no alerts in this fit), marks read nothing."""
 
     def __init__(self, report: Callable[..., None], watching: bool = True) -> None:
         self.report, self.watching = report, watching
@@ -37,8 +35,7 @@ class LoaderAdvice:
         self.fetch_cpu_s += stats.cpu_s
 
     def see(self, batch: Any) -> None:
-        """Count the tensors of a batch, once a fit (its first rolling check's): a loader keeps its batches' shape,
-        and no batch is kept. A batch whose parts cannot be read leaves the count unknown."""
+        """Count the tensors of a batch, once a fit (a loader keeps its batches' shape); no batch is kept."""
         if not self.watching or self._seen or batch is None:
             return
         self._seen = True
@@ -48,9 +45,8 @@ class LoaderAdvice:
             self.tensors = None
 
     def mark(self, now: float, stats: FetchStats) -> None:
-        """A rolling check (or an epoch's start or end) at ``now``, on the epoch's fetches so far. The CPU is read now
-        where the watch takes a new mark (at most once in its ``min_seconds``), else only if an alert asks for
-        advice."""
+        """A rolling check (or an epoch's start or end) at ``now``; the CPU is read where the watch is due, else only
+        if an alert asks for advice."""
         if not self.watching:
             return
         self._unread = (now, self.waited_s + stats.train_s, self.fetched + stats.train_count,
