@@ -219,9 +219,7 @@ def survey(url: str, suffixes: tuple[str, ...]) -> Survey:
 
     with _opened(url) as (fs, root):
         if fs.isfile(root):
-            listing = {root: fs.info(root)}
-            if fs.isfile(sidecar.sidecar_of(root)):
-                listing[sidecar.sidecar_of(root)] = fs.info(sidecar.sidecar_of(root))
+            listing = {p: fs.info(p) for p in (root, sidecar.sidecar_of(root)) if p == root or fs.isfile(p)}
             root = root.rsplit("/", 2)[0] if root.count("/") >= 2 else ""
         else:
             listing = fs.find(root, detail=True)
@@ -230,12 +228,9 @@ def survey(url: str, suffixes: tuple[str, ...]) -> Survey:
                   if listing.get(sidecar.sidecar_of(p), {}).get("size", sidecar.MAX_BYTES + 1) <= sidecar.MAX_BYTES]
         texts = fs.cat(beside, on_error="return") if beside else {}
     failed = {p: t for p, t in texts.items() if isinstance(t, BaseException)}
-    known = {}
-    for p in found:
-        text = texts.get(sidecar.sidecar_of(p))
-        summary = sidecar.loads(text, listing[p].get("size")) if isinstance(text, bytes) else None
-        if summary is not None:
-            known[p] = summary
+    read = {p: sidecar.loads(text, listing[p].get("size")) for p in found
+            if isinstance(text := texts.get(sidecar.sidecar_of(p)), bytes)}
+    known = {p: summary for p, summary in read.items() if summary is not None}
     unread = None
     if failed:
         path, err = next(iter(failed.items()))

@@ -88,12 +88,10 @@ def from_csv(path: str) -> RunData:
         ratio = wanted[2]
         if ratio < 0:
             return data
-        width = max(wanted) + 1
         for row in rows:
             if len(row) <= ratio or not row[ratio]:  # the user's own rows: no ratio of ours
                 continue
-            row += [""] * (width - len(row))
-            epoch, step, *values = [_number(row[i]) if i >= 0 else None for i in wanted]
+            epoch, step, *values = [_number(row[i]) if 0 <= i < len(row) else None for i in wanted]
             if values[0] is None:
                 continue
             if len(data.epochs) == MOST_EPOCHS:
