@@ -20,10 +20,6 @@ class Metric:
     meaning: str
     ranks: str = "mean"
 
-    @property
-    def logged(self) -> str:
-        return PREFIX + self.name
-
     def matches(self, name: str) -> bool:
         """Whether a logged name (without the prefix) is this metric, ``<...>`` standing for any text."""
         pattern = "".join(".+" if part.startswith("<") else re.escape(part) for part in re.split(r"(<[^>]+>)", self.name))

@@ -80,8 +80,7 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
     """The summary of every readable trace under ``path`` (a URL's traces copied here, or parsed on the Dask cluster
     at ``scheduler``); ``left_out`` gains a line for each trace that could not be read."""
     if scheduler is not None:
-        found = on_cluster(path, scheduler, left_out)
-        return unless_none_read(path, found, left_out)
+        return unless_none_read(path, on_cluster(path, scheduler, left_out), left_out)
     if not is_url(path):
         found, skipped = read_here(path, jobs)
         left_out += skipped
