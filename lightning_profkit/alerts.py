@@ -13,7 +13,8 @@ class DataWaitWarning(UserWarning):
 
 @dataclass(frozen=True)
 class DataWaitAlert:
-    """What an alert hands to ``on_alert`` and prints (see docs/alerts.md)."""
+    """What an alert hands to ``on_alert`` and prints: the figures, the advice and the steps recorded for it. Once
+    their trace is written, ``PerformanceMonitor.alerts`` holds a copy with its ``trace_dir``."""
 
     ratio: float  # data-wait ratio of the check that fired (the worst rank's, with several ranks)
     threshold: float
