@@ -9,9 +9,9 @@ import sys
 from typing import Optional, Sequence
 
 from lightning_profkit.cli import capture, report, sql, summary, upload
-from lightning_profkit.cli.shared import LEFT_OUT, CommandError
+from lightning_profkit.cli.shared import LEFT_OUT, CommandError, say
 from lightning_profkit.opener import FileRefused
-from lightning_profkit.printable import printable, redact
+from lightning_profkit.printable import redact
 from lightning_profkit.store import StoreError
 
 
@@ -45,20 +45,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.handler(args)
     except (CommandError, FileRefused, StoreError) as err:
-        print(f"profkit: {printable(redact(str(err)))}", file=sys.stderr)
+        say(redact(str(err)))
         return 1
     except BrokenPipeError:  # `profkit summary ... | head`
         return 0
     except KeyboardInterrupt:  # Ctrl+C: no traceback, the shell's usual status
         return INTERRUPTED
     except OSError as err:
-        print(printable(f"profkit: {err.filename or ''}: {err.strerror or err}"), file=sys.stderr)
+        say(f"{err.filename or ''}: {err.strerror or err}")
         return 1
     except Exception as err:  # a trace with unexpected content: one line, never a traceback
         if os.environ.get("PROFKIT_DEBUG"):
             raise
-        print(printable(f"profkit: could not read the trace ({type(err).__name__}: {err}); PROFKIT_DEBUG=1 shows where"),
-              file=sys.stderr)
+        say(f"could not read the trace ({type(err).__name__}: {err}); PROFKIT_DEBUG=1 shows where")
         return 1
 
 
@@ -75,7 +74,7 @@ def run() -> None:
     except BrokenPipeError:  # `profkit summary ... | head`
         pass
     except OSError as err:
-        print(f"profkit: cannot write the output: {err.strerror or err}", file=sys.stderr)
+        say(f"cannot write the output: {err.strerror or err}")
         code = 1
     os._exit(code)
 

@@ -48,7 +48,7 @@ def trace_dir_of(path: str) -> str:
 def exit_status(left_out: list[str]) -> int:
     """Name each trace that was left out, once, on stderr; the exit status."""
     for line in dict.fromkeys(left_out):
-        print(f"profkit: {printable(redact(line))}; left out", file=sys.stderr)
+        say(f"{redact(line)}; left out")
     return LEFT_OUT if left_out else 0
 
 

@@ -11,7 +11,7 @@ import tempfile
 from typing import Any, Optional
 
 from lightning_profkit.cli.progress import Progress
-from lightning_profkit.cli.shared import SQL_NEEDS, CommandError, add_jobs, exit_status, trace_dir_of
+from lightning_profkit.cli.shared import SQL_NEEDS, CommandError, add_jobs, exit_status, say, trace_dir_of
 from lightning_profkit.companions import EVENTS
 from lightning_profkit.machine import usable_cpus
 from lightning_profkit.opener import FileRefused, fd_path
@@ -93,7 +93,7 @@ def _readable(run: str, local: str, left_out: list[str]) -> dict[str, str]:
     objects = dict(zip(copy_here(run, fs, tables, local, EVENTS), tables)) if local else {t: t for t in tables}
     made = tabulate(run, fs, untabled, local, left_out)
     if made:
-        print(f"profkit: wrote the events tables of {len(made)} trace(s); the next query reads them", file=sys.stderr)
+        say(f"wrote the events tables of {len(made)} trace(s); the next query reads them")
     objects.update(made)
     if not objects:
         raise CommandError(f"{run}: none of its {len(untabled)} trace(s) could be read: {'; '.join(left_out)}")
@@ -126,8 +126,7 @@ def export(args: argparse.Namespace) -> int:
     if not available():
         raise CommandError(f"`profkit export` needs pyarrow: {SQL_NEEDS}")
     read = read_folder(trace_dir_of(args.run), args.jobs, tables=True, progress=Progress.on(sys.stderr))
-    print(f"profkit: wrote {len(read.tables)} events table(s); {len(read.summaries) - len(read.tables)} trace(s) had "
-          "one already", file=sys.stderr)
+    say(f"wrote {len(read.tables)} events table(s); {len(read.summaries) - len(read.tables)} trace(s) had one already")
     return exit_status(read.left_out)
 
 

@@ -12,7 +12,7 @@ from typing import Any, Optional
 from lightning_profkit.cli.progress import Progress
 from lightning_profkit.cli.shared import CommandError, add_jobs, exit_status, say
 from lightning_profkit.companions import SIDECAR
-from lightning_profkit.printable import printable, redact
+from lightning_profkit.printable import redact
 from lightning_profkit.store import StoreError, download, is_url, put
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES
 from lightning_profkit.trace.folder import name_windows, read_folder
@@ -92,7 +92,7 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
         if not got["paths"] and not got["known"]:
             raise CommandError("; ".join(refused) or f"{path}: no trace files (*.pt.trace.json[.gz]) there")
         if got["unread"]:
-            print(f"profkit: {printable(got['unread'])}", file=sys.stderr)
+            say(got["unread"])
         left_out += refused
 
         def remote(p: str) -> str:  # the object a copy in ``local`` was made from
@@ -102,8 +102,7 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
         try:  # the next look, by anyone, reads them instead of parsing the traces
             put([[p, remote(p[:-len(SIDECAR)]) + SIDECAR] for p in read.kept])
         except StoreError as err:
-            print(f"profkit: could not keep the summaries beside the traces ({printable(redact(str(err)))}); the next "
-                  "look parses them again", file=sys.stderr)
+            say(f"could not keep the summaries beside the traces ({redact(str(err))}); the next look parses them again")
     named = [f"{remote(copy)}: {why}" if copy.startswith(local) else line  # "<local copy>: why"
              for line in read.left_out for copy, _, why in [line.partition(": ")]]
     left_out += named
