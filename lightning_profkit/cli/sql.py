@@ -136,13 +136,12 @@ def tables_of(run: str) -> tuple[Any, list[str], list[str]]:
         from lightning_profkit.store import files_under
 
         fs, found = files_under(run, TRACE_SUFFIXES + tuple(t + EVENTS for t in TRACE_SUFFIXES))
-        tables = [p for p in found if p.endswith(EVENTS)]
-        untabled = [p for p in found if not p.endswith(EVENTS) and p + EVENTS not in set(tables)]
+        tables = {p for p in found if p.endswith(EVENTS)}
+        traces = [p for p in found if not p.endswith(EVENTS)]
     else:
         fs, traces = None, find_traces(trace_dir_of(run))
-        tables = [p + EVENTS for p in traces if has_table(p)]
-        untabled = [p for p in traces if p + EVENTS not in set(tables)]
-    return fs, sorted(tables, key=natural), untabled
+        tables = {p + EVENTS for p in traces if has_table(p)}
+    return fs, sorted(tables, key=natural), [p for p in traces if p + EVENTS not in tables]
 
 
 def tabulate(run: str, fs: Any, untabled: list[str], local: str, left_out: list[str]) -> dict[str, str]:
