@@ -114,8 +114,7 @@ def shards(dataset: Any) -> bool:
 def data_wait_advice(facts: LoaderFacts, startup_s: Optional[float] = None, train_s: Optional[float] = None,
                      busy: LoaderBusy = LoaderBusy()) -> list[str]:
     """What to try, most likely first, for a loop that waits on its DataLoader."""
-    per_process = facts.cpus_per_process
-    suggested = max(1, per_process - 2 if per_process > 2 else per_process - 1)  # leave the main process a CPU
+    suggested = max(1, facts.cpus_per_process - 2)  # leave the main process a CPU or two
     training = busy.training
     parts = (training, training.taking_line if training is not None else None, busy.workers)
     measured = [f"measured: {part}" for part in parts if part is not None]
