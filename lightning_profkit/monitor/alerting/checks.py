@@ -112,9 +112,7 @@ class RollingChecks:
             self._apply_resume()
 
     def _apply_resume(self) -> None:
-        state, self._resume = self._resume, None
-        if not state:
-            return
+        state, self._resume = self._resume or {}, None
         if self.rule is not None and state.get("alert"):
             self.rule.load_state_dict(state["alert"])
         if isinstance(state.get("captures_left"), int):
