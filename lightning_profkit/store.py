@@ -97,7 +97,7 @@ _CREDENTIAL = re.compile(r"secret|password|token|key|credential|sas|connection_s
 
 
 def credential_keys(options: Any, above: str = "") -> list[str]:
-    """The keys of ``options`` named as credentials are, nested ones as ``client_kwargs.aws_secret_access_key``."""
+    """The keys of ``options`` that name a credential (``key``, ``token``...), nested ones as ``client_kwargs.key``."""
     if not isinstance(options, dict):
         return []
     found = []
