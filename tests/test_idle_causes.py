@@ -6,9 +6,9 @@ from conftest import records
 
 from lightning_profkit.cli.text import summary_text
 from lightning_profkit.idle_causes import CAUSES, verdict
+from lightning_profkit.trace.columns import columns
 from lightning_profkit.trace.headline import fit_line
 from lightning_profkit.trace.load import LoadedTrace
-from lightning_profkit.trace.rows import rows
 from lightning_profkit.trace.summary import aggregate, summarize_trace
 
 DOMINANT = {  # the host event over most of a step, and what the advice must say
@@ -30,7 +30,7 @@ def trace(cause):
     event, _ = DOMINANT[cause]
     if event is not None:
         events.append({**host, **event, "ts": 200, "dur": 700})
-    return LoadedTrace(rows(records(events)), None, None)
+    return LoadedTrace(columns(records(events)), None, None)
 
 
 @pytest.mark.parametrize("cause", CAUSES)
@@ -50,7 +50,7 @@ def test_the_largest_cause_gets_its_advice(cause):
 
 def test_without_a_gpu_nothing_is_said():
     events = [{"ph": "X", "pid": 1, "tid": 1, "cat": "cpu_op", "name": "ProfilerStep#5", "ts": 0, "dur": 1000}]
-    summary = summarize_trace("w/t.pt.trace.json", LoadedTrace(rows(records(events)), None, None))
+    summary = summarize_trace("w/t.pt.trace.json", LoadedTrace(columns(records(events)), None, None))
     assert summary["host"]["gpu_idle_by_cause"] == {} and summary["host"]["gpu_idle_share"] is None
     agg = aggregate([summary])
     assert not any("GPU idle" in line or "what to do" in line for line in fit_line(agg))

@@ -6,10 +6,6 @@ import inspect
 import os
 import subprocess
 import sys
-from dataclasses import fields
-
-from lightning_profkit.trace.columns import Columns
-from lightning_profkit.trace.rows import Rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "lightning_profkit")
@@ -149,11 +145,6 @@ def test_trace_words_are_written_in_one_module():
         found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
                  and id(n) not in docstrings and (n.value in CATEGORIES or any(w in n.value for w in MARKERS))]
         assert not found, (name, found)
-
-
-def test_rows_and_columns_are_one_schema():
-    assert issubclass(Columns, Rows)
-    assert [f.name for f in fields(Columns)][:len(fields(Rows))] == [f.name for f in fields(Rows)]
 
 
 def test_every_folder_of_the_package_is_a_package():

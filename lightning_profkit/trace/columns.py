@@ -1,35 +1,58 @@
-"""A trace as columns: numpy arrays over :mod:`~lightning_profkit.trace.rows`' rows, on which every figure is computed.
-Complete events (``ph == "X"``) with a timestamp are rows; ``[memory]`` instant events are kept apart. Strings
-(category, name) are codes into ``raw_cats`` / ``names``; numeric arguments absent or not integers are -1."""
+"""A trace's events as numpy columns, built in one pass, on which every figure is computed: complete events
+(``ph == "X"``) with a timestamp are rows, ``[memory]`` instant events are kept apart. Design notes:
+docs/how-it-works.md."""
 
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from lightning_profkit.trace import intervals
-from lightning_profkit.trace.events import AnyEvent
-from lightning_profkit.trace.rows import COLUMNS, Rows, rows
+from lightning_profkit.trace.events import AnyEvent, Event, Instant
+
+LONGEST_NAME = 2**16  # characters of a name kept: its first and last halves (a real one has a few thousand at most)
 
 
 @dataclass
-class Columns(Rows):
-    """:class:`Rows` with numpy columns, names as strings and memory devices as ``"type:id"``, plus what is
-    derived from them."""
+class Columns:
+    """A trace's rows as columns: strings are codes into tables, first seen first; numeric arguments that are absent
+    or not whole numbers are -1, an absent duration NaN."""
 
-    end: np.ndarray = field(init=False)  # ts + dur (dur 0 where absent)
-    cats: list[str] = field(init=False)  # lower-cased category per code
-    _named: dict[Any, np.ndarray] = field(init=False, repr=False)  # name_mask's answers, by predicate
-    _codes_of: dict[str, list[int]] = field(init=False, repr=False)  # each name's codes (a name cut short: several)
+    # tables: the distinct values, first seen first, that code columns point into
+    raw_cats: list[Any]  # category per code, as written (None where absent)
+    names: list[str]  # name per code ("" where absent)
+    threads: list[tuple[Any, Any]]  # (pid, tid) per code
+    memory_devices: list[str]  # "type:id" per code
+    # columns, one value per complete event
+    cat: np.ndarray
+    name: np.ndarray
+    thread: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    stream: np.ndarray
+    corr: np.ndarray
+    ext: np.ndarray
+    # columns, one value per [memory] instant event
+    memory_device: np.ndarray
+    memory_allocated: np.ndarray
+    memory_reserved: np.ndarray
+    fractional: bool  # some timestamp is written as a float (HTA then rounds them all)
+    _named: dict[Any, np.ndarray] = field(default_factory=dict, init=False, repr=False)  # name_mask's, by predicate
+    _codes_of: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False)  # a name's codes (or codes)
 
-    def __post_init__(self) -> None:
-        self.end = self.ts + np.nan_to_num(self.dur)
-        self.cats = [str(c or "").lower() for c in self.raw_cats]
-        self._named = {}
-        self._codes_of = {}
+    @cached_property
+    def end(self) -> np.ndarray:
+        """ts + dur (dur 0 where absent)."""
+        return self.ts + np.nan_to_num(self.dur)
+
+    @cached_property
+    def cats(self) -> list[str]:
+        """The lower-cased category per code."""
+        return [str(c or "").lower() for c in self.raw_cats]
 
     def cat_mask(self, *cats: str) -> np.ndarray:
         return code_mask(self.cat, [i for i, c in enumerate(self.cats) if c in cats], len(self.cats))
@@ -77,18 +100,88 @@ def code_mask(codes: np.ndarray, chosen: list[int], size: int) -> np.ndarray:
     return table[codes]
 
 
-def _wrap(values: array) -> np.ndarray:
+# each code column and its table
+CODED = {"cat": "raw_cats", "name": "names", "thread": "threads", "memory_device": "memory_devices"}
+COLUMNS = ("cat", "name", "thread", "ts", "dur", "stream", "corr", "ext", "memory_device", "memory_allocated",
+           "memory_reserved")
+
+
+def _as_int(value: Any) -> int:
+    """A whole number of 64 bits, or -1."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+    return number if -(2**63) <= number < 2**63 else -1
+
+
+def wrap(values: array) -> np.ndarray:
     """The ``array.array`` as a numpy array of its own type, without a copy (it keeps the buffer alive)."""
     return np.frombuffer(values, dtype=values.typecode)
 
 
-def from_rows(r: Rows) -> Columns:
-    parts: dict[str, Any] = {f.name: getattr(r, f.name) for f in fields(Rows)}
-    parts.update({name: _wrap(parts[name]) for name in COLUMNS})
-    parts["names"] = [str(n or "") for n in r.names]
-    parts["memory_devices"] = [f"{t}:{i}" for t, i in r.memory_devices]
-    return Columns(**parts)
+def _ints(values: Sequence[Any]) -> np.ndarray:
+    try:
+        return wrap(array("q", values))
+    except (TypeError, OverflowError):  # null, floats or strings among them: one by one
+        return wrap(array("q", map(_as_int, values)))
+
+
+def _floats(values: Sequence[Any]) -> np.ndarray:
+    try:
+        return wrap(array("d", values))
+    except TypeError:  # null among them
+        return wrap(array("d", (float("nan") if v is None else v for v in values)))
+
+
+def _codes(values: Iterable[Any]) -> tuple[np.ndarray, list[Any]]:
+    table: dict = {}
+    return wrap(array("i", [table.setdefault(v, len(table)) for v in values])), list(table)
+
+
+def _name(name: Any) -> str:
+    """The name as a string, of its first and last ``LONGEST_NAME`` / 2 characters where it is longer."""
+    name, half = str(name or ""), LONGEST_NAME // 2
+    return name if len(name) <= LONGEST_NAME else f"{name[:half]}…({len(name) - 2 * half} characters)…{name[-half:]}"
 
 
 def columns(events: Sequence[AnyEvent]) -> Columns:
-    return from_rows(rows(events))
+    # One pass that appends to lists, strings and threads as codes: several times faster than a pass per
+    # field over these records.
+    cats: dict[Any, int] = {}
+    names: dict[Any, int] = {}
+    threads: dict[Any, int] = {}
+    cat, name, thread, ts, dur, stream, corr, ext, memory = ([] for _ in range(9))
+    for e in events:
+        kind = type(e)
+        if kind is Event and e.ts is not None:
+            a = e.args
+            cat.append(cats.setdefault(e.cat, len(cats)))
+            name.append(names.setdefault(e.name, len(names)))
+            thread.append(threads.setdefault((e.pid, e.tid), len(threads)))
+            ts.append(e.ts)
+            dur.append(e.dur)
+            stream.append(a.stream)
+            corr.append(a.correlation)
+            ext.append(a.external_id_lower if a.external_id_lower != -1 else a.external_id)
+        elif kind is Instant and e.name == "[memory]":
+            memory.append(e.args)
+    device, devices = _codes(f"{a.device_type}:{a.device_id}" for a in memory)
+    return Columns(
+        raw_cats=list(cats),
+        names=list(map(_name, names)),
+        threads=list(threads),
+        cat=wrap(array("i", cat)),
+        name=wrap(array("i", name)),
+        thread=wrap(array("i", thread)),
+        ts=_floats(ts),
+        dur=_floats(dur),
+        stream=_ints(stream),
+        corr=_ints(corr),
+        ext=_ints(ext),
+        fractional=float in set(map(type, ts)),
+        memory_devices=devices,
+        memory_device=device,
+        memory_allocated=_ints([a.total_allocated for a in memory]),
+        memory_reserved=_ints([a.total_reserved for a in memory]),
+    )

@@ -76,9 +76,9 @@ def _read(path: str, jobs: int, summary: Optional[dict[str, Any]], tables: bool,
     """Read the trace at ``path`` into ``done``: its summary (``summary`` where it is known) and, with ``tables``,
     its events table written beside it."""
     from lightning_profkit.trace.load import load
+    from lightning_profkit.trace.summary import summarize_trace
 
     trace = load(path, jobs, progress=progress.reading(path) if progress else None)
-    from lightning_profkit.trace.summary import summarize_trace  # numpy: after the read, whose workers fork first
     done.summaries.append(sidecar.with_place(path, summary) if summary is not None else summarize_trace(path, trace))
     if tables:
         try:
@@ -98,9 +98,8 @@ def has_table(trace: str) -> bool:
 def write_table(trace: str, summary: dict[str, Any], loaded: Any, name: Optional[str] = None) -> None:
     """Write the events table of the local ``trace`` (read as ``loaded``; on a store at ``name``) beside it."""
     from lightning_profkit.trace import event_table
-    from lightning_profkit.trace.columns import from_rows
 
-    table = event_table.table_of(name or trace, summary, from_rows(loaded.rows))
+    table = event_table.table_of(name or trace, summary, loaded.rows)
     write_atomic(trace + EVENTS, event_table.to_parquet(table, os.path.getsize(trace)))
 
 

@@ -19,9 +19,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+import numpy as np
+
 from lightning_profkit.trace.events import LOOSE_BYTES, TooLoose, TraceDoc, decode
 from lightning_profkit.trace.file import TraceError, json_blocks, read_json
-from lightning_profkit.trace.rows import CODED, COLUMNS, Rows, rows
+from lightning_profkit.trace.columns import CODED, COLUMNS, Columns, columns, wrap
 
 PIECE = 4 * 10**6  # bytes of JSON a piece: small enough to decode in the caches, large enough to send cheaply
 WHOLE_FILE = 4 * 10**6  # a file up to this size is read at once, then cut
@@ -51,7 +53,7 @@ Progress = Callable[[int, int], None]  # (bytes of the file read, its size)
 
 @dataclass
 class LoadedTrace:
-    rows: Rows
+    rows: Columns
     distributed_info: Optional[dict[str, Any]]
     meta: Optional[dict[str, Any]]  # our labels under the "profkit" key
     pieces: int = 1  # how many pieces the JSON was decoded in
@@ -101,7 +103,7 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
         doc = decode_json(path, text)
         check_events(path, len(doc.traceEvents), os.path.getsize(path) if os.path.exists(path) else len(text),
                      len(text))
-        return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
+        return LoadedTrace(columns(doc.traceEvents), doc.distributedInfo, doc.profkit)
 
 
 def _whole(blocks: Iterator[tuple[bytes, int]], limit: int) -> tuple[Optional[bytes], Iterator[tuple[bytes, int]]]:
@@ -147,7 +149,7 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
             if first and last:  # no cut: the whole text, by the path that gives a bad file's error
                 doc = decode_json(path, buf[start:end])
                 check_events(path, len(doc.traceEvents), *read)
-                return LoadedTrace(rows(doc.traceEvents), doc.distributedInfo, doc.profkit)
+                return LoadedTrace(columns(doc.traceEvents), doc.distributedInfo, doc.profkit)
             if pool is None and jobs > 1:
                 pool, inherited = _pool(jobs, held)
                 stack.enter_context(pool)
@@ -306,7 +308,7 @@ def framed_piece(text: bytes, start: int, end: int, first: bool, last: bool) -> 
     return b"".join((b"" if first else _OPEN, memoryview(text)[start:end], b"" if last else _CLOSE))
 
 
-_Result = tuple[Rows, Optional[dict[str, Any]], Optional[dict[str, Any]]]
+_Result = tuple[Columns, Optional[dict[str, Any]], Optional[dict[str, Any]]]
 
 
 def decode_framed(text: bytes, first: bool, last: bool) -> _Result:
@@ -319,7 +321,7 @@ def decode_piece(text: Any) -> _Result:
         doc = decode_cut(text)
     except ValueError as err:
         raise PieceError(str(err)) from None
-    return rows(doc.traceEvents), doc.distributedInfo, doc.profkit
+    return columns(doc.traceEvents), doc.distributedInfo, doc.profkit
 
 
 def decode_cut(text: Any) -> TraceDoc:
@@ -364,7 +366,7 @@ def decode_json(path: str, raw: bytes) -> TraceDoc:
 
 
 class Appender:
-    """Rows of consecutive pieces appended into one :class:`Rows`, their codes turned into codes of tables
+    """The columns of consecutive pieces appended into one :class:`Columns`, their codes turned into codes of tables
     that hold every piece's values (first seen first)."""
 
     def __init__(self) -> None:
@@ -372,23 +374,18 @@ class Appender:
         self.columns: dict[str, array] = {}
         self.fractional = False
 
-    def add(self, r: Rows) -> None:
-        import numpy as np  # here, after the workers are forked
-
+    def add(self, c: Columns) -> None:
         for column in COLUMNS:
-            values: array = getattr(r, column)
-            into = self.columns.setdefault(column, array(values.typecode))
-            if column not in CODED:
-                into.extend(values)
-                continue
-            table = self.tables[column]
-            codes = [table.setdefault(v, len(table)) for v in getattr(r, CODED[column])]
-            if codes == list(range(len(codes))):  # this piece's table starts the one of all pieces
-                into.extend(values)
-            else:
-                into.frombytes(np.asarray(codes, dtype=values.typecode)[np.frombuffer(values, dtype=values.typecode)].tobytes())
-        self.fractional |= r.fractional
+            values: np.ndarray = getattr(c, column)
+            into = self.columns.setdefault(column, array(values.dtype.char))
+            if column in CODED:
+                table = self.tables[column]
+                codes = [table.setdefault(v, len(table)) for v in getattr(c, CODED[column])]
+                if codes != list(range(len(codes))):  # this piece's table does not start the one of all pieces
+                    values = np.asarray(codes, dtype=values.dtype)[values]
+            into.frombytes(values.view(np.uint8))  # its bytes, not a copy
+        self.fractional |= c.fractional
 
-    def rows(self) -> Rows:
+    def rows(self) -> Columns:
         tables = {table: list(self.tables[column]) for column, table in CODED.items()}
-        return Rows(**tables, **self.columns, fractional=self.fractional)
+        return Columns(**tables, **{k: wrap(v) for k, v in self.columns.items()}, fractional=self.fractional)

@@ -15,7 +15,7 @@ import numpy as np
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.idle_causes import CAUSES, share_name
 from lightning_profkit.printable import name_text, number_in
-from lightning_profkit.trace.columns import Columns, from_rows
+from lightning_profkit.trace.columns import Columns
 from lightning_profkit.trace.file import TraceError
 from lightning_profkit.trace.host_steps import window_figures
 from lightning_profkit.trace.load import LoadedTrace, gc_paused
@@ -101,7 +101,7 @@ def summarize_trace(path: str, trace: LoadedTrace, beside: bool = True) -> dict[
     worker = meta.get("worker") if isinstance(meta.get("worker"), str) else None
     worker = worker or name_text(os.path.basename(path).split(".")[0])
     out = {**with_place(path), "worker": worker, "rank": rank_of(trace.distributed_info, worker)}
-    columns = from_rows(trace.rows)
+    columns = trace.rows
     damaged = np.flatnonzero((columns.dur < 0) | np.isinf(columns.dur) | ~np.isfinite(columns.ts))
     if damaged.size:  # figures from them would be negative or infinite
         first = damaged[0]

@@ -12,12 +12,11 @@ import threading
 import pytest
 from conftest import measured_profkit
 
-from lightning_profkit.trace.columns import from_rows
+from lightning_profkit.trace.columns import columns
 from lightning_profkit.trace.events import decode_strict
 from lightning_profkit.trace.load import decode_json
 from lightning_profkit.trace.file import TraceError, read_json
 from lightning_profkit.trace.load import load, pieces
-from lightning_profkit.trace.rows import rows
 from lightning_profkit.trace.summary import summarize_columns
 
 TRACES = sorted(json.loads((GPU_TRACES_REFERENCE := __import__("conftest").GPU_TRACES / "reference.json").read_text()))
@@ -26,7 +25,7 @@ SMALL = 16 * 1024  # bytes per piece: every GPU trace but the tiniest is cut
 
 def read(path, **kw):
     loaded = load(str(path), **kw)
-    figures = json.dumps(summarize_columns(from_rows(loaded.rows)), sort_keys=True)
+    figures = json.dumps(summarize_columns(loaded.rows), sort_keys=True)
     return (figures, loaded.distributed_info, loaded.meta), loaded.pieces
 
 
@@ -37,7 +36,7 @@ def figures(path, **kw):
 def one_pass(path):
     """The figures of the whole text decoded at once: the reader before it streamed."""
     doc = decode_json(str(path), read_json(str(path)))
-    return json.dumps(summarize_columns(from_rows(rows(doc.traceEvents))), sort_keys=True), doc.distributedInfo, doc.profkit
+    return json.dumps(summarize_columns(columns(doc.traceEvents)), sort_keys=True), doc.distributedInfo, doc.profkit
 
 
 @pytest.mark.parametrize("name", TRACES)

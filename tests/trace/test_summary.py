@@ -5,7 +5,7 @@ import threading
 from conftest import records
 
 from lightning_profkit.trace import summary
-from lightning_profkit.trace.columns import columns, from_rows
+from lightning_profkit.trace.columns import columns
 from lightning_profkit.trace.load import load
 from lightning_profkit.trace.summary import aggregate, summarize_columns
 
@@ -43,7 +43,7 @@ def test_traces_are_aggregated_from_whole_operator_tables():
 def test_the_operator_tables_on_a_second_thread_or_on_one_are_the_same_figures(gpu_traces, monkeypatch):
     """The real A100 trace (75,000 events, where the operator tables go to a second thread): the same summary with
     ``beside=False``, which starts no thread (the finalizing process: the least memory)."""
-    c = from_rows(load(str(gpu_traces / "hta" / "trace_diff_control" / "control.json.gz")).rows)
+    c = load(str(gpu_traces / "hta" / "trace_diff_control" / "control.json.gz")).rows
     assert summary.BESIDE_MIN_ROWS <= c.ts.size < summary.BESIDE_ROWS
     started = []
     monkeypatch.setattr(threading.Thread, "start", lambda self, start=threading.Thread.start: (started.append(self.name),

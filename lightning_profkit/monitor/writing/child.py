@@ -19,7 +19,6 @@ from lightning_profkit.companions import remove_local, with_companions
 from lightning_profkit.opener import FileRefused
 from lightning_profkit.store import (StoreError, join, read, remove, upload_with_companions, use_options, write,
                                      write_probe)
-from lightning_profkit.trace.columns import from_rows
 from lightning_profkit.trace.file import json_blocks, read_json
 from lightning_profkit.trace.integrity import problems
 from lightning_profkit.trace.load import Appender, LoadedTrace, PieceError, decode_piece, framed_piece, pieces
@@ -78,7 +77,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], las
 
     def keys() -> dict[str, Any]:
         found["rows"] = appender.rows()
-        lacks = problems(from_rows(found["rows"]), meta)  # what the trace lacks of what its window recorded
+        lacks = problems(found["rows"], meta)  # what the trace lacks of what its window recorded
         found["meta"] = {**meta, "problems": lacks} if lacks else meta
         added = {"profkit": found["meta"]}
         if found.get("info") is None:  # kineto writes it only under torch.distributed; HTA reads the rank from it
