@@ -48,15 +48,11 @@ def union_by(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[
     if not n:
         return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
     order = np.lexsort((starts, groups))
-    g, s = groups[order].astype(np.int64), starts[order]
-    times, rank = np.unique(np.concatenate([s, ends[order]]), return_inverse=True)
+    times, rank = np.unique(np.concatenate([starts[order], ends[order]]), return_inverse=True)
     width = np.int64(times.size)
-    reach = np.maximum.accumulate(g * width + rank[n:])
-    first = np.ones(n, dtype=bool)
-    first[1:] = g[1:] * width + rank[1:n] > reach[:-1]
-    heads = np.flatnonzero(first)
-    tails = np.append(heads[1:] - 1, n - 1)
-    return s[heads], times[reach[tails] % width], g[heads]
+    keyed = groups[order].astype(np.int64) * width
+    heads, tails = _merged(keyed + rank[:n], keyed + rank[n:])
+    return times[heads % width], times[tails % width], heads // width
 
 
 def covered_until(u: Union, at: np.ndarray) -> np.ndarray:
