@@ -1,6 +1,5 @@
-"""Find torch.profiler (Kineto) Chrome-trace files and read their JSON text; every problem is one
-:class:`TraceError` line. Decoding is :mod:`~lightning_profkit.trace.events`' (this module starts without msgspec, so that
-``profkit`` starts reading while it imports it)."""
+"""Find torch.profiler (Kineto) trace files and read their JSON text; every problem is one :class:`TraceError` line.
+No msgspec here, so that ``profkit`` starts reading while it imports it."""
 
 from __future__ import annotations
 
@@ -56,19 +55,39 @@ def _bomb(path: str, compressed: int) -> TraceError:
 def read_json(path: str, limit: Optional[int] = None) -> bytes:
     """The trace's JSON text, gunzipped where needed (within :func:`inflation_limit`); a text over ``limit`` bytes
     is a :class:`TraceError` before more than that is held."""
-    text = io.BytesIO()  # its value is its buffer, not a copy: a list of blocks joined held the text twice
-    for block, _ in json_blocks(path, 10**6):
+    text, _ = whole(json_blocks(path, 10**6), limit)
+    if text is None:
+        raise TraceError(f"{path}: over {limit / 1e6:.0f} MB of JSON that cannot be read in pieces (no "
+                         "boundary between its events where one was expected): not read")
+    return text
+
+
+Blocks = Iterator[tuple[bytes, int]]  # blocks of text, each with the bytes of the file read so far
+
+
+def whole(blocks: Blocks, limit: Optional[int]) -> tuple[Optional[bytes], Blocks]:
+    """The text of ``blocks`` whole, if it is at most ``limit`` bytes (and the blocks as one); else None and the
+    blocks, those already read first."""
+    text, done = io.BytesIO(), 0  # its value is its buffer, not a copy: a list of blocks joined held the text twice
+    for block, done in blocks:
         if limit is not None and text.tell() + len(block) > limit:
-            raise TraceError(f"{path}: over {limit / 1e6:.0f} MB of JSON that cannot be read in pieces (no "
-                             "boundary between its events where one was expected): not read")
+            return None, _then([(text.getvalue(), done), (block, done)], blocks)
         text.write(block)
-    return text.getvalue()
+    return text.getvalue(), iter([(text.getvalue(), done)])
+
+
+def _then(read: list[tuple[bytes, int]], blocks: Blocks) -> Blocks:
+    """The blocks ``read``, each let go of once taken, then ``blocks``."""
+    read.reverse()
+    while read:
+        yield read.pop()
+    yield from blocks
 
 
 _FEED = 2**16  # compressed bytes given to the inflater at a time: what each gzip member's end copies, at most
 
 
-def json_blocks(path: str, size: int) -> Iterator[tuple[bytes, int]]:
+def json_blocks(path: str, size: int) -> Blocks:
     """The trace's JSON text in blocks of at most ``size`` bytes, gunzipped where needed (within
     :func:`inflation_limit`), each with how many bytes of the file have been read so far: the whole text is
     never held, and the work is linear in the file whatever its gzip members."""

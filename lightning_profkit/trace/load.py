@@ -1,14 +1,11 @@
-"""A trace file as rows, read as a stream: its JSON inflated a block at a time and cut between events into
-pieces, which worker processes decode into rows while this process inflates the next ones. The whole text is never
-held, nor all its events as Python objects (docs/performance.md, Large traces). Design notes: docs/how-it-works.md.
-"""
+"""A trace file read as a stream into columns: its JSON cut between events into pieces, which worker processes decode
+while this process inflates the next ones (docs/performance.md, Large traces). Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
 import collections
 import contextlib
 import gc
-import io
 import multiprocessing
 import os
 import re
@@ -22,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import numpy as np
 
 from lightning_profkit.trace.events import LOOSE_BYTES, TooLoose, TraceDoc, decode
-from lightning_profkit.trace.file import TraceError, json_blocks, read_json
+from lightning_profkit.trace.file import TraceError, json_blocks, read_json, whole
 from lightning_profkit.trace.columns import CODED, COLUMNS, Columns, columns, wrap
 
 PIECE = 4 * 10**6  # bytes of JSON a piece: small enough to decode in the caches, large enough to send cheaply
@@ -82,14 +79,13 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progress] = None,
-         text: Optional[bytes] = None) -> LoadedTrace:
-    """The rows and labels of the trace at ``path`` (whose JSON text is ``text`` where given), read in pieces
-    of about ``piece`` bytes with up to ``jobs`` worker processes; ``progress`` is told of each block read."""
-    size = len(text) if text is not None else os.path.getsize(path) if os.path.exists(path) else 0
-    blocks = json_blocks(path, piece) if text is None else iter([(text, size)])
-    if text is None and 0 < size <= WHOLE_FILE:  # small: read at once, unless it inflates past WHOLE_FILE_JSON
-        text, blocks = _whole(blocks, WHOLE_FILE_JSON)
+def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progress] = None) -> LoadedTrace:
+    """The rows and labels of the trace at ``path``, read in pieces of about ``piece`` bytes with up to ``jobs``
+    worker processes; ``progress`` is told of each block read."""
+    size = os.path.getsize(path) if os.path.exists(path) else 0
+    blocks, text = json_blocks(path, piece), None
+    if 0 < size <= WHOLE_FILE:  # small: read at once, unless it inflates past WHOLE_FILE_JSON
+        text, blocks = whole(blocks, WHOLE_FILE_JSON)
     with gc_paused():
         try:
             told = (lambda done: progress(min(done, size), size)) if progress else None
@@ -101,28 +97,8 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
             text = blocks = None  # let go of before reading again
             text = read_json(path, ONE_PASS)
         doc = decode_json(path, text)
-        check_events(path, len(doc.traceEvents), os.path.getsize(path) if os.path.exists(path) else len(text),
-                     len(text))
+        check_events(path, len(doc.traceEvents), size, len(text))
         return LoadedTrace(columns(doc.traceEvents), doc.distributedInfo, doc.profkit)
-
-
-def _whole(blocks: Iterator[tuple[bytes, int]], limit: int) -> tuple[Optional[bytes], Iterator[tuple[bytes, int]]]:
-    """The text of ``blocks`` whole, if it is at most ``limit`` bytes (and the blocks as one); else None and the
-    blocks, those already read first."""
-    text, done = io.BytesIO(), 0  # its value is its buffer, not a copy: a list of blocks joined held the text twice
-    for block, done in blocks:
-        if text.tell() + len(block) > limit:
-            return None, _then([(text.getvalue(), done), (block, done)], blocks)
-        text.write(block)
-    return text.getvalue(), iter([(text.getvalue(), done)])
-
-
-def _then(read: list[tuple[bytes, int]], blocks: Iterator[tuple[bytes, int]]) -> Iterator[tuple[bytes, int]]:
-    """The blocks ``read``, each let go of once taken, then ``blocks``."""
-    read.reverse()
-    while read:
-        yield read.pop()
-    yield from blocks
 
 
 def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
