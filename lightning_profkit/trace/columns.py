@@ -1,5 +1,4 @@
-"""A trace's events as numpy columns, built in one pass, on which every figure is computed: complete events
-(``ph == "X"``) with a timestamp are rows, ``[memory]`` instant events are kept apart. Design notes:
+"""A trace's events as numpy columns, built in one pass, on which every figure is computed. Design notes:
 docs/how-it-works.md."""
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""A trace's events as a table, one row per complete event (``ph == "X"``), written as Parquet beside the trace
-(``NAME.parquet``) so that a run of many ranks is queried without parsing its JSON again (``profkit sql``). Every file
-of a run has the same columns (:data:`SCHEMA`: docs/many-ranks.md); Parquet needs pyarrow: :func:`available` says
-whether it is there. Design notes: docs/how-it-works.md."""
+"""A trace's complete events as a Parquet table beside it (``NAME.parquet``), so that ``profkit sql`` queries a run
+without parsing its JSON again (its columns: docs/many-ranks.md). Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

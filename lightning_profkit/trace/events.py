@@ -1,7 +1,5 @@
-"""Trace events as typed records: decoded straight from JSON by msgspec, keeping only the fields we read. Traces
-whose fields have unexpected types take a tolerant path that is bounded the same way (see :data:`LOOSE_BYTES`).
-Design notes: docs/how-it-works.md.
-"""
+"""Trace events as typed records, decoded straight from JSON by msgspec, keeping only the fields we read. Design
+notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Figures of one profiled window, from its trace events: interval math only, no torch. Times are in µs, the trace
-unit; a figure that a trace cannot support is None (no steps: no step figures; no GPU events: no GPU idle; no CUDA
-calls: no blocking time). Definitions: docs/metrics.md. Design notes: docs/how-it-works.md.
-"""
+"""Figures of one profiled window from its trace's columns, in µs; one a trace cannot support is None. Definitions:
+docs/metrics.md. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Does a written window's trace hold what its window recorded? Pure: over the trace's columns and the window's
-plan (its ``profkit`` key). What a trace must hold: docs/profkit.md (notes). Design notes: docs/how-it-works.md.
-"""
+"""Does a written window's trace hold what its window recorded (docs/profkit.md, notes)? Design notes:
+docs/how-it-works.md."""
 
 from __future__ import annotations
 

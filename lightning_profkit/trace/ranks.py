@@ -1,7 +1,5 @@
-"""Which rank holds the others back, and why: a verdict over the traces of several ranks, by each rank's own work
-(its step time less communication); the rule: docs/profkit.md (Which rank is slow). Pure (no numpy): the callback
-computes its rank's figures from its window summaries at the end of ``fit``.
-"""
+"""Which rank holds the others back, and why: docs/profkit.md (Which rank is slow). Pure (no numpy): the callback
+computes its rank's figures from its window summaries at the end of ``fit``."""
 
 from __future__ import annotations
 

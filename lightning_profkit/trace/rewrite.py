@@ -1,7 +1,5 @@
-"""The few edits a raw profiler dump needs to become our trace, made on its JSON text a piece at a time:
-:func:`edit` edits one piece of :func:`~lightning_profkit.trace.load.pieces`; :func:`joined` puts the edited pieces
-back together as one text, with the keys spliced in. On :class:`~lightning_profkit.trace.load.PieceError` the caller
-keeps the text as written, with the keys. Design notes: docs/how-it-works.md."""
+"""The few edits a raw profiler dump needs to become our trace, made on its JSON text a piece at a time. Design notes:
+docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A trace's summary kept beside it (``NAME.profkit``), so that a trace is parsed once: the finalizing process writes
-it when the window is written, and ``profkit`` writes it after parsing a trace that had none. What it holds and when
-it is stale (:func:`version`: a hash of the figures' code): docs/many-ranks.md. Design notes: docs/how-it-works.md.
-"""
+"""A trace's summary kept beside it (``NAME.profkit``), so that a trace is parsed once; what it holds and when it is
+stale: docs/many-ranks.md. Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The views ``profkit sql`` gives over a run's event tables (:mod:`~lightning_profkit.trace.event_table`), in
-DuckDB, embedded. Each view is one SQL text over the view ``events``; the categories come from the one vocabulary
-of trace words, so that a view selects what the figures of ``profkit summary`` read."""
+"""The views ``profkit sql`` gives over a run's event tables in DuckDB, their categories from the one vocabulary of
+trace words."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """torch-tb-profiler's Overview "step time breakdown", with the two fixes kineto made after its last release
-(docs/profkit.md). Per step: Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CpuOp ("CPU Exec"), Other,
-Total (µs). Design notes: docs/how-it-works.md.
-"""
+(docs/profkit.md). Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Where the time went in one trace, in many, and between two sets: the figures behind ``profkit summary``
-(docs/profkit.md). One trace's summary holds :mod:`step_breakdown`, :mod:`temporal_breakdown`, :mod:`host_steps` and
-the whole operator tables (:mod:`operator_times`); :func:`key_figures` flattens it to the numbers that are averaged
-over traces and compared between runs. A figure a trace cannot support is None, with a note."""
+(docs/profkit.md)."""
 
 from __future__ import annotations
 

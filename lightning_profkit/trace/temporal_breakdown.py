@@ -1,7 +1,5 @@
-"""HolisticTraceAnalysis's temporal breakdown (``get_temporal_breakdown``, HTA 0.5.0 defaults), on columns: idle,
-compute and non-compute over first to last GPU activity, the last ProfilerStep left out as HTA does. Times in µs.
-Design notes: docs/how-it-works.md.
-"""
+"""HolisticTraceAnalysis's temporal breakdown (``get_temporal_breakdown``, HTA 0.5.0 defaults). Design notes:
+docs/how-it-works.md."""
 
 from __future__ import annotations
 
