@@ -18,8 +18,8 @@ LONGEST_NAME = 2**16  # characters of a name kept: its first and last halves (a 
 
 @dataclass
 class Columns:
-    """A trace's rows as columns: strings are codes into tables, first seen first; numeric arguments that are absent
-    or not whole numbers are -1, an absent duration NaN."""
+    """A trace's complete events with a timestamp as columns, its ``[memory]`` events apart: strings are codes into
+    tables, first seen first; numeric arguments absent or not whole numbers are -1, an absent duration NaN."""
 
     # tables: the distinct values, first seen first, that code columns point into
     raw_cats: list[Any]  # category per code, as written (None where absent)
@@ -41,7 +41,7 @@ class Columns:
     memory_reserved: np.ndarray
     fractional: bool  # some timestamp is written as a float (HTA then rounds them all)
     _named: dict[Any, np.ndarray] = field(default_factory=dict, init=False, repr=False)  # name_mask's, by predicate
-    _codes_of: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False)  # a name's codes (or codes)
+    _codes_of: dict[str, list[int]] = field(default_factory=dict, init=False, repr=False)  # each name's codes
 
     @cached_property
     def end(self) -> np.ndarray:

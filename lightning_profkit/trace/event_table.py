@@ -125,25 +125,17 @@ def steps_of(c: Columns) -> np.ndarray:
     return step
 
 
-def table_of(path: str, summary: dict[str, Any], c: Columns) -> dict[str, Any]:
-    """The table of the trace at ``path`` (its columns ``c``), labelled from its summary."""
-    return event_table(c, run_of(path), summary["window"], summary["rank"], summary["worker"])
-
-
 def event_table(c: Columns, run: str, window: str, rank: Optional[int], worker: str) -> dict[str, Any]:
     """The table's columns (numpy arrays; strings as codes plus their values, see :func:`to_parquet`)."""
     pids = _integers([pid for pid, _ in c.threads])
     tids = _integers([tid for _, tid in c.threads])
     device = c.cat_mask(*v.DEVICE)
-    n = c.ts.size
     return {
         "run": run, "window_name": window, "rank": -1 if rank is None else rank, "worker": worker,
-        "name": (c.name, [str(x) for x in c.names]), "category": (c.cat, [str(x or "") for x in c.raw_cats]),
-        "start_us": c.ts.astype(np.float64), "dur_us": np.nan_to_num(c.dur.astype(np.float64)),
-        "pid": pids[c.thread] if n else np.zeros(0, np.int64), "tid": tids[c.thread] if n else np.zeros(0, np.int64),
-        "device": np.where(device, pids[c.thread], -1) if n else np.zeros(0, np.int64),
-        "stream": c.stream.astype(np.int64), "correlation": c.corr.astype(np.int64),
-        "external_id": c.ext.astype(np.int64), "step": steps_of(c),
+        "name": (c.name, c.names), "category": (c.cat, [str(x or "") for x in c.raw_cats]),
+        "start_us": c.ts, "dur_us": np.nan_to_num(c.dur), "pid": pids[c.thread], "tid": tids[c.thread],
+        "device": np.where(device, pids[c.thread], -1), "stream": c.stream, "correlation": c.corr, "external_id": c.ext,
+        "step": steps_of(c),
     }
 
 

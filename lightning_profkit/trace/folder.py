@@ -99,7 +99,8 @@ def write_table(trace: str, summary: dict[str, Any], loaded: Any, name: Optional
     """Write the events table of the local ``trace`` (read as ``loaded``; on a store at ``name``) beside it."""
     from lightning_profkit.trace import event_table
 
-    table = event_table.table_of(name or trace, summary, loaded.rows)
+    table = event_table.event_table(loaded.rows, event_table.run_of(name or trace), summary["window"], summary["rank"],
+                                    summary["worker"])
     write_atomic(trace + EVENTS, event_table.to_parquet(table, os.path.getsize(trace)))
 
 

@@ -62,11 +62,9 @@ class PieceError(ValueError):
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a trace is hundreds of thousands of records without cycles, and its
-    figures as many rows, and each collection the allocations trigger would walk all of them (about a tenth of the
-    time reading; with an operator of each name, summarizing took 10x as long for 4x the events). Only in a
-    process's main thread: the collector is the process's, and a helper thread (the training process's writer)
-    must not pause the user's."""
+    """Pause the cyclic garbage collector, whose collections would walk a trace's records and rows, none of them in a
+    cycle (a tenth of the reading time; 10x the summary's with an operator of each name). Only in the main thread: a
+    helper thread (the training process's writer) must not pause the user's."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -145,11 +143,9 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
 
 
 def _pool(jobs: int, held: Optional[bytes]) -> tuple[ProcessPoolExecutor, bool]:
-    """``jobs`` worker processes, and whether they inherit ``held``: forked from this process while it has no other
-    thread (all at once, before the pool's own thread; the text and what this process imported come without a
-    copy), else started by forkserver, a fresh process that forks them (fork beside threads can deadlock the child);
-    spawned where neither is offered, or where the forkserver cannot start (its socket's path, in the temporary
-    folder, longer than a Unix socket's path may be)."""
+    """``jobs`` worker processes, and whether they inherit ``held``: forked while this process has no other thread
+    (fork beside threads can deadlock the child), else by forkserver, else spawned (no forkserver, or one whose
+    socket's path is too long)."""
     methods = multiprocessing.get_all_start_methods()
     if threading.active_count() == 1 and "fork" in methods:
         context = multiprocessing.get_context("fork")
