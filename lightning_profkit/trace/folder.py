@@ -31,10 +31,8 @@ class FolderRead(NamedTuple):
 def read_folder(path: str, jobs: int, known: Optional[dict[str, dict[str, Any]]] = None, tables: bool = False,
                 progress: Optional[Progress] = None) -> FolderRead:
     """The summary of every trace under the local ``path`` and of those ``known`` (summaries by path, of traces not
-    there): from its sidecar where that is fresh (see :mod:`~lightning_profkit.trace.sidecar`), else read (each as a
-    stream: see :mod:`~lightning_profkit.trace.load`) and its sidecar written beside it. With ``tables``, a trace
-    whose events table is missing or stale is read too and its table written. No trace under ``path``: a
-    :class:`~lightning_profkit.trace.file.TraceError`."""
+    there): from its fresh sidecar, else read and its sidecar written beside it; with ``tables``, also read where its
+    events table is missing or stale, and the table written. No trace under ``path``: a :class:`TraceError`."""
     known = known or {}
     if known:
         with contextlib.suppress(TraceError):  # none there: all known

@@ -18,15 +18,10 @@ CHUNK = 2**16  # spans whose self times are computed at once: what bounds the te
 
 
 def self_times(thread: np.ndarray, start: np.ndarray, end: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The spans ``rows`` of the columns ``thread``, ``start`` and ``end``: each one's duration less that of its
-    direct children, the spans of its thread nested in it by containment.
-
-    Sorted once by (thread, start, longest first); then about :data:`CHUNK` spans at a time, cut where a thread
-    starts or where none of its spans is open, in sorts and searches: ``n log n`` whatever the threads and depths,
-    with temporaries of a chunk's size (a thread's, where its spans all lie inside one: on a large trace they were
-    the figures' peak of memory). Zero-length spans
-    have no time and contain nothing: give only spans of positive length.
-    """
+    """The spans ``rows`` (of positive length) of the columns ``thread``, ``start`` and ``end``: each one's duration
+    less that of its direct children, the spans of its thread nested in it by containment. Sorted once, then about
+    :data:`CHUNK` spans at a time in sorts and searches: ``n log n`` whatever the threads and depths, with
+    temporaries of a chunk's size (on a large trace they were the figures' peak of memory)."""
     longest_first = end[rows]
     order = np.lexsort((np.negative(longest_first, out=longest_first), start[rows], thread[rows]))
     del longest_first
@@ -94,11 +89,8 @@ def _by_name(codes: np.ndarray, names: list[str], **columns: np.ndarray) -> dict
 
 
 def operator_times(c: Columns) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{"cpu": {name: {calls, total_us, self_us}}, "device": {name: {calls, total_us}}}``.
-
-    A CPU operator's self time is its duration less that of the operators directly inside it on the same
-    thread (nesting by containment, as torch-tb-profiler and the autograd profiler build their trees).
-    """
+    """``{"cpu": {name: {calls, total_us, self_us}}, "device": {name: {calls, total_us}}}``; self time as
+    torch-tb-profiler and the autograd profiler nest operators (see :func:`self_times`)."""
     cpu = np.flatnonzero(c.cat_mask(*CPU_CATEGORIES) & ~c.name_mask(v.is_step))  # steps: the step breakdown's
     names, dur = c.name[cpu], c.end[cpu] - c.ts[cpu]
     timed = dur > 0

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 
 from lightning_profkit.figures import HostFigures, percentile
 from lightning_profkit.idle_causes import CAUSES, largest, share_name
+from lightning_profkit.trace.headline import percent
 
 # the parts of a step (torch-tb-profiler's categories) that are a rank's own work, and what each is called
 PARTS = {"data": ("DataLoader",), "host": ("CpuOp", "Runtime", "Other"), "compute": ("Kernel", "Memcpy", "Memset")}
@@ -38,7 +39,7 @@ class RankFigures:
     def gpu_idle_largest(self) -> Optional[str]:
         """The cause of most of the rank's GPU idle time, with its share: ``data_wait 33.4%``."""
         cause = largest(self.gpu_idle_by_cause or {})
-        return None if cause is None else f"{cause} {100 * self.gpu_idle_by_cause[cause]:.1f}%"  # type: ignore[index]
+        return None if cause is None else f"{cause} {percent(self.gpu_idle_by_cause[cause])}"  # type: ignore[index]
 
     def part(self, name: str) -> float:
         return getattr(self, f"{name}_ms_per_step")
