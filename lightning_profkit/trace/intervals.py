@@ -86,13 +86,9 @@ def length(u: Union) -> float:
     return float(np.sum(u[1] - u[0]))
 
 
-def merge(a: Union, b: Union) -> Union:
-    return union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
-
-
 def overlap(a: Union, b: Union) -> float:
     """``|A ∩ B|`` of two unions, as ``|A| + |B| - |A ∪ B|``."""
-    return length(a) + length(b) - length(merge(a, b))
+    return length(a) + length(b) - length(union(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]])))
 
 
 def covered(u: Union, bounds: np.ndarray) -> np.ndarray:

@@ -131,10 +131,10 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
             if pool is None:
                 found.add(appender, decode_piece(framed_piece(buf, start, end, first, last)))
             elif inherited and buf is held:
-                pending.append(pool.submit(_decode_inherited, start, end, first, last))
+                pending.append(pool.submit(_decode_sent, None, start, end, first, last))
             else:
-                piece_text = buf if (start, end) == (0, len(buf)) else buf[start:end]  # one copy at most
-                pending.append(pool.submit(decode_framed, _Sent(piece_text), first, last))
+                sent = buf if (start, end) == (0, len(buf)) else buf[start:end]  # one copy at most
+                pending.append(pool.submit(_decode_sent, _Sent(sent), 0, len(sent), first, last))
                 while len(pending) > IN_FLIGHT * jobs:
                     found.add(appender, pending.popleft().result())
         while pending:
@@ -172,9 +172,9 @@ def _inherit(text: bytes) -> None:
     _INHERITED = text
 
 
-def _decode_inherited(start: int, end: int, first: bool, last: bool) -> "_Result":
-    assert _INHERITED is not None
-    return decode_piece(framed_piece(_INHERITED, start, end, first, last))
+def _decode_sent(text: Optional[bytes], start: int, end: int, first: bool, last: bool) -> "_Result":
+    """In a worker: :func:`decode_piece` of the piece ``text[start:end]`` (of the text it inherited: ``text`` None)."""
+    return decode_piece(framed_piece(_INHERITED if text is None else text, start, end, first, last))
 
 
 class _Sent:
@@ -281,11 +281,6 @@ def framed_piece(text: bytes, start: int, end: int, first: bool, last: bool) -> 
 
 
 _Result = tuple[Columns, Optional[dict[str, Any]], Optional[dict[str, Any]]]
-
-
-def decode_framed(text: bytes, first: bool, last: bool) -> _Result:
-    """:func:`decode_piece` of the piece ``text`` made a document (see :func:`framed_piece`)."""
-    return decode_piece(framed_piece(text, 0, len(text), first, last))
 
 
 def decode_piece(text: Any) -> _Result:
