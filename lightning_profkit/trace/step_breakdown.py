@@ -44,10 +44,8 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
 def on_device(
     c: Columns, steps: list[tuple[float, float]], names: list[Optional[int]], launches: np.ndarray
 ) -> tuple[list[tuple[float, float]], list[Optional[int]]]:
-    """``steps`` (host spans, in time order) as the GPU ran them, as torch-tb-profiler's ``StepParser`` moves
-    them: a host call (where ``launches``) lying inside a step links the step to the GPU work it launched
-    (same correlation id); a step starts when the previous one's GPU work ended and ends when its own GPU work
-    ends, and trailing steps without GPU work are dropped. Unchanged when no GPU work can be linked."""
+    """``steps`` (host spans, in time order) as the GPU ran them, linked by the host calls where ``launches``, as
+    torch-tb-profiler's ``StepParser`` moves them (docs/how-it-works.md); unchanged when no GPU work can be linked."""
     device = np.flatnonzero(c.cat_mask(*v.DEVICE))
     linked, step_of = _linked(c, steps, np.flatnonzero(launches), device)
     if not linked.size:
