@@ -160,7 +160,7 @@ class PerformanceMonitor(Callback):
         if loop.restarting and loop.batch_progress.current.ready > 0:  # mid-epoch: no on_train_epoch_start again
             self.on_train_epoch_start(trainer, pl_module)
         fit = self._fit
-        disabled = fit.windows.runner is None and fit.rank.world_size == 1
+        disabled = fit.runner is None and fit.rank.world_size == 1
         apply(trainer, Outcome(lines=self.options.plan(fit.trace_dir, epoch_length(trainer), disabled)))
 
     @guarded
@@ -192,13 +192,13 @@ class PerformanceMonitor(Callback):
     @guarded
     def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:  # with validation_batches: no sanity check
-        if dataloader_idx == 0 and not trainer.sanity_checking and (windows := self._fit.windows.validation) is not None:
+        if dataloader_idx == 0 and not trainer.sanity_checking and (windows := self._fit.validation_windows) is not None:
             windows.batch_start(batch_idx)
 
     @guarded
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
-        if dataloader_idx == 0 and (windows := self._fit.windows.validation) is not None:
+        if dataloader_idx == 0 and (windows := self._fit.validation_windows) is not None:
             windows.batch_end()
 
     @guarded
@@ -239,9 +239,9 @@ class PerformanceMonitor(Callback):
         self._fit.arm(FetchTimer(trainer).install(), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
                       lambda: loader_facts(train_loader(trainer), on_cuda, processes, worker_pids(trainer)),
                       lambda: worker_pids(trainer))
-        if self._fit.windows.validation is not None:  # the validation batch hooks exist only then: else they cost nothing
+        if self._fit.validation_windows is not None:  # the validation batch hooks exist only then: else they cost nothing
             rehook(self, "on_validation_batch_start", "on_validation_batch_end")
-        self._fit.windows.last_step, self._trainer = last_step(trainer), trainer
+        self._fit.last_step, self._trainer = last_step(trainer), trainer
 
     def _wake(self) -> None:
         """From the fetch timer, at the first fetch of a step with work at its end (and every ``OWNER_CHECK_S`` s):

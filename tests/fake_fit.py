@@ -110,11 +110,11 @@ class FakeFit:
             if validation and batch_idx in validation:
                 self.run.validation_start(self.step)
                 for val_batch in range(validation_batches):  # the batch hooks run where there are validation windows
-                    if self.run.windows.validation is not None:
-                        self.run.windows.validation.batch_start(val_batch)
+                    if self.run.validation_windows is not None:
+                        self.run.validation_windows.batch_start(val_batch)
                     self.clock.advance(validation[batch_idx] / validation_batches)
-                    if self.run.windows.validation is not None:
-                        self.run.windows.validation.batch_end()
+                    if self.run.validation_windows is not None:
+                        self.run.validation_windows.batch_end()
                 self.run.validation_end(self.step + 1, batch_idx + 1)
             self.step += 1
         self.fetch_starts.append(self.clock())

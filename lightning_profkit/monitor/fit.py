@@ -20,7 +20,7 @@ from lightning_profkit.monitor.exchange import (close_group, exchange_group, exc
                                                 names_of)
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
-from lightning_profkit.monitor.profiling.fit_windows import FitWindows
+from lightning_profkit.monitor.profiling.selection import capture_steps
 from lightning_profkit.monitor.profiling.windows import (Recording, ValidationWindows, WindowRunner,
                                                          profiler_activities, session_opener)
 from lightning_profkit.monitor.timing.epoch_figures import reduce_ranks, rolling_metrics
@@ -30,6 +30,7 @@ from lightning_profkit.monitor.writing.intake import TraceIntake, slowest_rank
 from lightning_profkit.monitor.writing.output import TraceOutput
 from lightning_profkit.notices import warn
 
+INF = float("inf")
 OWNER_CHECK_S = 10.0  # seconds of training between checks that the callback is still among the trainer's callbacks
 
 
@@ -84,7 +85,10 @@ class FitRun:
         self.measure = EpochMeasure(self.report, fit_loop)
         self.output: Optional[TraceOutput] = None
         self.intake: Optional[TraceIntake] = None
-        self.windows = FitWindows(None, None, self.report)  # none until training starts
+        self.runner: Optional[WindowRunner] = None  # the training windows, from training's start where recorded
+        self.validation_windows: Optional[ValidationWindows] = None
+        self.due = INF  # the next step at whose end the windows have work
+        self.last_step: Optional[int] = None  # the fit's last step, where the Trainer knows it
         self.live: Optional[capture_request.LiveRun] = None
         # the DataLoader's CPU, marked at the checks, for an alert's advice (where alerts are on)
         self.advice = LoaderAdvice(self.report, watching=self.checks.rule is not None)
@@ -110,7 +114,6 @@ class FitRun:
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
                                   o.storage_options)
         intake = self.intake = TraceIntake(self.output, o, self.rank.is_zero, self.report)
-        runner, validation = None, None
         if o.profiles_rank(self.rank.rank) and not self.other_profiler and not self.broken:
             activities = profiler_activities(o.activities, on_cuda)
             intake.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
@@ -121,14 +124,13 @@ class FitRun:
                 per_step = lambda: intake.bytes_per_step.get(validating)  # noqa: E731
                 return session_opener(recording, self.report, per_step, intake.room)
 
-            runner = WindowRunner(o.selection(), opener(
+            self.runner = WindowRunner(o.selection(), opener(
                 lambda session, prof: intake.submit(session, prof, self.epoch, self.log_step)))
             batches = o.validation_selection()
             if batches is not None:
-                validation = ValidationWindows(batches, opener(lambda session, prof: intake.submit(
+                self.validation_windows = ValidationWindows(batches, opener(lambda session, prof: intake.submit(
                     session, prof, self.epoch, self.log_step, validation_after=self.validation_after,
                     after_batch=max(self.validation_after - self.epoch_offset, 0)), True))
-        self.windows = FitWindows(runner, validation, self.report)
         if self.rank.is_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
             self.live = capture_request.LiveRun(self.output.local_dir)
             if self.output.remote:  # the finalizing process announces the run there and brings requests in
@@ -138,7 +140,7 @@ class FitRun:
         """End the machinery (waiting up to ``flush_timeout`` for the writer, with ``wait``); safe to call again. The
         windows written meanwhile come back to be logged."""
         out = Outcome()
-        self.windows.stop()
+        self._stop_windows()
         if self.timer is not None:
             self.timer.uninstall()
             self.timer = None
@@ -168,7 +170,7 @@ class FitRun:
         every rank keeps taking part in the same exchanges."""
         self.broken = True
         self.report(f"profiling is off for the rest of this run after an error in `{where}`:\n  {err!r}")
-        self.windows.stop()
+        self._stop_windows()
 
     def close(self, wait: bool = True) -> None:
         """The fit is over (teardown, or an exception): nothing of it is left running."""
@@ -192,8 +194,12 @@ class FitRun:
         self.advice.mark(now, self.timer.stats)  # the epoch's first check measures from here
         self.epoch_first_step = step
         self.epoch_length = epoch_length
-        self.windows.epoch_start(step, batch_idx, epoch_length)
-        if self.windows.recording:
+        if self.validation_windows is not None:
+            self.validation_windows.spent = []  # this epoch's validation windows
+        if self.runner is not None:
+            self.runner.epoch_start(step, batch_idx, epoch_length)
+            self.due = self.runner.next_step_end(step, batch_idx)
+        if self.recording:
             self.measure.cpu_waits.mark(now)
         self._schedule()
 
@@ -216,11 +222,12 @@ class FitRun:
                 out.lines += self._requested(step, steps)
         if self.output is not None and self.output.has_written:
             self._take_written(out)
-        if step >= self.windows.due:
-            was = self.windows.recording
+        if step >= self.due and self.runner is not None:
+            was = self.recording
             try:
-                self.windows.step_end(step, batch_idx, last_in_epoch, stopping)
-                if was != self.windows.recording:  # a window opened or closed
+                self.runner.step_end(step, batch_idx, last_in_epoch, stopping)
+                self.due = self.runner.next_step_end(step + 1, batch_idx + 1)
+                if was != self.recording:  # a window opened or closed
                     self.measure.cpu_waits.mark(now)
             except Exception as err:
                 self.fail("on_train_batch_end", err)
@@ -230,7 +237,7 @@ class FitRun:
     def _requested(self, step: int, steps: int) -> list[str]:
         """Record ``steps`` steps after ``step``, as asked from outside (``profkit capture``); the line that says
         where, by epoch and batch."""
-        window = self.windows.capture(step, steps, self.checks)
+        window = self._capture(step, steps)
         if window is None:
             return []
         first, length = window[0] - self.epoch_offset, self.epoch_length
@@ -245,14 +252,20 @@ class FitRun:
         self.log_step = self.validation_after if log_step is None else log_step
         if self.in_epoch:
             self.measure.validation_start(self.clock())
-        self.windows.validation_start(self.in_epoch)
+        if self.in_epoch and self.runner is not None:  # the window it interrupts ends
+            self.runner.pause()
+        if self.validation_windows is not None:
+            self.validation_windows.run_start()
 
     def validation_end(self, step: int, batch_idx: int) -> None:
         """The validation run ended; training goes on at ``step`` (batch ``batch_idx``)."""
         seconds = self.measure.validation_end(self.clock())
         if seconds and self.timer is not None:
             self.timer.stats.exclude(seconds)
-        self.windows.validation_end(step, batch_idx)
+        if self.validation_windows is not None:
+            self.validation_windows.stop()
+        if self.runner is not None and self.runner.resume(step, batch_idx):  # in the window it ended
+            self.due = self.runner.next_step_end(step, batch_idx)
         self._schedule()
 
     def epoch_end(self, step: int, completed: int, log_step: int) -> Outcome:
@@ -260,7 +273,11 @@ class FitRun:
         out = Outcome()
         end = self.clock()
         self.in_epoch, self.log_step = False, log_step
-        profiled, spent = self.windows.epoch_end()
+        runner, validation = self.runner, self.validation_windows
+        if runner is not None:
+            runner.stop()
+        profiled = runner.profiled if runner else []  # first and last step of each window
+        spent = (runner.spent if runner else []) + (validation.spent if validation else [])
         if self.timer is None:
             return out
         self.timer.stats.end_step(end, completed)
@@ -312,13 +329,45 @@ class FitRun:
         self.output = self.intake = None
         return out
 
-    # ------------------------------------------------------------------ the step scheduler
+    # ------------------------------------------------------------------ the windows and the step scheduler
+    @property
+    def recording(self) -> bool:
+        """Whether a training window's session is open."""
+        return self.runner is not None and self.runner.session is not None
+
+    def _capture(self, step: int, steps: int) -> Optional[tuple[int, int]]:
+        """Record ``steps`` steps after ``step``, spending one of the fit's captures; the steps, or None where this
+        rank records none, the budget is spent or the fit ends at ``step``."""
+        if self.runner is None:
+            return None
+        window = capture_steps(step, steps, self.runner.selection.warmup, self.last_step)
+        if window is None:
+            return None
+        if not self.checks.spend_capture():
+            self.report(f"no more captures: `max_captures={self.checks.max_captures}` windows were recorded", "budget")
+            return None
+        self.runner.capture(*window, step + 1)
+        self.due = min(self.due, step)  # the runner opens it at this step's end
+        return window
+
+    def _stop_windows(self) -> None:
+        """End the training and validation windows' sessions, keeping what they recorded; none opens again."""
+        stopping = (self.runner, self.validation_windows)
+        self.runner = self.validation_windows = None
+        self.due = INF
+        for windows in stopping:
+            if windows is not None:
+                try:
+                    windows.stop()
+                except Exception as err:  # the windows have let go of the session already
+                    self.report(f"stopping the profiler failed:\n  {err!r}")
+
     def _schedule(self) -> None:
         """Have the fetch timer wake us at the next step with work at its end: a window's, a rolling check's, or
         the next capture-request poll (or ownership check)."""
         if self.timer is not None:
             check_at = self.checks.check_at
-            due = min(self.windows.due, float("inf") if check_at is None else check_at)
+            due = min(self.due, INF if check_at is None else check_at)
             at = self.clock() + OWNER_CHECK_S
             if self.live is not None:
                 at = min(at, self.live.next_poll)
@@ -356,8 +405,8 @@ class FitRun:
         o = self.options
         recording = None
         if o.alert_action == "warn" and o.capture_on_alert:
-            recording = self.windows.capture(step, o.active, self.checks)
-            last = self.windows.last_step
+            recording = self._capture(step, o.active)
+            last = self.last_step
             if recording is None and last is not None and step >= last:
                 out.lines.append("data-wait alert at the fit's last step: no steps are left to record for it")
         alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, advice,

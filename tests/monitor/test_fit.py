@@ -279,5 +279,40 @@ def test_after_an_error_no_window_starts_again_in_the_fit(monkeypatch, tmp_path)
     fit.run.arm(fetch_timer.FetchTimer(fit.trainer).install(), False, 2)
     fit.epoch(0, [(0.001, 0.01)] * 20)
     fit.end()
-    assert fit.run.windows.runner is None and fit.traces == [] and epoch_row(fit)
+    assert fit.run.runner is None and fit.traces == [] and epoch_row(fit)
     assert [w for w in fit.warnings if "profiling is off for the rest of this run" in w]
+
+
+def own_warnings(fit):
+    return [w for w in fit.warnings if w.startswith("PerformanceMonitor:")]
+
+
+def test_a_window_records_the_selections_steps_and_wakes_only_around_them(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, skip_first=2, warmup=1, active=2, max_captures=0)
+    fit.epoch(0, [(0.0, 0.01)] * 20)
+    fit.end()
+    assert [p.split("/")[-2] for p in fit.traces] == ["epoch=0000-batch=000003-000004"]  # skip 2, warm up 1, record 2
+    assert own_warnings(fit) == []
+    assert fit.woken_at[0] >= 1 and len(fit.woken_at) < 20  # from the step before the warm-up; not every step
+
+
+def test_captures_spend_the_budget_and_stop_at_the_fits_last_step(monkeypatch, tmp_path):
+    told = []
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, skip_first=2, warmup=1, active=2, max_captures=1)
+    fit.run.report = lambda message, key="": told.append(key)
+    fit.run.last_step = 20
+    assert fit.run._capture(5, 3) == (7, 9) and fit.run.due <= 5  # after a warm-up step
+    assert fit.run._capture(8, 3) is None and told == ["budget"]
+    fit.checks.start_fit()
+    assert fit.run._capture(18, 5) == (19, 20)  # at once, cut at the last step
+    assert fit.run._capture(20, 5) is None  # the fit ends there
+
+
+def test_after_the_windows_stop_nothing_records(monkeypatch, tmp_path):
+    fit = FakeFit(monkeypatch, str(tmp_path), alert_threshold=None, skip_first=2, warmup=1, active=2, max_captures=1)
+    fit.run._stop_windows()
+    assert fit.run.runner is None and fit.run.due == float("inf")
+    assert fit.run._capture(5, 3) is None and fit.checks.captures_left == 1
+    fit.epoch(0, [(0.0, 0.01)] * 20)
+    fit.end()
+    assert fit.woken_at == [0] and fit.traces == []  # the first capture-request poll only

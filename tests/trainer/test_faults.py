@@ -81,7 +81,7 @@ def test_a_bug_in_the_callback_stops_the_profiler_and_training_goes_on(tmp_path)
         """Puts a bug into the window runner of the fit, at the end of step 12 (a session is open there)."""
 
         def on_train_start(self, trainer, pl_module):
-            runner = monitor._fit.windows.runner
+            runner = monitor._fit.runner
             step_end = runner.step_end
 
             def buggy(step, batch_idx, *args):
