@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
-import re
 import secrets
 import time
 from typing import Any, Callable, Optional
@@ -19,6 +18,7 @@ from lightning_profkit.capture_request import other_fit
 from lightning_profkit.internals import batches_that_stepped, loader_workers
 from lightning_profkit.metric_names import PREFIX
 from lightning_profkit.monitor.fit import Outcome, Rank
+from lightning_profkit.monitor.writing.output import WINDOW_FOLDER
 from lightning_profkit.printable import redact
 from lightning_profkit.store import credential_keys, is_url, join
 
@@ -158,11 +158,6 @@ def run_folder_name(trainer: Trainer) -> str:
     now = time.time()
     name = time.strftime("run=%Y%m%d-%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}-{secrets.token_hex(3)}"
     return trainer.strategy.broadcast(name)
-
-
-# a window's folder, as this version names it (epoch=0001-batch=…) and as earlier builds did (step=000051-…); not
-# Lightning's checkpoints (epoch=3-step=400.ckpt), which may share the folder
-WINDOW_FOLDER = re.compile(r"epoch=\d+-batch=\d|step=\d")
 
 
 def _holds_windows(folder: str) -> bool:

@@ -10,7 +10,8 @@ import time
 import pytest
 from conftest import leftovers, recorded
 
-from lightning_profkit.monitor.writing.output import TraceOutput, check_trace_dir, window_name, worker_name
+from lightning_profkit.monitor.writing.output import (WINDOW_FOLDER, TraceOutput, check_trace_dir, validation_window_name,
+                                                      window_name, worker_name)
 
 
 def cpu_of_this_process_and_its_children():
@@ -45,6 +46,11 @@ def test_windows_are_written_whole_with_their_figures_and_retention_keeps_the_ne
     assert trace["profkit"]["epoch"] == 1 and trace["profkit"]["estimated_mb"] == 0.1
     assert trace["distributedInfo"] == {"rank": 0, "world_size": 1}
     assert leftovers(tmp_path) == []
+
+
+def test_window_folders_are_told_from_lightnings_checkpoints():
+    assert WINDOW_FOLDER.match(window_name(1, 11, 13)) and WINDOW_FOLDER.match(validation_window_name(0, 39, 2, 4))
+    assert WINDOW_FOLDER.match("step=000051-000053") and not WINDOW_FOLDER.match("epoch=3-step=400.ckpt")
 
 
 def test_a_window_that_cannot_be_written_is_reported_and_nothing_is_left(tmp_path):

@@ -46,6 +46,11 @@ def validation_window_name(epoch: int, after_batch: int, first: int, last: int) 
     return f"epoch={epoch:0{EPOCH_DIGITS}d}-batch={after_batch:0{BATCH_DIGITS}d}-val-batch={_batches(first, last)}"
 
 
+# the folders these two name, and earlier builds' (step=000051-…); not Lightning's checkpoints (epoch=3-step=400.ckpt),
+# which may share the trace folder
+WINDOW_FOLDER = re.compile(r"epoch=\d+-batch=\d|step=\d")
+
+
 @dataclass(frozen=True)
 class WrittenWindow:
     """A window whose trace is in place, with its figures (computed by the finalizing child)."""
