@@ -90,7 +90,6 @@ class FitRun:
         self.due = INF  # the next step at whose end the windows have work
         self.last_step: Optional[int] = None  # the fit's last step, where the Trainer knows it
         self.live: Optional[capture_request.LiveRun] = None
-        # the DataLoader's CPU, marked at the checks, for an alert's advice (where alerts are on)
         self.advice = LoaderAdvice(self.report, watching=self.checks.rule is not None)
         self.broken = False
         self.epoch = 0
@@ -98,7 +97,7 @@ class FitRun:
         self.epoch_first_step = 0
         self.epoch_offset = 0
         self.epoch_length: Optional[int] = None  # batches in the running epoch, where known
-        self.log_step = 0  # the axis value of the latest step we were called at (see the module's docstring)
+        self.log_step = 0  # the latest step we were called at, on the axis metrics are logged on
         self.validation_after = 0  # the training step the running validation follows
         self.step_ms: Optional[float] = None  # the last epoch's step_time_ms_mean (over ranks), for the end-of-fit line
 
@@ -122,7 +121,7 @@ class FitRun:
             def opener(trace_ready: Callable, validating: bool = False) -> Callable:
                 recording = Recording(activities, o.profiler_options(), trace_ready, o.quiet, limit)
                 per_step = lambda: intake.bytes_per_step.get(validating)  # noqa: E731
-                return session_opener(recording, self.report, per_step, intake.room)
+                return session_opener(recording, self.report, per_step, intake.output.room)
 
             self.runner = WindowRunner(o.selection(), opener(
                 lambda session, prof: intake.submit(session, prof, self.epoch, self.log_step)))
@@ -227,7 +226,7 @@ class FitRun:
             try:
                 self.runner.step_end(step, batch_idx, last_in_epoch, stopping)
                 self.due = self.runner.next_step_end(step + 1, batch_idx + 1)
-                if was != self.recording:  # a window opened or closed
+                if was != self.recording:
                     self.measure.cpu_waits.mark(now)
             except Exception as err:
                 self.fail("on_train_batch_end", err)
@@ -397,10 +396,10 @@ class FitRun:
         """Feed one check to the rule; on an alert, act on it (every rank decides alike)."""
         if not self.checks.judge(ratio, step):
             return
-        assert self.checks.rule is not None
-        stats, spans = self.timer.stats if self.timer is not None else None, self.measure.spans
+        assert self.checks.rule is not None and self.timer is not None  # called from the checks of an armed fit
+        stats, spans = self.timer.stats, self.measure.spans
         startup = (stats.first_fetch - spans.start + self.measure.startup_before_s + stats.first_wait
-                   if stats is not None and stats.first_fetch else None)
+                   if stats.first_fetch else None)
         advice = self.advice.advice(self.group, worst_rank, startup, self.clock() - spans.start)  # an exchange
         o = self.options
         recording = None

@@ -58,13 +58,6 @@ class TraceIntake:
         self.bytes_per_step: dict[bool, float] = {}  # by validation: JSON a step of the latest written window of a kind
         self.gpu_profiled = False  # CUDA among the activities on a CUDA model: a trace without GPU activity lost it
 
-    def room(self) -> Optional[str]:
-        """Why a window's trace would not fit where it goes now, or None."""
-        try:
-            return self.output.room()
-        except OSError:  # the folder cannot be looked at: the window's write will say why
-            return None
-
     def submit(self, session: WindowSession, prof: Any, epoch: int, log_step: int,
                validation_after: Optional[int] = None, after_batch: int = 0) -> None:
         """The finished ``session``'s results to be written (a validation window's: ``validation_after`` and

@@ -234,7 +234,10 @@ class TraceOutput:
             need = max(need or 0.0, full.needed_mb or 0.0, full.free_mb + 1.0)
         if need is None:
             return None
-        free = free_mb(self._local or tempfile.gettempdir())  # a store's staging folder is made in the latter
+        try:
+            free = free_mb(self._local or tempfile.gettempdir())  # a store's staging folder is made in the latter
+        except OSError:  # the folder cannot be looked at: the window's write will say why
+            return None
         if free >= need:
             return None
         return (f"disk full at {self._local or self.trace_dir}: {megabytes(free)} free, the last window needed "
