@@ -107,12 +107,12 @@ class FitRun:
         """Training starts (or starts again after loops that ran without us); ``loader()`` and ``workers()`` read
         the training DataLoader's settings and its workers' pids for the advice."""
         o = self.options
-        self.timer, self.advice.loader, self.advice.workers = timer, loader, workers
-        timer.cpu_clock = thread_time if self.advice.watching else None
-        self.measure.arm(on_cuda, batch_size)
         self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
                                   o.storage_options)
         intake = self.intake = TraceIntake(self.output, o, self.rank.is_zero, self.report)
+        self.timer, self.advice.loader, self.advice.workers = timer, loader, workers  # armed: an output is there
+        timer.cpu_clock = thread_time if self.advice.watching else None
+        self.measure.arm(on_cuda, batch_size)
         if o.profiles_rank(self.rank.rank) and not self.other_profiler and not self.broken:
             activities = profiler_activities(o.activities, on_cuda)
             intake.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
@@ -277,13 +277,13 @@ class FitRun:
             runner.stop()
         profiled = runner.profiled if runner else []  # first and last step of each window
         spent = (runner.spent if runner else []) + (validation.spent if validation else [])
-        if self.timer is None:
+        if self.timer is None or self.output is None:
             return out
         self.timer.stats.end_step(end, completed)
         self.checks.epoch_end(end, self.timer.stats.train_s, self.measure.spans.validation)
         if self.options.log_metrics or self.checks.rule is not None:
             # every rank takes part in the same collective here, whatever happened to its profiling
-            total = self.output.helper_cpu_s if self.output is not None else None  # read now, not at the last window
+            total = self.output.helper_cpu_s  # read now, not at the last window
             mine = self.measure.figures(self.timer.stats, end, self.epoch_first_step, profiled, spent, total)
             metrics = reduce_ranks(exchange_named(self.group, mine, EXCHANGED))  # over gloo: the device is untouched
             notice = self.measure.after_window(metrics.get(PREFIX + "overhead/after_window_ratio"))
@@ -302,8 +302,7 @@ class FitRun:
                 out.callback_metrics = metrics  # the same on every rank: reduced over them
             if self.options.log_metrics and metrics and self.rank.is_zero:
                 out.metrics.append((log_step, {**metrics, "epoch": float(self.epoch)}))
-            if self.output is not None:
-                self._take_written(out)
+            self._take_written(out)
         return out
 
     def end(self) -> Outcome:

@@ -43,7 +43,7 @@ def window_name(epoch: int, first: int, last: int) -> str:
 def validation_window_name(epoch: int, after_batch: int, first: int, last: int) -> str:
     """``epoch=0000-batch=000039-val-batch=000002-000004``: batches 2-4 of the validation run after training batch
     39 of epoch 0 (docs/choosing-steps.md)."""
-    return f"epoch={epoch:0{EPOCH_DIGITS}d}-batch={after_batch:0{BATCH_DIGITS}d}-val-batch={_batches(first, last)}"
+    return f"{window_name(epoch, after_batch, after_batch)}-val-batch={_batches(first, last)}"
 
 
 # the folders these two name, and earlier builds' (step=000051-…); not Lightning's checkpoints (epoch=3-step=400.ckpt),
