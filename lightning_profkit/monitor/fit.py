@@ -12,6 +12,7 @@ import torch
 from lightning_profkit import capture_request
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.figures import MB
+from lightning_profkit.internals import kineto_results, moved
 from lightning_profkit.metric_names import EXCHANGED, PREFIX
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
 from lightning_profkit.monitor.alerting.checks import BlockFigures, RollingChecks
@@ -21,13 +22,12 @@ from lightning_profkit.monitor.exchange import (close_group, exchange_group, exc
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
 from lightning_profkit.monitor.profiling.selection import capture_steps
-from lightning_profkit.monitor.profiling.windows import (Recording, ValidationWindows, WindowRunner,
+from lightning_profkit.monitor.profiling.windows import (Recording, ValidationWindows, WindowRunner, WindowSession,
                                                          profiler_activities, session_opener)
 from lightning_profkit.monitor.timing.epoch_figures import reduce_ranks, rolling_metrics
 from lightning_profkit.monitor.timing.fetch_timer import FetchTimer
 from lightning_profkit.monitor.timing.measure import EpochMeasure
-from lightning_profkit.monitor.writing.intake import TraceIntake, slowest_rank
-from lightning_profkit.monitor.writing.output import TraceOutput
+from lightning_profkit.monitor.writing.output import TraceOutput, cut_message
 from lightning_profkit.notices import warn
 
 INF = float("inf")
@@ -84,7 +84,7 @@ class FitRun:
         self.timer: Optional[FetchTimer] = None
         self.measure = EpochMeasure(self.report, fit_loop)
         self.output: Optional[TraceOutput] = None
-        self.intake: Optional[TraceIntake] = None
+        self.gpu_profiled = False  # CUDA among the activities on a CUDA model: a trace without GPU activity lost it
         self.runner: Optional[WindowRunner] = None  # the training windows, from training's start where recorded
         self.validation_windows: Optional[ValidationWindows] = None
         self.due = INF  # the next step at whose end the windows have work
@@ -107,29 +107,25 @@ class FitRun:
         """Training starts (or starts again after loops that ran without us); ``loader()`` and ``workers()`` read
         the training DataLoader's settings and its workers' pids for the advice."""
         o = self.options
-        self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o.keep_last_windows, self.report,
-                                  o.storage_options)
-        intake = self.intake = TraceIntake(self.output, o, self.rank.is_zero, self.report)
+        output = self.output = TraceOutput(self.trace_dir, self.rank.rank, self.rank.world_size, o, self.report)
         self.timer, self.advice.loader, self.advice.workers = timer, loader, workers  # armed: an output is there
         timer.cpu_clock = thread_time if self.advice.watching else None
         self.measure.arm(on_cuda, batch_size)
         if o.profiles_rank(self.rank.rank) and not self.other_profiler and not self.broken:
             activities = profiler_activities(o.activities, on_cuda)
-            intake.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
+            self.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * MB)
 
-            def opener(trace_ready: Callable, validating: bool = False) -> Callable:
-                recording = Recording(activities, o.profiler_options(), trace_ready, o.quiet, limit)
-                per_step = lambda: intake.bytes_per_step.get(validating)  # noqa: E731
-                return session_opener(recording, self.report, per_step, intake.output.room)
+            def opener(validating: bool = False) -> Callable:
+                submit = lambda session, prof: self._submit(session, prof, validating)  # noqa: E731
+                recording = Recording(activities, o.profiler_options(), submit, o.quiet, limit)
+                per_step = lambda: output.bytes_per_step.get(validating)  # noqa: E731
+                return session_opener(recording, self.report, per_step, output.room)
 
-            self.runner = WindowRunner(o.selection(), opener(
-                lambda session, prof: intake.submit(session, prof, self.epoch, self.log_step)))
+            self.runner = WindowRunner(o.selection(), opener())
             batches = o.validation_selection()
             if batches is not None:
-                self.validation_windows = ValidationWindows(batches, opener(lambda session, prof: intake.submit(
-                    session, prof, self.epoch, self.log_step, validation_after=self.validation_after,
-                    after_batch=max(self.validation_after - self.epoch_offset, 0)), True))
+                self.validation_windows = ValidationWindows(batches, opener(True))
         if self.rank.is_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
             self.live = capture_request.LiveRun(self.output.local_dir)
             if self.output.remote:  # the finalizing process announces the run there and brings requests in
@@ -324,7 +320,7 @@ class FitRun:
             after = max(total - self.measure.helper_cpu_s, 0.0)
             out.lines.append(f"writing traces took {total:.3f} s of CPU beside training on rank 0, {after:.3f} s of it "
                              "after the last epoch")
-        self.output = self.intake = None
+        self.output = None
         return out
 
     # ------------------------------------------------------------------ the windows and the step scheduler
@@ -370,6 +366,29 @@ class FitRun:
             if self.live is not None:
                 at = min(at, self.live.next_poll)
             self.timer.wake(due, at, self.wake)
+
+    def _submit(self, session: WindowSession, prof: Any, validation: bool) -> None:
+        """The finished ``session``'s results to the output (``validation``: of the run after training step
+        :attr:`validation_after`)."""
+        results = kineto_results(prof)
+        if results is None:
+            self.report(moved("torch", "profile.profiler.kineto_results", "no window is written"), "kineto_results")
+            return
+        if session.last_recorded is None:
+            return
+        first, last, off = session.first_active, session.last_recorded, session.offset  # off: the step of batch 0
+        notes: dict[str, Any] = {"log_step": self.log_step, **({"gpu": True} if self.gpu_profiled else {})}
+        if session.estimate_bytes is not None:
+            notes["estimated_mb"] = round(session.estimate_bytes / 1e6, 3)
+        if session.planned_last is not None:  # the message counts batches as the window's folder does
+            notes["cut"] = {"reason": "max_trace_mb", "max_trace_mb": self.options.max_trace_mb,
+                            "planned_steps": [first, session.planned_last]}
+            said = cut_message(self.options, first - off, last - off, session.planned_last - off,
+                               session.estimate_bytes, validation)
+            self.report(said, "max_trace_mb")
+        self.output.submit(results, self.epoch, first, last, off, notes,
+                           validation_after=self.validation_after if validation else None,
+                           after_batch=max(self.validation_after - self.epoch_offset, 0))
 
     # ------------------------------------------------------------------ metrics, alerts and captures
     def _rolling_check(self, out: Outcome, now: float, step: int) -> None:
@@ -418,10 +437,20 @@ class FitRun:
     def _take_written(self, out: Outcome) -> None:
         """The windows written since the last look: listed among the traces (less those retention deleted), named
         to the alerts recorded for, and their metrics logged."""
-        done, removed, logged = self.intake.take()
+        done, removed, logged = self.output.take()
         self.traces[:] = [p for p in self.traces + [w.path for w in done] if p not in removed]
         for window in done:
             if not window.validation:  # the trace of the alerts before it
                 for alert, named in self.delivery.window_written(window.path, window.first):
                     self.alerts[:] = [named if a is alert else a for a in self.alerts]
         out.metrics += logged
+
+
+def slowest_rank(group: Any, summaries: list[dict[str, Any]]) -> Optional[str]:
+    """On every rank (an exchange): the verdict over the ranks' newest windows, for rank zero's line."""
+    from lightning_profkit.trace.ranks import RankFigures, rank_figures, verdict
+
+    mine = rank_figures(summaries)
+    rows = exchange_named(group, figures_of(mine[0]) if mine else {}, names_of(RankFigures))
+    found = verdict([f for f in (made_from(RankFigures, row) for row in rows) if f is not None])  # None: no windows
+    return found.headline if found is not None else None

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from conftest import recorded
+from conftest import options, recorded
 
 from lightning_profkit.monitor.writing.output import TraceOutput
 
@@ -50,11 +50,11 @@ def test_a_companion_that_cannot_be_written_never_costs_the_trace(tmp_path):
     from lightning_profkit.trace.summary import summarize_trace
 
     done = []
-    output = TraceOutput(str(tmp_path), 0, 1, keep_last=0, on_error=lambda message, key: done.append(message))
+    output = TraceOutput(str(tmp_path), 0, 1, options(), lambda message, key: done.append(message))
     path = output.submit(recorded(2), 0, 0, 1, 0)
     written, deadline = [], time.monotonic() + 120
     while not written and time.monotonic() < deadline:
-        written += output.take_written()[0]
+        written += output.take()[0]
         time.sleep(0.01)
     output.close(timeout=120)
     assert sorted(os.listdir(os.path.dirname(path))) == sorted(os.path.basename(p) for p in [

@@ -8,6 +8,7 @@ from fake_fit import FakeFit
 
 from lightning_profkit.capture_request import request_capture
 from lightning_profkit.monitor.alerting.advice import LoaderFacts
+from lightning_profkit.monitor.fit import slowest_rank
 from lightning_profkit.monitor.timing import fetch_timer
 
 NO_WINDOWS = dict(profile=False, max_captures=0)
@@ -316,3 +317,7 @@ def test_after_the_windows_stop_nothing_records(monkeypatch, tmp_path):
     fit.epoch(0, [(0.0, 0.01)] * 20)
     fit.end()
     assert fit.woken_at == [0] and fit.traces == []  # the first capture-request poll only
+
+
+def test_one_process_has_no_slowest_rank():
+    assert slowest_rank(None, []) is None

@@ -1,5 +1,5 @@
 """Where a fit's traces go (their folders' names, a store's staging folder) and the written windows handed back to the
-training thread (docs/traces-and-storage.md)."""
+training thread: checked, their figures logged (docs/traces-and-storage.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from lightning_profkit.figures import HostFigures
+from lightning_profkit.figures import MB, HostFigures
+from lightning_profkit.monitor.alerting.advice import gpu_idle_notice
+from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD
+from lightning_profkit.monitor.options import Options
+from lightning_profkit.monitor.timing.epoch_figures import window_metrics
 from lightning_profkit.monitor.writing.retention import Retention
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, free_mb, megabytes
 from lightning_profkit.printable import redact
@@ -66,6 +70,41 @@ class WrittenWindow:
     problems: tuple[str, ...] = ()  # what the trace lacks of what the window recorded
 
 
+HEAVY = ("with_stack", "record_shapes", "profile_memory", "with_modules")  # options that make traces large
+
+
+def fewer(options: Options, validation: bool = False) -> list[str]:
+    """How to keep a window's trace under ``max_trace_mb``: record less, or turn off the options that make it large."""
+    less = (f"record fewer batches (validation_batches={options.validation_batches})" if validation
+            else f"record fewer steps (active={options.active}, steps=)")
+    heavy = [name for name in HEAVY if getattr(options, name)]
+    lines = [f"to record whole windows: raise max_trace_mb or {less}"]
+    return lines + ([f"or turn off {', '.join(heavy)}"] if heavy else [])
+
+
+def cut_message(options: Options, first: int, last: int, planned_last: int, estimated_bytes: Optional[float],
+                validation: bool = False) -> str:
+    """What to say of a window of batches ``first``-``planned_last`` ended early by ``max_trace_mb`` after ``last``."""
+    lines = [f"a window ended early: its trace would pass max_trace_mb={options.max_trace_mb:g}",
+             f"batches {first}-{planned_last} planned, {first}-{last} recorded, about "
+             f"{(estimated_bytes or 0) / 1e6:.0f} MB of JSON (estimated from the JSON a step of the latest written "
+             "window of its kind)"]
+    return "\n  - ".join(lines + fewer(options, validation))
+
+
+def over_message(options: Options, window: WrittenWindow) -> str:
+    """What to say of a written ``window`` whose JSON passed ``max_trace_mb``."""
+    assert window.json_bytes is not None
+    steps = "batches" if window.validation else "steps"
+    each = window.json_bytes / window.steps
+    lines = [f"a window's trace passed max_trace_mb={options.max_trace_mb:g}: {window.json_bytes / 1e6:.1f} MB of JSON "
+             f"for {window.steps} {steps}", window.path,
+             "nothing estimates a fit's first window of each kind (training, validation), and a window keeps one of "
+             f"its {steps} at least; the next windows of its kind are estimated at {each / 1e6:.2f} MB a step"
+             + (" (over max_trace_mb: one step each)" if each > options.max_trace_mb * MB else "")]
+    return "\n  - ".join(lines + fewer(options, window.validation))
+
+
 PROBE_TIMEOUT_S = 600.0  # the store's write and delete of a probe object at setup
 
 
@@ -112,16 +151,19 @@ def staging_folder() -> str:
 
 
 class TraceOutput:
-    """One fit's traces on one rank; ``on_error(message, key)`` is told, from the writer thread too, what failed."""
+    """One fit's traces on one rank; ``on_error(message, key)`` is told, from the writer thread too, what failed, and
+    warns once per kind of problem."""
 
-    def __init__(self, trace_dir: str, rank: int, world_size: int, keep_last: Optional[int],
-                 on_error: Callable[[str, str], None], storage_options: Optional[dict[str, Any]] = None) -> None:
+    def __init__(self, trace_dir: str, rank: int, world_size: int, options: Options,
+                 on_error: Callable[[str, str], None]) -> None:
         self.trace_dir, self.worker, self.rank, self.world_size = trace_dir, worker_name(rank), rank, world_size
-        self.remote = is_url(trace_dir)
+        self.options, self.remote = options, is_url(trace_dir)
         self._local: Optional[str] = None if self.remote else trace_dir  # where files are written first
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
+        self.bytes_per_step: dict[bool, float] = {}  # by validation: JSON a step of the latest written window of a kind
+        keep_last = options.keep_last_windows
         self._retention = Retention(keep_last, self._delete_remote if self.remote else None) if keep_last else None
-        self._on_error, self._storage_options = on_error, storage_options
+        self._on_error, self._storage_options = on_error, options.storage_options
         self._writer: Optional[TraceWriter] = None  # started with the first window
         self._closed_cpu_s: Optional[float] = None  # what the writer used in all, once closed
         self._need_mb: Optional[float] = None  # the disk the latest written window took at its peak (its JSON)
@@ -172,7 +214,7 @@ class TraceOutput:
         return self._writer
 
     def _on_written(self, window: dict[str, Any]) -> None:
-        """On the writer thread: a window is in place; older ones may go (published first: see :meth:`take_written`)."""
+        """On the writer thread: a window is in place; older ones may go (published first: see :meth:`take`)."""
         if self._retention is not None:
             self._removed.extend(self._retention.add(window["path"]))
         self._written.append(window)
@@ -191,30 +233,47 @@ class TraceOutput:
     def has_written(self) -> bool:
         return bool(self._written)
 
-    def take_written(self) -> tuple[list[WrittenWindow], set[str]]:
-        """On the training thread: the windows written since the last call, and the paths retention deleted (taken
-        after the windows: a deletion is published before the window that caused it)."""
-        done = []
+    def take(self) -> tuple[list[WrittenWindow], set[str], list[tuple[int, dict[str, float]]]]:
+        """On the training thread: the windows written since the last call, the paths retention deleted (taken after
+        the windows: a deletion is published before the window that caused it), and the metrics to log (rank zero)."""
+        done, logged = [], []
+        threshold = self.options.alert_threshold or DEFAULT_ALERT_THRESHOLD
         while self._written:
             window = self._written.popleft()
             meta = window["meta"]
             (first, last), batches = meta["steps"], meta["batch_idx"]
             validation = bool(meta.get("validation"))
             shown = redact(window["path"])  # a URL's credentials stay out of what users see
-            done.append(WrittenWindow(shown, first, last, HostFigures.from_json(window["figures"]),
-                                      window.get("json_bytes"), batches[1] - batches[0] + 1, validation,
-                                      meta.get("log_step", last), tuple(meta.get("problems", ()))))
+            written = WrittenWindow(shown, first, last, HostFigures.from_json(window["figures"]),
+                                    window.get("json_bytes"), batches[1] - batches[0] + 1, validation,
+                                    meta.get("log_step", last), tuple(meta.get("problems", ())))
+            done.append(written)
+            if written.problems:  # on every rank
+                lacks = "".join(f"\n  - {problem}" for problem in written.problems)
+                self._on_error(f"a trace lacks what its window recorded; profkit summary and report show it:\n  {shown}"
+                               f"{lacks}", "integrity")
+            if written.json_bytes:  # the room and size estimates from the latest window (of its kind)
+                self._need_mb = written.json_bytes / 1e6
+                self.bytes_per_step[validation] = written.json_bytes / written.steps
+                limit = self.options.max_trace_mb
+                if limit is not None and written.json_bytes > limit * MB:
+                    self._on_error(over_message(self.options, written), "max_trace_mb_over")
+            if self.rank == 0:
+                notice = None if validation else gpu_idle_notice(written.figures, os.path.dirname(shown), threshold)
+                if notice:
+                    self._on_error(notice, "gpu_idle")
+                metrics = window_metrics(written.figures, validation) if self.options.log_metrics else {}
+                if metrics:
+                    logged.append((written.log_step, metrics))
             if window.get("unkept"):  # once a fit (the key): the trace is there, `profkit` parses it instead
                 self._on_error(f"the summary beside a trace could not be written; profkit parses the trace instead\n"
                                f"  - {shown}\n  - {window['unkept']}", "companions")
-            if window.get("json_bytes"):
-                self._need_mb = window["json_bytes"] / 1e6
             if window.get("summary") and not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
         removed = set()
         while self._removed:
             removed.add(redact(self._removed.popleft()))
-        return done, removed
+        return done, removed, logged
 
     def fit_line(self) -> Optional[tuple[int, list[str]]]:
         """The end-of-fit lines over the newest training windows, and their count; None before any."""
