@@ -247,8 +247,8 @@ class FitRun:
         self.log_step = self.validation_after if log_step is None else log_step
         if self.in_epoch:
             self.measure.validation_start(self.clock())
-        if self.in_epoch and self.runner is not None:  # the window it interrupts ends
-            self.runner.pause()
+            if self.runner is not None:  # the window it interrupts ends
+                self.runner.pause()
         if self.validation_windows is not None:
             self.validation_windows.run_start()
 
