@@ -76,6 +76,15 @@ def _own(loop: Any, name: str) -> Any:
     return found
 
 
+def _restore(loop: Any, name: str, before: Any, ours: Any) -> None:
+    """Give ``loop`` back ``before`` (None: its class's method) under ``name``, where it still holds ``ours``."""
+    if _own(loop, name) == ours:
+        if before is None:
+            delattr(loop, name)
+        else:
+            setattr(loop, name, before)
+
+
 class FetchTimer:
     """Times the training and validation fetches of ``trainer.fit`` into ``stats``, between
     :meth:`install` and :meth:`uninstall`."""
@@ -121,12 +130,8 @@ class FetchTimer:
 
     def uninstall(self) -> None:
         """Give the loops back what they had (where what they have now is still ours)."""
-        for loop, name, before, ours in reversed(self._saved):
-            if _own(loop, name) == ours:
-                if before is None:
-                    delattr(loop, name)
-                else:
-                    setattr(loop, name, before)
+        for saved in reversed(self._saved):
+            _restore(*saved)
         self._saved = []
 
     def reset(self) -> FetchStats:
@@ -216,11 +221,7 @@ class LoaderSetupTimer:
 
     def uninstall(self) -> None:
         """Give the loop back what it had (where what it has now is still ours)."""
-        if _own(self._loop, LOADER_SETUP) == self._timed:
-            if self._before is None:
-                delattr(self._loop, LOADER_SETUP)
-            else:
-                setattr(self._loop, LOADER_SETUP, self._before)
+        _restore(self._loop, LOADER_SETUP, self._before, self._timed)
 
     def _timed(self) -> None:
         setup = self._before or getattr(type(self._loop), LOADER_SETUP).__get__(self._loop)
