@@ -249,14 +249,13 @@ def rank_histogram(ranks: dict[str, Any], width: int = 640, height: int = 150, b
     own = [r["own_ms_per_step"] for r in ranks["per_rank"]]
     lo, hi = min(own), max(own)
     size = (hi - lo) / bins or 1.0
-    counts = [0] * bins
-    for value in own:
-        counts[min(int((value - lo) / size), bins - 1)] += 1
+    bin_of = [min(int((value - lo) / size), bins - 1) for value in own]
+    counts = [bin_of.count(k) for k in range(bins)]
     named = {ranks["verdict"]["slowest"], *(o["rank"] for o in ranks["verdict"].get("outliers", [])[:NAMED_WAITING])}
     labels: dict[int, list[str]] = {}
-    for r in ranks["per_rank"]:
+    for r, k in zip(ranks["per_rank"], bin_of):
         if r["rank"] in named:
-            labels.setdefault(min(int((r["own_ms_per_step"] - lo) / size), bins - 1), []).append(str(r["rank"]))
+            labels.setdefault(k, []).append(str(r["rank"]))
     top, bottom, bar = 16, 28, width / bins
     y = lambda n: top + (1 - n / max(counts)) * (height - top - bottom)  # noqa: E731
     out = [f"<svg class='chart' role='img' aria-label='ranks by own work per step' width='{width}' height='{height}' "
