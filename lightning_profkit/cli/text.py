@@ -134,12 +134,12 @@ def _device_tables(figures: dict[str, Any], color: bool) -> list[str]:
     out = []
     sync = list(blocking_by_call(figures).items())
     if sync:
-        out += ["", _title("Blocking CUDA calls inside steps, ms per step (mean over traces)", color)]
-        out.append(table(["call", "ms/step"], [[n, _ms(v)] for n, v in sorted(sync, key=lambda kv: -kv[1])], color))
+        out += ["", _title("Blocking CUDA calls inside steps, ms per step (mean over traces)", color),
+                table(["call", "ms/step"], [[n, _ms(v)] for n, v in sorted(sync, key=lambda kv: -kv[1])], color)]
     peaks = [(k.split("/", 1)[1], v) for k, v in figures.items() if k.startswith("peak_memory_mb/") and v is not None]
     if peaks:
-        out += ["", _title("Peak memory allocated, MB (device type:id; mean over traces)", color)]
-        out.append(table(["device", "MB"], [[d, f"{v:.1f}"] for d, v in peaks], color))
+        out += ["", _title("Peak memory allocated, MB (device type:id; mean over traces)", color),
+                table(["device", "MB"], [[d, f"{v:.1f}"] for d, v in peaks], color)]
     return out
 
 
@@ -187,13 +187,12 @@ def compare_text(cmp: dict[str, Any], color: bool = False) -> str:
             text = f"\033[{31 if row['diff'] > 0 else 32}m{text}\033[0m"
         rows.append([key, fmt(key)(row["a"]), fmt(key)(row["b"]), text])
     out = [_title(f"A: {cmp['traces']['a']} trace(s), B: {cmp['traces']['b']} trace(s); means over traces "
-                  "(B - A of a % in percentage points, pp)", color)]
-    out.append(table(["figure", "A", "B", "B - A"], rows, color))
+                  "(B - A of a % in percentage points, pp)", color), table(["figure", "A", "B", "B - A"], rows, color)]
     ops = [[short_name(r["name"]), *(_ms(None if us is None else us / 1000) for us in (r["a_self_us"], r["b_self_us"]))]
            for r in cmp["cpu_by_self_per_trace"]]
     if ops:
-        out += ["", _title("Top CPU operators by self time, ms per trace", color)]
-        out.append(table(["name", "A", "B"], ops, color))
+        out += ["", _title("Top CPU operators by self time, ms per trace", color),
+                table(["name", "A", "B"], ops, color)]
     return "\n".join(out)
 
 
