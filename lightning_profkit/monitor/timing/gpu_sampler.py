@@ -19,14 +19,11 @@ def idle_ratio(
 ) -> Optional[float]:
     """``1 - mean(utilization)/100`` over the samples in ``(start, end]`` outside the ``(lo, hi]``
     intervals in ``excluded`` (validation runs inside the epoch); None when no sample falls there."""
-    total, count = 0.0, 0
-    for ts, value in zip(timestamps, values):
-        if start < ts <= end and not any(lo < ts <= hi for lo, hi in excluded):
-            total += value
-            count += 1
-    if not count:
+    kept = [value for ts, value in zip(timestamps, values)
+            if start < ts <= end and not any(lo < ts <= hi for lo, hi in excluded)]
+    if not kept:
         return None
-    return min(max(1.0 - total / count / 100.0, 0.0), 1.0)
+    return min(max(1.0 - sum(kept) / len(kept) / 100.0, 0.0), 1.0)
 
 
 class UtilizationSampler:
