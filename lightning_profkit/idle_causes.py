@@ -36,13 +36,13 @@ def share_name(cause: str) -> str:
 def largest(shares: dict[str, Optional[float]]) -> Optional[str]:
     """The cause with the largest share of the idle time; None without a GPU (no share known)."""
     known = {cause: share for cause in CAUSES if (share := shares.get(cause)) is not None}
-    return max(known, key=lambda cause: known[cause]) if known else None
+    return max(known, key=known.get) if known else None
 
 
 def advice(cause: str, blocking_by_call: Optional[dict[str, float]] = None) -> str:
     """What to do about ``cause``; for a blocking call, about the call that blocked longest (``blocking_by_call``)."""
     if cause == "blocking_sync" and blocking_by_call:
-        call = max(blocking_by_call, key=lambda name: blocking_by_call[name])
+        call = max(blocking_by_call, key=blocking_by_call.get)
         if call in SYNC_ADVICE:
             return f"{call} blocks: {SYNC_ADVICE[call][1]}"
     return ADVICE[cause]

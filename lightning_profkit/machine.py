@@ -17,7 +17,7 @@ def python_running(module: str) -> list[str]:
 
 def usable_cpus() -> int:
     """The CPU cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return len(os.sched_getaffinity(0))
 
 
 def _proc(path: str) -> bytes:

@@ -8,7 +8,7 @@ import os
 import stat
 from typing import BinaryIO, Optional
 
-_READ = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class FileRefused(ValueError):

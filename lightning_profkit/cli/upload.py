@@ -66,4 +66,4 @@ def is_staging(folder: str) -> bool:
     except OSError:
         return False
     return (os.path.basename(os.path.abspath(folder)).startswith(STAGING_PREFIX) and stat.S_ISDIR(st.st_mode)
-            and (not hasattr(os, "getuid") or st.st_uid == os.getuid()))
+            and st.st_uid == os.getuid())
