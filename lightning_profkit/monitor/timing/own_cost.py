@@ -38,18 +38,16 @@ def own_cost(step_times: Sequence[float], first_step: int, profiled: Sequence[tu
         out["overhead/window_ms"] = 1000 * sum(spent) / len(spent)
     if not profiled or not step_times:
         return out, None
-    inside = [False] * len(step_times)
-    for a, b in profiled:
-        for step in range(max(a, first_step), min(b, first_step + len(step_times) - 1) + 1):
-            inside[step - first_step] = True
-    on = [t for t, p in zip(step_times, inside) if p]
-    off = [t for t, p in zip(step_times, inside) if not p]
+    last = first_step + len(step_times) - 1
+    inside = {step - first_step for a, b in profiled for step in range(max(a, first_step), min(b, last) + 1)}
+    on = [t for i, t in enumerate(step_times) if i in inside]
+    off = [t for i, t in enumerate(step_times) if i not in inside]
     if on and off:
         out["overhead/profiled_step_ratio"] = (sum(on) / len(on)) / (sum(off) / len(off))
     start, end = profiled[0][0] - first_step, profiled[0][1] - first_step
     before = [t for i, t in enumerate(step_times[:max(start, 0)]) if i >= SKIP]
     own = statistics.median(before) * (1 - (cpu_waits[0] or 0.0)) if before else None
-    after = [t for i, t in enumerate(step_times) if i > end and not inside[i]]
+    after = [t for i, t in enumerate(step_times) if i > end and i not in inside]
     reference = baseline if baseline is not None else own
     if after and reference:
         out["overhead/after_window_ratio"] = statistics.median(after) * (1 - (cpu_waits[1] or 0.0)) / reference
