@@ -143,11 +143,9 @@ def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
     else:
         with f:
             refused = _made_by_another(f, path)
-            if refused is None:
-                try:
+            if refused is None:  # unreadable or half-written by hand: still a request, with defaults
+                with contextlib.suppress(OSError, ValueError, RecursionError):
                     data = json.loads(f.read(MAX_BYTES))
-                except (OSError, ValueError, RecursionError):
-                    data = {}  # unreadable or half-written by hand: still a request, with defaults
     with contextlib.suppress(OSError):
         os.remove(path)
     if refused is not None:
