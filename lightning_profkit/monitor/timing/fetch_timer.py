@@ -5,6 +5,7 @@ fetch pair :class:`FetchTimer` puts on the ``fit`` loops for the length of the f
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Callable, Optional
 
@@ -14,30 +15,27 @@ from lightning_profkit.internals import (FETCH_PAIR, LOADER_SETUP, fetch_pair, h
 STEP_CHUNK = 1024
 
 
+@dataclass(slots=True)
 class FetchStats:
     """Fetch counters of the current epoch (seconds from ``time.perf_counter``)."""
 
-    __slots__ = ("train_s", "train_count", "val_s", "val_count", "first_fetch", "t0", "val_t0", "step_start",
-                 "steps_done", "recent_steps", "_older_steps", "cpu_s", "cpu0", "first_wait")
-
-    def __init__(self) -> None:
-        self.train_s = 0.0
-        self.cpu_s = 0.0  # the training thread's CPU in its training fetches (where the timer reads it)
-        self.cpu0 = 0.0  # that CPU as the current fetch began
-        self.first_wait = 0.0  # the wait of the epoch's first training fetch (workers starting, their first batch)
-        self.train_count = 0
-        self.val_s = 0.0
-        self.val_count = 0
-        self.first_fetch: Optional[float] = None  # start of the epoch's first training fetch
-        self.t0 = 0.0
-        self.val_t0 = 0.0
-        self.step_start: Optional[float] = None  # first fetch of the current step
-        self.steps_done = -1  # Lightning's count of completed steps at that fetch
-        # Seconds per finished step: appended to a list, and moved to an array (8 bytes a step) every
-        # STEP_CHUNK steps. Inside a real step an array's append took about 2 µs, a list's a few tenths
-        # (measured): the array's conversion code is cold there, the list's is what Python runs all the time.
-        self.recent_steps: list[float] = []
-        self._older_steps = array("d")
+    train_s: float = 0.0
+    cpu_s: float = 0.0  # the training thread's CPU in its training fetches (where the timer reads it)
+    cpu0: float = 0.0  # that CPU as the current fetch began
+    first_wait: float = 0.0  # the wait of the epoch's first training fetch (workers starting, their first batch)
+    train_count: int = 0
+    val_s: float = 0.0
+    val_count: int = 0
+    first_fetch: Optional[float] = None  # start of the epoch's first training fetch
+    t0: float = 0.0
+    val_t0: float = 0.0
+    step_start: Optional[float] = None  # first fetch of the current step
+    steps_done: int = -1  # Lightning's count of completed steps at that fetch
+    # Seconds per finished step: appended to a list, and moved to an array (8 bytes a step) every
+    # STEP_CHUNK steps. Inside a real step an array's append took about 2 µs, a list's a few tenths
+    # (measured): the array's conversion code is cold there, the list's is what Python runs all the time.
+    recent_steps: list[float] = field(default_factory=list)
+    _older_steps: array = field(default_factory=lambda: array("d"))
 
     @property
     def step_times(self) -> array:
