@@ -106,7 +106,7 @@ LARGEST = frozenset(m.name for m in METRICS if m.ranks == "max")
 
 def find(name: str) -> Metric:
     """The metric a logged name (with or without the prefix) is; KeyError for a name not listed here."""
-    bare = name[len(PREFIX):] if name.startswith(PREFIX) else name
+    bare = name.removeprefix(PREFIX)
     for metric in METRICS:
         if metric.matches(bare):
             return metric

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import glob
 import io
+import itertools
 import math
 import os
 import struct
@@ -57,8 +58,7 @@ class RunData:
         counts = [e.data_wait_alerts for e in self.epochs if e.data_wait_alerts is not None]
         if self.alerts or counts:
             return len(self.alerts) or int(max(counts))
-        flags = [bool(e.data_wait_alert) for e in self.epochs]
-        return sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
+        return sum(1 for flagged, _ in itertools.groupby(bool(e.data_wait_alert) for e in self.epochs) if flagged)
 
 
 def _number(text: Any) -> Optional[float]:
