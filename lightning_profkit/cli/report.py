@@ -31,7 +31,6 @@ def report(args: argparse.Namespace) -> int:
         windows, left_out = [], []
     from lightning_profkit.report.page import page
     from lightning_profkit.report.run_data import read_run
-    from lightning_profkit.trace.ranks import ranks_section
 
     data = read_run(args.run_dir)
     if data.source is None and os.path.abspath(trace_dir) == os.path.abspath(args.run_dir):  # given the profiler/ folder
@@ -42,7 +41,7 @@ def report(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.run_dir}: nothing to report: no epoch metrics of PerformanceMonitor in a logger's "
                            "files (TensorBoard or CSV) and no readable trace")
     out = os.path.abspath(args.output)
-    text = page(args.run_dir, data, windows, ranks_section(windows), os.path.dirname(out), trace_dir)
+    text = page(args.run_dir, data, windows, os.path.dirname(out), trace_dir)
     try:
         write_atomic(out, text.encode("utf-8", "backslashreplace"))  # a file name that is not UTF-8: escaped
     except OSError as err:  # named by the user's path, not the temporary one written first

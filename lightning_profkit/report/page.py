@@ -16,7 +16,7 @@ from lightning_profkit.idle_causes import CAUSES, share_name
 from lightning_profkit.report.run_data import Epoch, RunData
 from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
-from lightning_profkit.trace.ranks import NAMED_WAITING, ranks_to_show
+from lightning_profkit.trace.ranks import NAMED_WAITING, ranks_section, ranks_to_show
 from lightning_profkit.trace.vocabulary import STEP_ROLES
 from lightning_profkit.trace.summary import key_figures
 
@@ -275,11 +275,9 @@ def rank_histogram(ranks: dict[str, Any], width: int = 640, height: int = 150, b
     return "".join(out)
 
 
-def page(run_dir: str, data: RunData, windows: list[dict[str, Any]], ranks: Optional[dict[str, Any]], here: str,
-         trace_dir: Optional[str]) -> str:
+def page(run_dir: str, data: RunData, windows: list[dict[str, Any]], here: str, trace_dir: str) -> str:
     """The report of the run at ``run_dir``; links are relative to ``here``, the folder the page is written to."""
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    trace_dir = trace_dir or run_dir
     sections = [
         f"<h1>Run report: {_e(os.path.basename(os.path.abspath(run_dir)))}</h1>",
         f"<p class='muted'>{_e(os.path.abspath(run_dir))}; made by <code>profkit report</code> on {now}; metrics from "
@@ -288,7 +286,7 @@ def page(run_dir: str, data: RunData, windows: list[dict[str, Any]], ranks: Opti
         "<h2>Alerts</h2>", _alerts(data),
         "<h2>Windows</h2>",
         "".join(_window(w, here, run_dir) for w in windows) or "<p class='muted'>No profiled window in this run.</p>",
-        _ranks(ranks),
+        _ranks(ranks_section(windows)),
         "<h2>Opening the traces</h2><ul>",
         f"<li>TensorBoard's PyTorch Profiler tab: <code>tensorboard --logdir {_e(trace_dir)}</code></li>",
         "<li>Perfetto: open a <code>.pt.trace.json.gz</code> file at ui.perfetto.dev (it stays on your machine)</li>",

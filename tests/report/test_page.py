@@ -8,7 +8,7 @@ from lightning_profkit.report.run_data import Alert, Epoch, RunData
 def test_epochs_alerts_and_the_empty_sections():
     data = RunData("metrics.csv", [Epoch(0, 9, 0.41, None, 12.5, 20.0, 1.0), Epoch(1, 19, 0.12, None, 10.0, 11.0, 0.0)],
                    [Alert(9, "**41% of the training time ... waiting for the DataLoader**")])
-    html = page("/runs/r1", data, [], None, "/runs", None)
+    html = page("/runs/r1", data, [], "/runs", "/runs/r1")
     assert "<h1>Run report: r1</h1>" in html and "0 trace(s) in 0 window(s)" in html
     assert "41.0%" in html and "12.0%" in html and "waiting for the DataLoader" in html
     assert "No profiled window in this run." in html and "tensorboard --logdir /runs/r1" in html
@@ -17,7 +17,7 @@ def test_epochs_alerts_and_the_empty_sections():
 
 def test_names_from_the_run_are_escaped():
     data = RunData("<b>metrics</b>.csv", [], [Alert(3, "<img src=x onerror=alert(1)>")])
-    html = page("/runs/<script>x</script>", data, [], None, "/runs", None)
+    html = page("/runs/<script>x</script>", data, [], "/runs", "/runs/<script>x</script>")
     assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
     assert "<img" not in html and "<b>metrics" not in html
 
@@ -26,7 +26,7 @@ def test_several_ranks_show_the_mean_and_the_worst_rank_the_alert_read():
     """DDP: the mean data wait over ranks beside the worst rank's, which the alert used, each labelled."""
     data = RunData("metrics.csv", [Epoch(0, 9, 0.169, None, 12.5, 20.0, 1.0, data_wait_ratio_max=0.41,
                                          data_wait_worst_rank=1.0)])
-    html = page("/runs/r1", data, [], None, "/runs", None)
+    html = page("/runs/r1", data, [], "/runs", "/runs/r1")
     assert "data-wait ratio, mean over ranks" in html and "data-wait ratio, worst rank (what alerts read)" in html
     assert "<td>16.9%</td><td>41.0%</td><td>1</td>" in html
 

@@ -69,4 +69,4 @@ def test_numbers_that_are_not_finite_in_event_files_are_absent(tmp_path):
     data = read_run(logger.log_dir)
     assert [(e.epoch, e.step, e.data_wait_ratio, e.data_wait_worst_rank, e.step_time_ms_mean) for e in data.epochs] == [
         (0, 9, 0.5, None, None)]  # a ratio that is not a number is no epoch of ours, as in a CSV file
-    assert "50.0%" in page(logger.log_dir, data, [], None, str(tmp_path), None)
+    assert "50.0%" in page(logger.log_dir, data, [], str(tmp_path), logger.log_dir)
