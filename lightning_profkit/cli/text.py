@@ -31,11 +31,10 @@ def _ms(value: Optional[float]) -> str:
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], color: bool = False) -> str:
     """Text columns: the first left-aligned, the others right-aligned; every cell :func:`printable`."""
     headers, rows = [printable(str(c)) for c in headers], [[printable(str(c)) for c in r] for r in rows]
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    widths = [max(map(len, column)) for column in zip(headers, *rows)]
 
     def line(cells: Sequence[str]) -> str:
-        parts = [str(c).ljust(widths[0]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(cells)]
-        return "  ".join(parts).rstrip()
+        return "  ".join([cells[0].ljust(widths[0]), *map(str.rjust, cells[1:], widths[1:])]).rstrip()
 
     return "\n".join([_title(line(headers), color), *(line(r) for r in rows)])
 
