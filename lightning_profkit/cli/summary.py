@@ -55,10 +55,8 @@ def summary(args: argparse.Namespace) -> int:
     from lightning_profkit.trace.summary import UNITS, aggregate
 
     agg, ranks = aggregate(traces), ranks_section(traces)
-    if args.json:
-        write(json_text({"units": UNITS, "traces": traces, "aggregate": agg, "ranks": ranks, "left_out": left_out}))
-    else:
-        write(summary_text(traces, agg, use_color(sys.stdout), ranks))
+    write(json_text({"units": UNITS, "traces": traces, "aggregate": agg, "ranks": ranks, "left_out": left_out})
+          if args.json else summary_text(traces, agg, use_color(sys.stdout), ranks))
     return exit_status(left_out)
 
 
@@ -69,10 +67,8 @@ def compare_paths(args: argparse.Namespace) -> int:
     from lightning_profkit.trace.summary import UNITS, aggregate, compare
 
     result = compare(aggregate(a), aggregate(b))
-    if args.json:
-        write(json_text({"units": UNITS, **result, "left_out": left_out}))
-    else:
-        write(compare_text(result, use_color(sys.stdout)))
+    write(json_text({"units": UNITS, **result, "left_out": left_out}) if args.json
+          else compare_text(result, use_color(sys.stdout)))
     return exit_status(left_out)
 
 
