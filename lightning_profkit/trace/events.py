@@ -61,7 +61,8 @@ class TraceDoc(msgspec.Struct):
     profkit: Optional[dict[str, Any]] = None
 
 
-_DECODER = msgspec.json.Decoder(TraceDoc)
+# A trace document from JSON bytes: a ValueError for anything else, and for events whose fields have unexpected types
+decode_strict = msgspec.json.Decoder(TraceDoc).decode
 
 
 # The tolerant path: a document whose events have fields of unexpected types (a time written as a string, an id as
@@ -102,12 +103,6 @@ _SHOWN = 256  # characters kept of a field that should be a number or a string a
 
 class TooLoose(ValueError):
     """A text of more than :data:`LOOSE_BYTES` whose events need the tolerant path: to be cut first."""
-
-
-def decode_strict(raw: bytes) -> TraceDoc:
-    """A trace document from JSON bytes; raises ValueError for anything else, and for events whose fields
-    have unexpected types."""
-    return _DECODER.decode(raw)
 
 
 def decode(raw: bytes) -> TraceDoc:

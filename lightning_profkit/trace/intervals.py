@@ -1,5 +1,4 @@
-"""Interval arithmetic on numpy arrays, and two set helpers. A *union* is a pair of sorted arrays (starts,
-ends) of disjoint spans."""
+"""Interval arithmetic on numpy arrays. A *union* is a pair of sorted arrays (starts, ends) of disjoint spans."""
 
 from __future__ import annotations
 
@@ -14,10 +13,7 @@ EMPTY: Union = (np.empty(0), np.empty(0))
 def union(starts: Sequence[float], ends: Sequence[float]) -> Union:
     """Merge spans ``[starts[i], ends[i])`` into sorted, disjoint spans (touching spans merge)."""
     s = np.asarray(starts, dtype=np.float64)
-    if s.size == 0:
-        return EMPTY
-    order = np.argsort(s, kind="stable")
-    return _merged(s[order], np.asarray(ends, dtype=np.float64)[order])
+    return union_where(s, np.asarray(ends, dtype=np.float64), np.ones(s.size, dtype=bool))
 
 
 def union_where(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray) -> Union:
@@ -65,21 +61,6 @@ def covered_until(u: Union, at: np.ndarray) -> np.ndarray:
     k = np.searchsorted(starts, at, side="right")  # the spans that start at or before x
     last = np.maximum(k - 1, 0)
     return np.where(k > 0, before[last] + np.clip(at - starts[last], 0.0, widths[last]), 0.0)
-
-
-def distinct(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (``np.unique`` without its import of ``numpy.ma``, 20 ms of start-up)."""
-    s = np.sort(values)
-    return s[np.append(True, s[1:] != s[:-1])] if s.size else s
-
-
-def member(values: np.ndarray, test: np.ndarray) -> np.ndarray:
-    """Where ``values`` is one of ``test``: ``np.isin`` by binary search, without importing ``numpy.ma``."""
-    table = distinct(test)
-    if table.size == 0:
-        return np.zeros(values.shape, dtype=bool)
-    at = np.minimum(np.searchsorted(table, values), table.size - 1)
-    return table[at] == values
 
 
 def length(u: Union) -> float:

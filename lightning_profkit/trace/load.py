@@ -94,9 +94,14 @@ def load(path: str, jobs: int = 1, piece: int = PIECE, progress: Optional[Progre
         if text is None or len(text) > ONE_PASS:
             text = blocks = None  # let go of before reading again
             text = read_json(path, ONE_PASS)
-        doc = decode_json(path, text)
-        check_events(path, len(doc.traceEvents), size, len(text))
-        return LoadedTrace(columns(doc.traceEvents), doc.distributedInfo, doc.profkit)
+        return _one_pass(path, text, size)
+
+
+def _one_pass(path: str, text: bytes, file_bytes: int) -> LoadedTrace:
+    """The trace whose whole JSON is ``text``, decoded at once (``file_bytes``: its file's size read so far)."""
+    doc = decode_json(path, text)
+    check_events(path, len(doc.traceEvents), file_bytes, len(text))
+    return LoadedTrace(columns(doc.traceEvents), doc.distributedInfo, doc.profkit)
 
 
 def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
@@ -121,9 +126,7 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
         k = -1
         for k, (buf, start, end, first, last) in enumerate(pieces(text(), piece)):
             if first and last:  # no cut: the whole text, by the path that gives a bad file's error
-                doc = decode_json(path, buf[start:end])
-                check_events(path, len(doc.traceEvents), *read)
-                return LoadedTrace(columns(doc.traceEvents), doc.distributedInfo, doc.profkit)
+                return _one_pass(path, buf[start:end], read[0])
             if pool is None and jobs > 1:
                 pool, inherited = _pool(jobs, held)
                 stack.enter_context(pool)

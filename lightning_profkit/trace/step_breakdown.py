@@ -24,7 +24,7 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
     host = (op | annotation | python) & ~step
     comm = host & c.named(*_COMM_OPS)
     dataloader = host & ~python & c.name_mask(v.is_dataloader_event)
-    comm_kernels = kernel & intervals.member(c.ext, c.ext[comm])
+    comm_kernels = kernel & np.isin(c.ext, c.ext[comm])
     roles = {
         "Kernel": kernel & ~comm_kernels, "Memcpy": memcpy, "Memset": memset, "Communication": comm | comm_kernels,
         "Runtime": runtime_calls, "DataLoader": dataloader, "CpuOp": host & ~comm & ~dataloader,
@@ -101,7 +101,7 @@ def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]], rol
     step_starts = np.array([s for s, _ in steps])
     step_ends = np.array([e for _, e in steps])
     in_steps_union = intervals.union(step_starts, step_ends)
-    bounds = intervals.distinct(np.concatenate([step_starts, step_ends] + [x for u in roles.values() for x in u]))
+    bounds = np.unique(np.concatenate([step_starts, step_ends] + [x for u in roles.values() for x in u]))
     width = np.diff(bounds)
     in_steps = intervals.covered(in_steps_union, bounds)
     taken: dict[str, np.ndarray] = {}

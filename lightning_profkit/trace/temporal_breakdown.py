@@ -31,7 +31,7 @@ def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
         cpu_steps = rows & ~gpu & code_mask(c.name, steps, len(c.names))
         last_start = start[cpu_steps].max() if cpu_steps.any() else -np.inf
         cpu = rows & ~gpu & (start < last_start)
-        sel &= cpu | (gpu & intervals.member(c.corr, c.corr[cpu]))
+        sel &= cpu | (gpu & np.isin(c.corr, c.corr[cpu]))
     if not sel.any():
         return None
     merged = intervals.union_where(start, end, sel)
