@@ -74,7 +74,7 @@ def gpu_steps(c: Columns, steps: np.ndarray, launches: np.ndarray) -> intervals.
     at = np.flatnonzero(steps)
     at = at[np.argsort(c.ts[at], kind="stable")]
     spans, _ = on_device(c, list(zip(c.ts[at].tolist(), c.end[at].tolist())), [None] * at.size, launches)
-    return intervals.union([a for a, _ in spans], [b for _, b in spans])
+    return intervals.union(*np.reshape(spans, (-1, 2)).T)
 
 
 def gpu_idle(c: Columns, device: np.ndarray, steps: intervals.Union,

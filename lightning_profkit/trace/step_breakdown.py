@@ -74,7 +74,7 @@ def _linked(c: Columns, steps: list[tuple[float, float]], runtime: np.ndarray,
     """The GPU work (indices into ``device``) launched by the host calls ``runtime`` that lie inside a step,
     and that step's index for each (see :func:`~lightning_profkit.trace.columns.launcher`)."""
     n = len(steps)
-    s0, s1 = np.array([s for s, _ in steps]), np.array([e for _, e in steps])
+    s0, s1 = np.reshape(steps, (-1, 2)).T
     rt_start, rt_end = c.ts[runtime], c.end[runtime]
     k = np.searchsorted(s1, rt_start, side="right")  # the step the two-pointer walk compares it with
     kk = np.minimum(k, n - 1)
@@ -98,12 +98,10 @@ def _kept(launched: np.ndarray) -> int:
 def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]], roles: dict[str, intervals.Union]) -> dict[str, Any]:
     """Hand out step time by role priority (``OverallParser``), per step, on the segments between all
     span boundaries."""
-    step_starts = np.array([s for s, _ in steps])
-    step_ends = np.array([e for _, e in steps])
-    in_steps_union = intervals.union(step_starts, step_ends)
+    step_starts, step_ends = np.reshape(steps, (-1, 2)).T
     bounds = np.unique(np.concatenate([step_starts, step_ends] + [x for u in roles.values() for x in u]))
     width = np.diff(bounds)
-    in_steps = intervals.covered(in_steps_union, bounds)
+    in_steps = intervals.covered((step_starts, step_ends), bounds)  # counts overlapping spans too
     taken: dict[str, np.ndarray] = {}
     slot = np.zeros(width.shape, dtype=bool)
     for role in v.STEP_ROLES:
@@ -121,11 +119,8 @@ def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]], rol
     for role, mask in taken.items():
         cum = np.concatenate([[0.0], np.cumsum(np.where(mask, width, 0.0))])
         sums[role] = cum[last] - cum[first]
-    per_step = []
-    for k, (start, end) in enumerate(steps):
-        row = {role: float(sums[role][k]) for role in taken}
-        row["Total"] = end - start
-        per_step.append(row)
+    per_step = [{**{role: float(sums[role][k]) for role in taken}, "Total": end - start}
+                for k, (start, end) in enumerate(steps)]
     avg = {c: sum(r[c] for r in per_step) / len(per_step) for c in v.STEP_COLUMNS}
     total = sum(r["Total"] for r in per_step)
     return {
