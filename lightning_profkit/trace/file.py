@@ -166,15 +166,9 @@ def find_traces(path: str) -> list[str]:
         return [path]
     if not os.path.isdir(path):
         raise TraceError(missing(path))
-    found: dict[bool, list[str]] = {True: [], False: []}
-    for folder, name in files_under(path):
-        if name.startswith("."):
-            continue  # our temporary files
-        if name.endswith(TRACE_SUFFIXES):
-            found[True].append(os.path.join(folder, name))
-        elif name.endswith(JSON_SUFFIXES):
-            found[False].append(os.path.join(folder, name))
-    traces = sorted(found[True] or found[False], key=natural)
+    found = [os.path.join(folder, name) for folder, name in files_under(path)
+             if name.endswith(JSON_SUFFIXES) and not name.startswith(".")]  # not our temporary files
+    traces = sorted([p for p in found if p.endswith(TRACE_SUFFIXES)] or found, key=natural)
     if not traces:
         raise TraceError(f"{path}: no trace files (*.pt.trace.json[.gz]) in this folder")
     return traces

@@ -26,10 +26,8 @@ _PLACE = ("path", "window")  # where the trace is: told by where it is found, ne
 
 def with_place(path: str, summary: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """``summary`` (or a new one) labelled with where its trace is: its path and its window (the folder's name)."""
-    out = {"path": path, "window": name_text(os.path.basename(os.path.dirname(os.path.abspath(path))))}
-    if summary is not None:
-        out.update((k, v) for k, v in summary.items() if k not in out)
-    return out
+    window = name_text(os.path.basename(os.path.dirname(os.path.abspath(path))))
+    return {"path": path, "window": window, **{k: v for k, v in (summary or {}).items() if k not in _PLACE}}
 
 
 def sidecar_of(trace: str) -> str:

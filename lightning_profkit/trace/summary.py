@@ -149,12 +149,8 @@ def key_figures(summary: dict[str, Any]) -> dict[str, Optional[float]]:
 def aggregate(summaries: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Means over traces of each key figure (traces lacking it left out), and the operator tables summed."""
     summaries = list(summaries)
-    figures: dict[str, list[float]] = {}
-    for s in summaries:
-        for key, value in key_figures(s).items():
-            figures.setdefault(key, [])
-            if value is not None:
-                figures[key].append(value)
+    keyed = [key_figures(s) for s in summaries]
+    figures = {k: [f[k] for f in keyed if f.get(k) is not None] for k in dict.fromkeys(k for f in keyed for k in f)}
     ops: dict[str, dict[str, dict[str, float]]] = {"cpu": {}, "device": {}}
     for s in summaries:
         for table, rows in s["operators"].items():

@@ -20,10 +20,7 @@ def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
     valid_cats = [i for i, raw in enumerate(c.raw_cats) if raw is not None and raw != v.NO_CATEGORY]
     # masks over all rows rather than copies of the valid ones: a large trace's columns are most of memory
     rows = ~np.isnan(c.dur) & code_mask(c.cat, valid_cats, len(c.cats))
-    if c.fractional:
-        start, end = np.ceil(c.ts), np.floor(c.end)
-    else:
-        start, end = c.ts, c.end
+    start, end = (np.ceil(c.ts), np.floor(c.end)) if c.fractional else (c.ts, c.end)
     gpu = ((c.stream >= 0) & (c.corr >= 0)) | c.named(*_DEVICE_SYNC_NAMES)
     steps = [i for i, n in enumerate(c.names) if v.is_step(n)]
     sel = rows & (c.stream != -1)
