@@ -49,7 +49,7 @@ def read_folder(path: str, jobs: int, known: Optional[dict[str, dict[str, Any]]]
         except FileRefused as err:  # its text starts with the path
             done.left_out.append(str(err))
             continue
-        except (KeyboardInterrupt, MemoryError):
+        except MemoryError:
             raise
         except Exception as err:  # a trace with unexpected content: one line, never a traceback
             if os.environ.get("PROFKIT_DEBUG"):

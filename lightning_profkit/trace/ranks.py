@@ -59,18 +59,16 @@ def _figures(rank: int, traces: list[dict[str, Any]]) -> RankFigures:
     def mean_ms(*roles: str) -> float:
         return sum(sum(t["step_breakdown"]["avg"][r] for r in roles) for t in traces) / len(traces) / 1000
 
+    hosts = [HostFigures.from_json(t.get("host") or {}).per_step() for t in traces]
+
     def mean_of(key: str) -> Optional[float]:
-        values = [v for t in traces if (v := _host(t, key)) is not None]
+        values = [h[key] for h in hosts if h.get(key) is not None]
         return sum(values) / len(values) if values else None
 
     step, communication = mean_ms("Total"), mean_ms("Communication")
     idle = {cause: share for cause in CAUSES if (share := mean_of(share_name(cause))) is not None}
     return RankFigures(rank, len(traces), step, step - communication, *(mean_ms(*roles) for roles in PARTS.values()),
                        communication, mean_of("gpu_idle_share"), mean_of("blocking_sync_ms_per_step"), idle or None)
-
-
-def _host(summary: dict[str, Any], key: str) -> Optional[float]:
-    return HostFigures.from_json(summary.get("host") or {}).per_step().get(key)
 
 
 @dataclass(frozen=True)
