@@ -65,15 +65,13 @@ def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector, whose collections would walk a trace's records and rows, none of them in a
     cycle (a tenth of the reading time; 10x the summary's with an operator of each name). Only in the main thread: a
     helper thread (the training process's writer) must not pause the user's."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    was_enabled = gc.isenabled()
-    gc.disable()
+    pause = threading.current_thread() is threading.main_thread() and gc.isenabled()
+    if pause:
+        gc.disable()
     try:
         yield
     finally:
-        if was_enabled:
+        if pause:
             gc.enable()
 
 
@@ -152,9 +150,7 @@ def _pool(jobs: int, held: Optional[bytes]) -> tuple[ProcessPoolExecutor, bool]:
     methods = multiprocessing.get_all_start_methods()
     if threading.active_count() == 1 and "fork" in methods:
         context = multiprocessing.get_context("fork")
-        inherit = held is not None
-        return ProcessPoolExecutor(jobs, mp_context=context, initializer=_inherit if inherit else None,
-                                   initargs=(held,) if inherit else ()), inherit
+        return ProcessPoolExecutor(jobs, mp_context=context, initializer=_inherit, initargs=(held,)), held is not None
     method = "spawn"
     if "forkserver" in methods:
         from multiprocessing import forkserver
