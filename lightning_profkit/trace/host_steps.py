@@ -96,12 +96,11 @@ def gpu_idle(c: Columns, device: np.ndarray, steps: intervals.Union,
         return float((intervals.covered_until(u, ends) - intervals.covered_until(u, starts)).sum())
 
     idle = 1.0 - busy(steps) / count / total
-    spans = [c.spans(where) for _, where in causes]
-    bounds = np.unique(np.concatenate([*steps, *(x for u in spans for x in u)]))
-    left = intervals.covered(steps, bounds)  # the segments between all bounds that lie in a step, not yet given
+    # left: the segments between all bounds that lie in a step, not yet given
+    bounds, covers, left = intervals.segments(steps, [c.spans(where) for _, where in causes])
     parts = {}
-    for (name, _), u in zip(causes, spans):
-        parts[name] = intervals.covered(u, bounds) & left
+    for (name, _), cover in zip(causes, covers):
+        parts[name] = cover & left
         left &= ~parts[name]
     parts[OTHER] = left
     by_cause = {}

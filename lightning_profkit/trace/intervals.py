@@ -81,3 +81,10 @@ def covered(u: Union, bounds: np.ndarray) -> np.ndarray:
         return np.zeros(max(n - 1, 0), dtype=bool)
     starts = np.bincount(np.searchsorted(bounds, u[0]), minlength=n)
     return np.cumsum(starts - np.bincount(np.searchsorted(bounds, u[1]), minlength=n))[:-1] > 0
+
+
+def segments(within: Union, spans: list[Union]) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """The bounds of the segments between all ends of ``within`` and of ``spans``, which segments each of ``spans``
+    covers (see :func:`covered`), and which ``within`` covers."""
+    bounds = np.unique(np.concatenate([*within, *(x for u in spans for x in u)]))
+    return bounds, [covered(u, bounds) for u in spans], covered(within, bounds)

@@ -99,13 +99,12 @@ def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]], rol
     """Hand out step time by role priority (``OverallParser``), per step, on the segments between all
     span boundaries."""
     step_starts, step_ends = np.reshape(steps, (-1, 2)).T
-    bounds = np.unique(np.concatenate([step_starts, step_ends] + [x for u in roles.values() for x in u]))
+    # the steps may overlap: covered counts them all the same
+    bounds, covers, in_steps = intervals.segments((step_starts, step_ends), [roles[r] for r in v.STEP_ROLES])
     width = np.diff(bounds)
-    in_steps = intervals.covered((step_starts, step_ends), bounds)  # counts overlapping spans too
     taken: dict[str, np.ndarray] = {}
     slot = np.zeros(width.shape, dtype=bool)
-    for role in v.STEP_ROLES:
-        covered = intervals.covered(roles[role], bounds)
+    for role, covered in zip(v.STEP_ROLES, covers):
         if slot.any():
             taken[role] = slot & covered
             slot = slot & ~covered
