@@ -4,6 +4,7 @@ stale: docs/many-ranks.md. Design notes: docs/how-it-works.md."""
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import json
 import os
@@ -38,12 +39,10 @@ def sidecar_of(trace: str) -> str:
 @functools.lru_cache(maxsize=None)
 def version() -> str:
     """A hash of the source of the code that makes a summary (this package's ``trace/`` and ``figures.py``)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trace = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
-    for folder, names in ((os.path.join(package, "trace"), None), (package, ["figures.py"])):
-        for name in sorted(names or os.listdir(folder)):
-            if name.endswith(".py"):
-                digest.update(name.encode() + b"\0" + read_regular(os.path.join(folder, name), MAX_BYTES))
+    for path in sorted(glob.glob(os.path.join(trace, "*.py"))) + [os.path.join(os.path.dirname(trace), "figures.py")]:
+        digest.update(os.path.basename(path).encode() + b"\0" + read_regular(path, MAX_BYTES))
     return digest.hexdigest()[:16]
 
 
@@ -68,27 +67,18 @@ class _Steps(msgspec.Struct):
     dataloader_frac: float
 
 
-class _Temporal(msgspec.Struct):
-    span_us: float
-    idle_us: float
-    compute_us: float
-    non_compute_us: float
-    idle_frac: float
-    compute_frac: float
-    non_compute_frac: float
-
-
-class _CpuRow(msgspec.Struct):
-    name: str
-    calls: int
-    total_us: float
-    self_us: float
+_Temporal = msgspec.defstruct("_Temporal", [(key, float) for key in (
+    "span_us", "idle_us", "compute_us", "non_compute_us", "idle_frac", "compute_frac", "non_compute_frac")])
 
 
 class _DeviceRow(msgspec.Struct):
     name: str
     calls: int
     total_us: float
+
+
+class _CpuRow(_DeviceRow):
+    self_us: float
 
 
 class _Operators(msgspec.Struct):
@@ -100,7 +90,7 @@ class _Summary(msgspec.Struct):
     worker: str
     rank: Optional[int]
     step_breakdown: Optional[_Steps]
-    temporal: Optional[_Temporal]
+    temporal: Optional[_Temporal]  # type: ignore[valid-type]
     host: HostFigures
     operators: _Operators
     notes: list[str]
