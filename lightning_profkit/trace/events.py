@@ -110,17 +110,12 @@ def decode(raw: bytes) -> TraceDoc:
     text over :data:`LOOSE_BYTES` with events of unexpected types)."""
     try:
         return decode_strict(raw)
-    except msgspec.ValidationError:
+    except msgspec.ValidationError:  # not JSON: a msgspec.DecodeError, which is a ValueError
         pass
-    except msgspec.DecodeError as err:
-        raise ValueError(str(err)) from None
     if len(raw) > LOOSE_BYTES:
         raise TooLoose(f"events of unexpected types in over {LOOSE_BYTES / 1e6:.0f} MB of JSON without a boundary "
                        "between events")
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError as err:
-        raise ValueError(str(err)) from None
+    data = msgspec.json.decode(raw)
     if isinstance(data, list):
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
