@@ -108,15 +108,14 @@ def _integers(values: list[Any]) -> np.ndarray:
 def steps_of(c: Columns) -> np.ndarray:
     """Each event's step number (-1: in none)."""
     device = c.cat_mask(*v.DEVICE)
-    marker = ~device & c.name_mask(v.is_step)
-    order = np.argsort(c.ts[marker], kind="stable")
-    starts, ends = c.ts[marker][order], c.end[marker][order]
+    marker = np.flatnonzero(~device & c.name_mask(v.is_step))
+    marker = marker[np.argsort(c.ts[marker], kind="stable")]
     numbers = np.array([-1 if (n := v.step_number(c.names[code])) is None else n for code in c.name[marker]],
-                       dtype=np.int64)[order]
+                       dtype=np.int64)
     step = np.full(c.ts.size, -1, dtype=np.int64)
-    if starts.size:
-        at = np.searchsorted(starts, c.ts, side="right") - 1
-        inside = (at >= 0) & (c.ts < ends[np.maximum(at, 0)])
+    if marker.size:
+        at = np.searchsorted(c.ts[marker], c.ts, side="right") - 1
+        inside = (at >= 0) & (c.ts < c.end[marker][np.maximum(at, 0)])
         step[inside] = numbers[at[inside]]
     gpu = np.flatnonzero(device)
     launches = np.flatnonzero(c.cat_mask(*v.HOST_CUDA))

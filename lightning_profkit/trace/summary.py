@@ -168,9 +168,8 @@ def aggregate(summaries: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Two aggregates side by side: each figure's A, B and B - A."""
-    keys = list(a["figures"]) + [k for k in b["figures"] if k not in a["figures"]]
     rows = {}
-    for key in keys:
+    for key in dict.fromkeys([*a["figures"], *b["figures"]]):  # a's, then b's others
         va, vb = a["figures"].get(key), b["figures"].get(key)
         rows[key] = {"a": va, "b": vb, "diff": (vb - va) if va is not None and vb is not None else None}
     cpu_a = {r["name"]: r["self_us"] for r in a["operators"]["cpu_by_self"]}
