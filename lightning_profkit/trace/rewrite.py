@@ -25,7 +25,7 @@ _STARTS = tuple(start[:-1].encode() for start in (DATALOADER_PREFIX, DATAPIPE_PR
 _NAME_KEY = re.compile(rb'"name"\s*:\s*"\Z')  # what a name's start follows (searched up to it)
 _CATEGORY = re.compile(rb'"cat"\s*:\s*"' + USER_ANNOTATION.encode() + rb'"')
 _BEFORE = re.compile(rb",\s*$")  # the comma before an event cut out
-_AFTER = re.compile(rb"\s*,\s*")  # or the one after it, where it is the first left
+_AFTER = re.compile(rb"\s*,\s*(?=\{)")  # or the one after it, before an event, where it is the first left
 _EVENT_START = re.compile(rb"\s*\{")
 _EVENT_BYTES = 1 << 12  # the text first decoded for an event; doubled until the event fits
 _DECODER = json.JSONDecoder()
@@ -56,10 +56,9 @@ def _edited(text: bytes, last_step: Optional[int]) -> bytes:
             if last_step is None or number is None or number <= last_step:
                 continue
             before = _BEFORE.search(text, at, start)  # the comma before it, else the one after it
-            after = _AFTER.match(text, end) if before is None else None
             if before is not None:
                 start = before.start()
-            elif after is not None and text[after.end():after.end() + 1] == b"{":
+            elif after := _AFTER.match(text, end):
                 end = after.end()
             out.append(text[at:start])
             at = end
