@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Optional
 
 import numpy as np
@@ -12,7 +11,6 @@ from lightning_profkit.trace import intervals, vocabulary as v
 from lightning_profkit.trace.columns import Columns, launcher
 
 _COMM_OPS = {f"{lib}:{op}" for lib in ("nccl", "gloo") for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")}
-_BIG, _SMALL = float(sys.maxsize), float(-sys.maxsize - 1)
 
 
 def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
@@ -50,22 +48,21 @@ def on_device(
     linked, step_of = _linked(c, steps, np.flatnonzero(launches), device)
     if not linked.size:
         return steps, names
-    n = len(steps)
-    first, last = np.full(n, _BIG), np.full(n, _SMALL)
-    np.minimum.at(first, step_of, c.ts[device][linked])
+    last = np.full(len(steps), -np.inf)  # where a step launched no GPU work: it ends as on the host
     np.maximum.at(last, step_of, c.end[device][linked])
     prev_end = steps[0][0]
-    if first[0] != _BIG:  # GPU work no step launched, ending before the first step's: the first starts after it
+    first = c.ts[device[linked[step_of == 0]]]  # the GPU work the first step launched
+    if first.size:  # GPU work no step launched, ending before the first step's: the first starts after it
         unmatched = np.ones(device.size, dtype=bool)
         unmatched[linked] = False
         ends = c.end[device][unmatched]
-        prev_end = float(ends[ends < first[0]].max(initial=prev_end))
+        prev_end = float(ends[ends < first.min()].max(initial=prev_end))
     moved = []
-    for (start, end), dev_lo, dev_hi in zip(steps, first.tolist(), last.tolist()):
+    for (start, end), dev_hi in zip(steps, last.tolist()):
         start = max(prev_end, start)
-        prev_end = max(end, start) if dev_lo == _BIG else max(end, dev_hi, start)
+        prev_end = max(end, dev_hi, start)
         moved.append((start, prev_end))
-    keep = _kept(np.bincount(step_of, minlength=n))
+    keep = _kept(np.bincount(step_of, minlength=len(steps)))
     return moved[:keep], names[:keep]
 
 
