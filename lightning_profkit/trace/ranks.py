@@ -171,11 +171,8 @@ def ranks_to_show(section: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
 
 def ranks_section(summaries: Sequence[dict[str, Any]]) -> Optional[dict[str, Any]]:
     """``profkit summary``'s ``ranks``: per-rank figures and the verdict, when some window holds several ranks."""
-    windows: dict[str, set] = {}
-    for s in summaries:
-        if s.get("rank") is not None:
-            windows.setdefault(s.get("window") or "", set()).add(s["rank"])
-    if not any(len(r) > 1 for r in windows.values()):
+    ranked = {(s.get("window") or "", s["rank"]) for s in summaries if s.get("rank") is not None}
+    if len(ranked) == len({window for window, _ in ranked}):  # no window holds several ranks
         return None
     figures = rank_figures(summaries)
     found = verdict(figures)
