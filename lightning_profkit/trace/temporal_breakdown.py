@@ -22,11 +22,10 @@ def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
     rows = ~np.isnan(c.dur) & code_mask(c.cat, valid_cats, len(c.cats))
     start, end = (np.ceil(c.ts), np.floor(c.end)) if c.fractional else (c.ts, c.end)
     gpu = ((c.stream >= 0) & (c.corr >= 0)) | c.named(*_DEVICE_SYNC_NAMES)
-    steps = [i for i, n in enumerate(c.names) if v.is_step(n)]
     sel = rows & (c.stream != -1)
-    if len(steps) > 1:
-        cpu_steps = rows & ~gpu & code_mask(c.name, steps, len(c.names))
-        last_start = start[cpu_steps].max() if cpu_steps.any() else -np.inf
+    if sum(map(v.is_step, c.names)) > 1:  # more than one step's name
+        cpu_steps = rows & ~gpu & c.name_mask(v.is_step)
+        last_start = start[cpu_steps].max(initial=-np.inf)
         cpu = rows & ~gpu & (start < last_start)
         sel &= cpu | (gpu & np.isin(c.corr, c.corr[cpu]))
     if not sel.any():
@@ -34,8 +33,7 @@ def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
     merged = intervals.union_where(start, end, sel)
     span = float(merged[1][-1] - merged[0][0])
     idle = span - intervals.length(merged)
-    compute_names = [i for i, n in enumerate(c.names) if not _NON_COMPUTE.match(n)]
-    comp = sel & code_mask(c.name, compute_names, len(c.names))
+    comp = sel & ~c.name_mask(_NON_COMPUTE.match)
     compute = intervals.length(intervals.union_where(start, end, comp))
     out = {"span_us": span, "idle_us": idle, "compute_us": compute, "non_compute_us": span - idle - compute}
     for key in ("idle", "compute", "non_compute"):
