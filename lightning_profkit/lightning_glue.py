@@ -7,7 +7,7 @@ import functools
 import multiprocessing
 import os
 import secrets
-import time
+from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 from lightning.pytorch import Trainer
@@ -155,9 +155,8 @@ def trace_dir(trainer: Trainer) -> str:
 
 def run_folder_name(trainer: Trainer) -> str:
     """``run=YYYYmmdd-HHMMSS.ffffff-xxxxxx``: now (UTC, so that runs sort) and a random part; rank zero's."""
-    now = time.time()
-    name = time.strftime("run=%Y%m%d-%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}-{secrets.token_hex(3)}"
-    return trainer.strategy.broadcast(name)
+    now = datetime.now(timezone.utc).strftime("run=%Y%m%d-%H%M%S.%f")
+    return trainer.strategy.broadcast(f"{now}-{secrets.token_hex(3)}")
 
 
 def _holds_windows(folder: str) -> bool:
