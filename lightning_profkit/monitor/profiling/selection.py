@@ -111,8 +111,7 @@ class StepList(Selection):
         object.__setattr__(self, "_starts", [lo for lo, _ in self.ranges])
 
     def is_active(self, step: int, batch_idx: int) -> bool:
-        i = bisect.bisect_right(self._starts, step) - 1  # type: ignore[attr-defined]
-        return i >= 0 and step <= self.ranges[i][1]
+        return self.next_active(step, batch_idx, 1) == step
 
     def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
         i = bisect.bisect_right(self._starts, step) - 1  # type: ignore[attr-defined]
