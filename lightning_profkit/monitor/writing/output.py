@@ -20,6 +20,7 @@ from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.timing.epoch_figures import window_metrics
 from lightning_profkit.monitor.writing.retention import Retention
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, free_mb, megabytes
+from lightning_profkit.opener import size_words
 from lightning_profkit.printable import redact
 from lightning_profkit.monitor.writing.process import FinalizingProcess
 from lightning_profkit.store import STAGING_PREFIX, StoreError, is_url, join
@@ -87,7 +88,7 @@ def cut_message(options: Options, first: int, last: int, planned_last: int, esti
     """What to say of a window of batches ``first``-``planned_last`` ended early by ``max_trace_mb`` after ``last``."""
     lines = [f"a window ended early: its trace would pass max_trace_mb={options.max_trace_mb:g}",
              f"batches {first}-{planned_last} planned, {first}-{last} recorded, about "
-             f"{(estimated_bytes or 0) / 1e6:.0f} MB of JSON (estimated from the JSON a step of the latest written "
+             f"{size_words(estimated_bytes or 0)} of JSON (estimated from the JSON a step of the latest written "
              "window of its kind)"]
     return "\n  - ".join(lines + fewer(options, validation))
 
@@ -122,13 +123,8 @@ def check_trace_dir(trace_dir: str, storage_options: Optional[dict[str, Any]] = 
         finally:
             finalizer.close()
         trace_dir = tempfile.gettempdir()
-    check_writable(trace_dir)
-
-
-def check_writable(folder: str) -> None:
-    """Fail now if ``folder`` could not be created or written, without creating it: a new probe file (``mkstemp``)
-    in it or its nearest existing parent, removed at once."""
-    existing = os.path.abspath(folder)
+    # a new probe file (mkstemp) in the folder or its nearest existing parent, removed at once: nothing is created
+    existing = os.path.abspath(trace_dir)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     try:
@@ -139,7 +135,7 @@ def check_writable(folder: str) -> None:
         os.remove(probe)
     except OSError as err:
         raise OSError(
-            f"PerformanceMonitor cannot write traces to {folder!r} ({err.strerror or err}: {existing!r}); "
+            f"PerformanceMonitor cannot write traces to {trace_dir!r} ({err.strerror or err}: {existing!r}); "
             "pass `dirpath=` a writable folder"
         ) from err
 
@@ -270,9 +266,7 @@ class TraceOutput:
                                f"  - {shown}\n  - {window['unkept']}", "companions")
             if window.get("summary") and not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
-        removed = set()
-        while self._removed:
-            removed.add(redact(self._removed.popleft()))
+        removed = {redact(self._removed.popleft()) for _ in range(len(self._removed))}
         return done, removed, logged
 
     def fit_line(self) -> Optional[tuple[int, list[str]]]:
