@@ -248,8 +248,7 @@ class PerformanceMonitor(Callback):
         have Lightning call us there; loops that run without us in ``trainer.callbacks`` are given back."""
         if self._trainer is not None and self not in self._trainer.callbacks:
             unhook(self)
-            if self._fit is not None:
-                self._fit.disarm(wait=False)
+            self._fit.disarm(wait=False)  # armed: set with the trainer, and let go with it
             return
         rehook(self, "on_train_batch_end")
 

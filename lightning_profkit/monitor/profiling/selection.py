@@ -97,7 +97,7 @@ class EpochWindow(Selection):
 
 
 def _count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "es" if word.endswith("batch") else "s")
+    return f"{n} {word}" + ("" if n == 1 else "es")  # a batch, a warm-up batch
 
 
 @dataclass(frozen=True)
