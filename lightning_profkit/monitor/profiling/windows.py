@@ -283,9 +283,8 @@ def profiler_activities(names: Optional[list[str]], on_cuda: bool) -> list[Profi
     return [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_cuda else [ProfilerActivity.CPU]
 
 
-def session_opener(recording: Recording, report: Callable[..., None],
-                   bytes_per_step: Callable[[], Optional[float]] = lambda: None,
-                   room: Callable[[], Optional[str]] = lambda: None) -> Opener:
+def session_opener(recording: Recording, report: Callable[..., None], bytes_per_step: Callable[[], Optional[float]],
+                   room: Callable[[], Optional[str]]) -> Opener:
     """What opens a window's session: none while another torch.profiler session runs, nor while ``room()`` says why
     the trace would not fit (``report`` is told); ``bytes_per_step()`` for its size estimate."""
 
