@@ -94,7 +94,6 @@ class TraceWriter:
         self._jobs: "queue.Queue[Union[WindowJob, dict[str, Any], threading.Event, None]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
-        self.pending = 0  # jobs submitted and not yet done or dropped
         self._waiting: list[str] = []  # the paths of the windows submitted and not yet written or dropped
         self._finalizer = FinalizingProcess(storage_options)  # started with the first job, ended with the thread
         self._cpu_lock = threading.Lock()  # not ``_lock``: ``close`` holds that while it joins the thread
@@ -116,13 +115,17 @@ class TraceWriter:
                     thread += time.clock_gettime(self._thread_clock)
         return thread + self._finalizer.cpu_s
 
+    @property
+    def pending(self) -> int:
+        """Windows submitted and not yet written or dropped."""
+        return len(self._waiting)
+
     def submit(self, job: Union[WindowJob, dict[str, Any]]) -> None:
         """Queue a window, or a job for the finalizing process as it is."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="profkit-writer", daemon=True)
                 self._thread.start()
-            self.pending += 1
             if isinstance(job, WindowJob):
                 self._waiting.append(job.path)
         self._jobs.put(job)
@@ -165,7 +168,7 @@ class TraceWriter:
                 job = self._jobs.get()
                 if job is None:
                     if self.unsent:  # a last try for the uploads that wait, backoff or not
-                        self._guarded(lambda _: self._store(last=True), None, counted=False)
+                        self._guarded(lambda _: self._store(last=True), None)
                     self._finalizer.close(timeout=max(min(self._deadline - time.perf_counter(), 5.0), 0.0))
                     return
                 if isinstance(job, threading.Event):
@@ -177,8 +180,8 @@ class TraceWriter:
                 self._thread_clock = None
                 self._ended_thread_cpu_s += time.thread_time()
 
-    def _guarded(self, work: Callable[[Any], None], job: Any, counted: bool = True) -> None:
-        """Do a job (``counted`` in :attr:`pending`); an error is reported, never raised."""
+    def _guarded(self, work: Callable[[Any], None], job: Any) -> None:
+        """Do a job (a window's: then no longer waited for); an error is reported, never raised."""
         try:
             work(job)
         except DiskFull as full:
@@ -190,11 +193,9 @@ class TraceWriter:
             self._on_error(f"a profiler trace could not be written; training continues:\n  {type(err).__name__}: {err}",
                            "write")
         finally:
-            if counted:
+            if isinstance(job, WindowJob):
                 with self._lock:
-                    self.pending -= 1
-                    if isinstance(job, WindowJob) and job.path in self._waiting:
-                        self._waiting.remove(job.path)
+                    self._waiting.remove(job.path)
 
     def _write(self, job: WindowJob) -> None:
         folder, name = os.path.split(job.path)
