@@ -190,11 +190,6 @@ class WithCaptures(Selection):
     def is_active(self, step: int, batch_idx: int) -> bool:
         return self.base.is_active(step, batch_idx) or any(lo <= step <= hi for lo, hi in self.ranges)
 
-    def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
-        if not self.ranges:  # no capture pending, the usual case: asked at every step, so keep it short
-            return self.base.warmup_before(step, batch_idx)
-        return super().warmup_before(step, batch_idx)
-
     def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
         found = [self.base.next_active(step, batch_idx, horizon)]
         found += [_within(max(lo, step), step, horizon) for lo, hi in self.ranges if hi >= step]
