@@ -144,9 +144,8 @@ class FitRun:
             timeout = self.options.flush_timeout if wait else 0.0
             left, unsent = self.output.close(timeout)
             if left and wait:
-                lost = "".join(f"\n  - {name}" for name in left)
                 self.report(f"{len(left)} windows not written within flush_timeout={timeout:g} s are lost; a longer "
-                            f"flush_timeout waits for them{lost}")
+                            "flush_timeout waits for them" + "".join(f"\n  - {name}" for name in left))
             if unsent:
                 staging = self.output.local_dir
                 kept = "".join(f"\n  - {path}" for path in unsent)

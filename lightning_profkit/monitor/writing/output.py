@@ -245,9 +245,8 @@ class TraceOutput:
                                     meta.get("log_step", last), tuple(meta.get("problems", ())))
             done.append(written)
             if written.problems:  # on every rank
-                lacks = "".join(f"\n  - {problem}" for problem in written.problems)
                 self._on_error(f"a trace lacks what its window recorded; profkit summary and report show it:\n  {shown}"
-                               f"{lacks}", "integrity")
+                               + "".join(f"\n  - {problem}" for problem in written.problems), "integrity")
             if written.json_bytes:  # the room and size estimates from the latest window (of its kind)
                 self._need_mb = written.json_bytes / 1e6
                 self.bytes_per_step[validation] = written.json_bytes / written.steps
