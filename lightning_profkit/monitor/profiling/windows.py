@@ -28,16 +28,15 @@ def quiet_kineto(enabled: bool = True) -> Iterator[None]:
     """Around the first profiler start of this process, where kineto reads its log level once: ``QUIET_LEVEL``, the
     environment as it was afterwards; a ``KINETO_LOG_LEVEL`` the user set is left alone (docs/choosing-steps.md)."""
     global _kineto_started
-    if not enabled or _kineto_started or KINETO_LOG_LEVEL in os.environ:
-        _kineto_started = True
-        yield
-        return
-    os.environ[KINETO_LOG_LEVEL] = QUIET_LEVEL
+    quiet = enabled and not _kineto_started and KINETO_LOG_LEVEL not in os.environ
+    if quiet:
+        os.environ[KINETO_LOG_LEVEL] = QUIET_LEVEL
     try:
         yield
     finally:
         _kineto_started = True
-        os.environ.pop(KINETO_LOG_LEVEL, None)
+        if quiet:
+            os.environ.pop(KINETO_LOG_LEVEL, None)
 
 
 def window_schedule(selection: Selection, first_active: int, offset: int) -> Callable[[int], ProfilerAction]:
