@@ -422,8 +422,7 @@ class FitRun:
         recording = None
         if o.alert_action == "warn" and o.capture_on_alert:
             recording = self._capture(step, o.active)
-            last = self.last_step
-            if recording is None and last is not None and step >= last:
+            if recording is None and self.last_step is not None and step >= self.last_step:
                 out.lines.append("data-wait alert at the fit's last step: no steps are left to record for it")
         alert = DataWaitAlert(ratio, self.checks.rule.threshold, self.epoch, step, checked, worst_rank, advice,
                               log_step=self.log_step, recording=recording)
