@@ -106,9 +106,8 @@ class FinalizingProcess:
 
 def child_env() -> dict[str, str]:
     """The child imports this package from wherever the parent found it, and uses one thread."""
-    env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(lightning_profkit.__file__)))  # the package's folder
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    for threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[threads] = "1"  # one core for the rewrite; the others stay with training
-    return env
+    path = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
+    # one core for the rewrite; the others stay with training
+    one_thread = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
+    return {**os.environ, "PYTHONPATH": path, **one_thread}
