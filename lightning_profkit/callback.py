@@ -137,8 +137,7 @@ class PerformanceMonitor(Callback):
         check_monitors_come_after(trainer, self)
         self._end(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         require_fetch_pair(trainer)
-        chosen = self.options.dirpath or trace_dir(trainer)
-        folder, why = own_trace_dir(trainer, chosen)
+        folder, why = own_trace_dir(trainer, self.options.dirpath or trace_dir(trainer))
         self.trace_dir = redact(folder)  # shown; the credentials of a URL stay in `folder`
         if why:
             self._notices(f"{why}; this fit writes to its own folder, so that they never mix:\n  {folder}", "shared_dir")

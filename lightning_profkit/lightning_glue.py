@@ -170,8 +170,7 @@ def own_trace_dir(trainer: Trainer, folder: str) -> tuple[str, Optional[str]]:
     A folder on object storage is taken as it is: its marker is read by the finalizing process, not here."""
     why = None
     if trainer.is_global_zero and not is_url(folder):
-        other = other_fit(folder)
-        if other:
+        if other := other_fit(folder):
             why = f"another fit ({other}) writes there"
         elif os.path.isdir(folder) and _holds_windows(folder):
             why = "an earlier fit's traces are there"
