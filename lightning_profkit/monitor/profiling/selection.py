@@ -229,16 +229,13 @@ def parse_step_ranges(steps: StepRanges, name: str = "steps") -> tuple[tuple[int
         raise ValueError(f"`{name}` must name at least one step or range, got {steps!r}")
     ranges = []
     for item in items:
-        if isinstance(item, bool):
-            raise ValueError(f"`{name}` has an invalid entry {item!r}")
-        if isinstance(item, int):
+        if isinstance(item, int) and not isinstance(item, bool):
             lo, hi = item, item
         elif isinstance(item, str):
             m = _RANGE.match(item)
             if not m:
                 raise ValueError(f"`{name}` has an invalid range {item!r}: expected 'N' or 'A-B'")
-            lo = int(m.group(1))
-            hi = int(m.group(2)) if m.group(2) is not None else lo
+            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         elif isinstance(item, Sequence) and len(item) == 2 and all(isinstance(v, int) for v in item):
             lo, hi = item
         else:
