@@ -348,12 +348,11 @@ class FitRun:
         stopping = (self.runner, self.validation_windows)
         self.runner = self.validation_windows = None
         self.due = INF
-        for windows in stopping:
-            if windows is not None:
-                try:
-                    windows.stop()
-                except Exception as err:  # the windows have let go of the session already
-                    self.report(f"stopping the profiler failed:\n  {err!r}")
+        for windows in filter(None, stopping):
+            try:
+                windows.stop()
+            except Exception as err:  # the windows have let go of the session already
+                self.report(f"stopping the profiler failed:\n  {err!r}")
 
     def _schedule(self) -> None:
         """Have the fetch timer wake us at the next step with work at its end: a window's, a rolling check's, or
