@@ -7,12 +7,11 @@ import os
 
 SIDECAR = ".profkit"
 EVENTS = ".parquet"
-SUFFIXES = (SIDECAR, EVENTS)
 
 
 def with_companions(trace: str) -> list[str]:
     """The paths (or URLs) of ``trace``'s companions, then ``trace``: a trace uploaded last has its companions."""
-    return [trace + suffix for suffix in SUFFIXES] + [trace]
+    return [trace + SIDECAR, trace + EVENTS, trace]
 
 
 def remove_local(trace: str) -> bool:
