@@ -191,7 +191,7 @@ def serve(jobs: Connection, replies: Connection) -> None:
                 use_options(job["storage_options"])
             if "probe" in job:
                 write_probe(job["probe"])
-            if "watch" in job and mirror is None:
+            if job.get("watch") and mirror is None:
                 mirror = RequestMirror(**job["watch"])
             if "raw" in job:
                 reply["done"] = finalize_trace(job["raw"], job["final"], job["meta"], job.get("url"))

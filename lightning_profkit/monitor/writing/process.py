@@ -19,7 +19,7 @@ class FinalizingProcess:
     """Parent side of the finalizing process; used by one thread (the trace writer's)."""
 
     def __init__(self, storage_options: Optional[dict[str, Any]] = None) -> None:
-        self.storage_options = storage_options  # sent with every job, through the pipe
+        self.storage_options = storage_options  # sent to each process it starts, through the pipe
         self._proc: Optional[subprocess.Popen] = None
         self._jobs: Optional[Connection] = None  # our ends of the pipes
         self._replies: Optional[Connection] = None
@@ -39,10 +39,7 @@ class FinalizingProcess:
         ``OSError`` when it could not, ``TimeoutError`` (the process killed) with no reply within ``timeout`` s."""
         if self._proc is None or self._proc.poll() is not None:
             self._start()
-            if self.watch is not None:
-                job = {**job, "watch": self.watch}
-        if self.storage_options:
-            job = {**job, "storage_options": self.storage_options}
+            job = {**job, "storage_options": self.storage_options, "watch": self.watch}  # kept by the new process
         assert self._proc is not None and self._jobs is not None and self._replies is not None
         try:
             self._jobs.send(job)
