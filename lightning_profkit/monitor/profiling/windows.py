@@ -179,6 +179,12 @@ class _Windows:
             finally:
                 self.spent.append(session.spent_s)
 
+    def _maybe_open(self, selection: Selection, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
+        """Open a session where a window of ``selection`` begins at ``step``, past the one ended early."""
+        warmup = selection.warmup_before(step, batch_idx) if step > self._cut_through else None
+        if warmup is not None and not stopping():
+            self.session = self._open(selection, step, batch_idx, warmup)
+
 
 class WindowRunner(_Windows):
     """Decides at each step boundary whether to start, advance or end a training window's session (opened by
@@ -194,7 +200,7 @@ class WindowRunner(_Windows):
         self.stop()
         self.profiled, self.spent, self._cut_through, self._paused = [], [], -1, False  # windows never span epochs
         self.selection = self.selection.for_epoch(num_batches)
-        self._maybe_open(next_step, next_batch_idx)
+        self._maybe_open(self.selection, next_step, next_batch_idx)
 
     def capture(self, first: int, last: int, next_step: int) -> None:
         """Record steps ``first``-``last`` too, the next step being ``next_step`` (once no window is open)."""
@@ -210,7 +216,7 @@ class WindowRunner(_Windows):
                 return
             self._stepped()
         if self.session is None and not last_in_epoch:
-            self._maybe_open(step + 1, batch_idx + 1, stopping)
+            self._maybe_open(self.selection, step + 1, batch_idx + 1, stopping)
 
     def next_step_end(self, step: int, batch_idx: int, horizon: int = 1000) -> int:
         """The first step from ``step`` on at whose end :meth:`step_end` has work (where no window begins within
@@ -243,13 +249,9 @@ class WindowRunner(_Windows):
         from ``next_step`` on. Returns whether one was paused."""
         paused, self._paused = self._paused, False
         if paused and self.session is None:
-            self._maybe_open(next_step, next_batch_idx)
+            self._maybe_open(self.selection, next_step, next_batch_idx)
         return paused
 
-    def _maybe_open(self, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
-        warmup = self.selection.warmup_before(step, batch_idx) if step > self._cut_through else None
-        if warmup is not None and not stopping():
-            self.session = self._open(self.selection, step, batch_idx, warmup)
 
 
 class ValidationWindows(_Windows):
@@ -265,10 +267,8 @@ class ValidationWindows(_Windows):
         self._cut_through = -1
 
     def batch_start(self, batch_idx: int) -> None:
-        if self.session is None and batch_idx > self._cut_through:
-            warmup = self.batches.warmup_before(batch_idx, batch_idx)
-            if warmup is not None:
-                self.session = self._open(self.batches, batch_idx, batch_idx, warmup)
+        if self.session is None:
+            self._maybe_open(self.batches, batch_idx, batch_idx)
 
     def batch_end(self) -> None:
         if self.session is not None:
