@@ -26,9 +26,9 @@ from lightning_profkit.monitor.writing.process import FinalizingProcess
 from lightning_profkit.store import STAGING_PREFIX, StoreError, is_url, join
 
 
-def worker_name(rank: int, host: Optional[str] = None) -> str:
+def worker_name(rank: int) -> str:
     """A file-name-safe worker name unique per host and rank."""
-    host = re.sub(r"[^A-Za-z0-9_-]+", "_", host or socket.gethostname()) or "host"
+    host = re.sub(r"[^A-Za-z0-9_-]+", "_", socket.gethostname()) or "host"
     return f"{host}_rank{rank}"
 
 
