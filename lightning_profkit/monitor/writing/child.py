@@ -164,10 +164,10 @@ class RequestMirror:
 NICE = 10  # the finalizing process's default nice increment; PROFKIT_FINALIZER_NICE sets another, or "idle"
 
 
-def lower_priority(setting: Optional[str] = None) -> None:
-    """Run below training: ``NICE`` steps of nice above the parent, or ``setting`` (a number, or ``idle`` for
-    ``SCHED_IDLE``); why: docs/traces-and-storage.md, measured by ``benchmarks/streaming.py``."""
-    setting = setting or os.environ.get("PROFKIT_FINALIZER_NICE") or str(NICE)
+def lower_priority() -> None:
+    """Run below training: ``NICE`` steps of nice above the parent, or ``PROFKIT_FINALIZER_NICE``'s (a number, or
+    ``idle`` for ``SCHED_IDLE``); why: docs/traces-and-storage.md, measured by ``benchmarks/streaming.py``."""
+    setting = os.environ.get("PROFKIT_FINALIZER_NICE") or str(NICE)
     with contextlib.suppress(OSError, ValueError):
         if setting == "idle":
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
