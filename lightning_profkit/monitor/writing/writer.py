@@ -38,12 +38,11 @@ class DiskFull(OSError):
     """A trace that did not fit on its disk, in words: where, how much was free, how much it needed."""
 
     def __init__(self, folder: str, needed_mb: Optional[float]) -> None:
-        free = free_mb(folder)
-        self.folder, self.free_mb, self.needed_mb = folder, free, needed_mb
+        self.free_mb, self.needed_mb = free_mb(folder), needed_mb
         need = f", the window needed about {megabytes(needed_mb)} of JSON" if needed_mb else ""
-        super().__init__(errno.ENOSPC, f"disk full at {folder}: {megabytes(free)} free{need}\n  - its partial files "
-                                       "were removed; training goes on\n  - windows are skipped until there is room, "
-                                       "looked for at each planned window")
+        super().__init__(errno.ENOSPC, f"disk full at {folder}: {megabytes(self.free_mb)} free{need}\n  - its partial "
+                                       "files were removed; training goes on\n  - windows are skipped until there is "
+                                       "room, looked for at each planned window")
 
 
 def megabytes(mb: float) -> str:
