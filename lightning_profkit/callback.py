@@ -18,7 +18,7 @@ from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.fit import FitRun, Outcome
 from lightning_profkit.monitor.options import DEFAULT_ALERT_THRESHOLD, DEFAULT_MAX_TRACE_MB, Options
 from lightning_profkit.monitor.profiling.selection import StepRanges
-from lightning_profkit.monitor.timing.fetch_timer import FetchTimer, require_fetch_pair
+from lightning_profkit.monitor.timing.fetch_timer import FetchTimer, require_fetch_pair, uninstall_stale
 from lightning_profkit.monitor.writing.output import check_trace_dir
 from lightning_profkit.notices import Notices
 from lightning_profkit.printable import redact
@@ -137,6 +137,7 @@ class PerformanceMonitor(Callback):
         check_monitors_come_after(trainer, self)
         self._end(wait=False)  # what an earlier fit left, if it ended without reaching our hooks
         require_fetch_pair(trainer)
+        uninstall_stale(trainer)
         folder, why = own_trace_dir(trainer, self.options.dirpath or trace_dir(trainer))
         self.trace_dir = redact(folder)  # shown; the credentials of a URL stay in `folder`
         if why:

@@ -41,7 +41,8 @@ def version() -> str:
     """A hash of the source of the code that makes a summary (this package's ``trace/`` and ``figures.py``)."""
     trace = os.path.dirname(os.path.abspath(__file__))
     digest = hashlib.sha256()
-    for path in sorted(glob.glob(os.path.join(trace, "*.py"))) + [os.path.join(os.path.dirname(trace), "figures.py")]:
+    modules = sorted(glob.glob(os.path.join(glob.escape(trace), "*.py")))  # the folder's name may hold [, * or ?
+    for path in modules + [os.path.join(os.path.dirname(trace), "figures.py")]:
         digest.update(os.path.basename(path).encode() + b"\0" + read_regular(path, MAX_BYTES))
     return digest.hexdigest()[:16]
 

@@ -108,3 +108,24 @@ def test_a_hostile_sidecar_costs_its_size_at_most():
     assert len(sidecar.loads(big, 100)["operators"]["cpu"]) == 100_000
     assert sidecar.loads(big + b" " * sidecar.MAX_BYTES, 100) is None  # over the cap: not decoded
     print(f"{len(big) / 1e6:.1f} MB of sidecar decoded in {time.process_time() - start:.2f} s of CPU")
+
+
+def test_the_version_covers_the_analysis_code_wherever_the_package_lies(tmp_path):
+    """The hash changes with any module of trace/, also under a folder whose name holds glob characters."""
+    import shutil
+    import subprocess
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(sidecar.__file__)))
+    root = tmp_path / "site[1]*?"
+    shutil.copytree(package, root / "lightning_profkit", ignore=shutil.ignore_patterns("__pycache__"))
+
+    def version() -> str:
+        code = "from lightning_profkit.trace import sidecar; print(sidecar.version())"
+        return subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(root)}, cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    before = version()
+    with open(root / "lightning_profkit" / "trace" / "intervals.py", "a") as f:
+        f.write("\n# changed\n")
+    assert version() != before

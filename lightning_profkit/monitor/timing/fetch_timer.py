@@ -107,12 +107,8 @@ class FetchTimer:
         self.wake(float("inf"), float("inf"))
 
     def install(self) -> "FetchTimer":
-        """On the loops' fetch pair (:func:`require_fetch_pair`: checked at ``setup``), in place of a timer that a
-        copy of a trainer made mid-fit carries."""
+        """On the loops' fetch pair (:func:`require_fetch_pair`: checked at ``setup``)."""
         train, val = self._train_loop, self._val_loop
-        stale = getattr(_own(train, FETCH_PAIR[0]), "__self__", None)
-        if isinstance(stale, FetchTimer):
-            stale.uninstall()
         train_pair, val_pair = fetch_pair(train), fetch_pair(val)
         assert train_pair is not None and val_pair is not None
         overridden = any(_own(train, name) is not None for name in FETCH_PAIR)
@@ -238,3 +234,11 @@ def require_fetch_pair(trainer: Any) -> None:
         package = next((p for p in packages if p in ("lightning", "pytorch_lightning")), "lightning")
         raise RuntimeError(moved(package, FETCH_PAIR[0], "PerformanceMonitor times each DataLoader fetch there "
                                  "and needs a Lightning 2.5 or later that has it"))
+
+
+def uninstall_stale(trainer: Any) -> None:
+    """At ``setup``: take off the fit loops the timer that a copy of a trainer made mid-fit carries (no fit of its
+    own takes it off)."""
+    stale = getattr(_own(trainer.fit_loop.epoch_loop, FETCH_PAIR[0]), "__self__", None)
+    if isinstance(stale, FetchTimer):
+        stale.uninstall()
