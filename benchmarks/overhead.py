@@ -28,6 +28,7 @@
    wall time of the window's steps and the 300 that follow, against the same steps without a window.
 
     python benchmarks/overhead.py [--repeats 9] [--steps 3000] [--pairs 600] [--parts fits,window-cpu,per-step,inside,window]
+        [--configs none,noop,metrics,profkit,lightning]
 """
 
 from __future__ import annotations
@@ -312,6 +313,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--pairs", type=int, default=600, help="blocks with each callback in the per-step figure")
     parser.add_argument("--parts", default="fits,window-cpu,per-step,inside,window", help="which of the tables to make")
+    parser.add_argument("--configs", default="none,noop,metrics,profkit,lightning", help="the fits to time (none first)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     torch.set_num_threads(1)
@@ -324,6 +326,7 @@ def main() -> None:
         "profkit": ("metrics + default windows: `PerformanceMonitor()`", "<= 1.02"),
         "lightning": ("Lightning `PyTorchProfiler()` defaults", ""),
     }
+    configs = {c: configs[c] for c in args.configs.split(",")}
     names = list(configs) if "fits" in parts else []
     times: dict = {c: [] for c in names}
     cpu: dict = {c: [] for c in names}
