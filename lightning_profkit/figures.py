@@ -3,6 +3,7 @@ shared by both sides of the package (imports no numpy, no torch). Definitions: d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Optional, Sequence
 
@@ -67,7 +68,9 @@ class HostFigures:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0 to 1) of a non-empty sequence, numpy's: the epoch's p90 step time and the ranks' p90."""
-    import numpy as np  # here: the figures' readers that compute no quantile need no numpy
-
-    return float(np.quantile(values, q))
+    """The ``q`` quantile (0 to 1) of a non-empty sequence, interpolated as numpy's default: the one definition of the
+    epoch's p90 step time and the ranks' p90 (numpy's first quantile imports numpy.ma: 10 ms in a fit)."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)

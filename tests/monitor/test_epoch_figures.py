@@ -66,3 +66,21 @@ def test_fetch_stats_close_a_step_once_and_leave_validation_out():
     s.step_start, s.steps_done = 20.0, 5
     s.end_step(21.0, 5)  # the step had not completed: not a step
     assert list(s.step_times) == [3.0]
+
+
+def test_an_epochs_figures_import_nothing_on_the_training_thread():
+    """The p90 step time is ours, not numpy's quantile: its first call imports numpy.ma (10 ms of a fit's training
+    thread, once a process)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from lightning_profkit.monitor.timing.epoch_figures import epoch_figures\n"
+            "from lightning_profkit.monitor.timing.fetch_timer import FetchStats\n"
+            "s = FetchStats(); s.recent_steps.extend([0.001 * i for i in range(250)])\n"
+            "before = set(sys.modules)\n"
+            "assert 'step_time_ms_p90' in epoch_figures(s, 0.0, 1.0, 0.0, 32, None)\n"
+            "print(sorted(set(sys.modules) - before))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]"]

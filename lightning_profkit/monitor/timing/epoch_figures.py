@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Sequence
 
-import numpy as np
-
-from lightning_profkit.figures import MB, HostFigures
+from lightning_profkit.figures import MB, HostFigures, percentile
 from lightning_profkit.metric_names import EXCHANGED, LARGEST, PREFIX
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 
@@ -27,7 +25,7 @@ def epoch_figures(fetch: FetchStats, epoch_start: float, epoch_end: float, valid
     step_times = fetch.step_times
     if step_times:
         out["step_time_ms_mean"] = 1000 * sum(step_times) / len(step_times)
-        out["step_time_ms_p90"] = 1000 * float(np.quantile(step_times, 0.9))
+        out["step_time_ms_p90"] = 1000 * percentile(step_times, 0.9)
     if fetch.first_fetch is not None:
         out["dataloader_startup_s"] = max(fetch.first_fetch - epoch_start, 0.0) + startup_before_s
     if validation_s > 0 and fetch.val_count:
