@@ -29,13 +29,13 @@ def window_figures(c: Columns) -> HostFigures:
     step_time = float(np.sum(c.end[steps] - c.ts[steps]))
     in_steps = lambda u: intervals.overlap(u, step_union)  # noqa: E731
     share = lambda us: us / step_time if step_time else 0.0  # noqa: E731
-    on_step_threads = np.isin(c.thread, c.thread[steps])
+    on_step_threads = intervals.member(c.thread, c.thread[steps])
     sync = {name: runtime & on_step_threads & c.named(name) for name in v.BLOCKING_SYNC_CALLS}
     any_sync = np.logical_or.reduce(list(sync.values()))
     data_wait = in_steps(c.spans(dataloader))
     blocking = in_steps(c.spans(any_sync))
     # what else the training process ran: on any of its threads (backward runs on autograd's), the steps left out
-    pids = {c.threads[t][0] for t in np.unique(c.thread[steps]).tolist()}
+    pids = {c.threads[t][0] for t in intervals.distinct(c.thread[steps]).tolist()}
     in_processes = np.array([pid in pids for pid, _ in c.threads], dtype=bool)[c.thread]
     operators = c.cat_mask(*v.OPERATOR, v.USER_ANNOTATION, *v.PYTHON, *v.HOST_CUDA) & ~steps & in_processes
     causes = [(CAUSES[0], dataloader), (CAUSES[1], any_sync), (CAUSES[2], operators)]
@@ -90,7 +90,7 @@ def gpu_idle(c: Columns, device: np.ndarray, steps: intervals.Union,
     gpu_of_thread = np.array([codes.setdefault(pid, len(codes)) for pid, _ in c.threads], dtype=np.int64)
     active = np.flatnonzero(device)
     starts, ends, gpus = intervals.union_by(gpu_of_thread[c.thread[active]], c.ts[active], c.end[active])
-    count = np.unique(gpus).size
+    count = intervals.distinct(gpus).size
 
     def busy(u: intervals.Union) -> float:  # device time inside ``u``, summed over the GPUs
         return float((intervals.covered_until(u, ends) - intervals.covered_until(u, starts)).sum())

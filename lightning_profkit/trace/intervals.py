@@ -62,6 +62,20 @@ def covered_until(u: Union, at: np.ndarray) -> np.ndarray:
     last = np.maximum(k - 1, 0)
     return np.where(k > 0, before[last] + np.clip(at - starts[last], 0.0, widths[last]), 0.0)
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (``np.unique`` without its import of ``numpy.ma``, 20 ms of start-up)."""
+    s = np.sort(values)
+    return s[np.append(True, s[1:] != s[:-1])] if s.size else s
+
+
+def member(values: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """Where ``values`` is one of ``test``: ``np.isin`` by binary search, without importing ``numpy.ma``."""
+    table = distinct(test)
+    if table.size == 0:
+        return np.zeros(values.shape, dtype=bool)
+    at = np.minimum(np.searchsorted(table, values), table.size - 1)
+    return table[at] == values
+
 
 def length(u: Union) -> float:
     return float(np.sum(u[1] - u[0]))
@@ -86,5 +100,5 @@ def covered(u: Union, bounds: np.ndarray) -> np.ndarray:
 def segments(within: Union, spans: list[Union]) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
     """The bounds of the segments between all ends of ``within`` and of ``spans``, which segments each of ``spans``
     covers (see :func:`covered`), and which ``within`` covers."""
-    bounds = np.unique(np.concatenate([*within, *(x for u in spans for x in u)]))
+    bounds = distinct(np.concatenate([*within, *(x for u in spans for x in u)]))
     return bounds, [covered(u, bounds) for u in spans], covered(within, bounds)

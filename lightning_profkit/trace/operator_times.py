@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_profkit.trace import vocabulary as v
+from lightning_profkit.trace import intervals, vocabulary as v
 from lightning_profkit.trace.columns import Columns
 
 # host events nested by containment; runtime calls count as children so that an operator's self time
@@ -48,8 +48,8 @@ def _chunks(thread: np.ndarray, start: np.ndarray, end: np.ndarray, rows: np.nda
         reach = np.maximum.accumulate(end[at])
         free = a + np.flatnonzero(np.append(True, start[at][1:] >= reach[:-1]))
         cuts.append(free[np.searchsorted(free, np.arange(a, b, CHUNK), side="right") - 1])
-    cut = np.unique(np.concatenate(cuts))
-    return np.append(np.unique(cut[np.searchsorted(cut, np.arange(0, rows.size, CHUNK), side="right") - 1]),
+    cut = intervals.distinct(np.concatenate(cuts))
+    return np.append(intervals.distinct(cut[np.searchsorted(cut, np.arange(0, rows.size, CHUNK), side="right") - 1]),
                      rows.size)
 
 

@@ -22,7 +22,7 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
     host = (op | annotation | python) & ~step
     comm = host & c.named(*_COMM_OPS)
     dataloader = host & ~python & c.name_mask(v.is_dataloader_event)
-    comm_kernels = kernel & np.isin(c.ext, c.ext[comm])
+    comm_kernels = kernel & intervals.member(c.ext, c.ext[comm])
     roles = {
         "Kernel": kernel & ~comm_kernels, "Memcpy": memcpy, "Memset": memset, "Communication": comm | comm_kernels,
         "Runtime": runtime_calls, "DataLoader": dataloader, "CpuOp": host & ~comm & ~dataloader,

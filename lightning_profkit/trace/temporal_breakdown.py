@@ -27,7 +27,7 @@ def temporal_breakdown(c: Columns) -> Optional[dict[str, float]]:
         cpu_steps = rows & ~gpu & c.name_mask(v.is_step)
         last_start = start[cpu_steps].max(initial=-np.inf)
         cpu = rows & ~gpu & (start < last_start)
-        sel &= cpu | (gpu & np.isin(c.corr, c.corr[cpu]))
+        sel &= cpu | (gpu & intervals.member(c.corr, c.corr[cpu]))
     if not sel.any():
         return None
     merged = intervals.union_where(start, end, sel)
