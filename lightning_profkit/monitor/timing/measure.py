@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from lightning_profkit.monitor.timing.cpu_wait import CpuWaitShares
+from lightning_profkit import machine
 from lightning_profkit.monitor.timing.epoch_figures import EpochSpans, epoch_figures
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats, LoaderSetupTimer
 from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
@@ -125,3 +125,38 @@ class EpochMeasure:
         if self.sampler.error is not None:
             self.report(f"NVML sampling stopped:\n  {self.sampler.error!r}", "nvml")
         return ratio
+
+
+class CpuWaitShares:
+    """The share of the epoch's time before its first window, and after it, that the training thread waited for a CPU
+    while ready to run (what a busy machine adds to the steps; ``after_window_ratio`` leaves it out). Marks taken on the
+    training thread at the epoch's start, its first window's start and that window's end; :meth:`shares` adds the
+    epoch's end."""
+
+    __slots__ = ("_marks",)
+
+    def __init__(self) -> None:
+        self._marks: list[tuple[float, Optional[float]]] = []  # (clock seconds, seconds waited so far)
+
+    def epoch_start(self, now: float) -> None:
+        self._marks = []
+        self.mark(now)
+
+    def mark(self, now: float) -> None:
+        """A window of the epoch starts or ends at ``now``: only the first window's two are kept."""
+        if len(self._marks) < 3:
+            self._marks.append((now, machine.waited_seconds()))
+
+    def shares(self, end: float) -> tuple[Optional[float], Optional[float]]:
+        """The shares before the first window and after it (None: not measured, or no time there)."""
+        marks = [*self._marks, (end, machine.waited_seconds())]
+        return _share(marks, 0), _share(marks, 2)
+
+
+def _share(marks: list[tuple[float, Optional[float]]], i: int) -> Optional[float]:
+    if i + 1 >= len(marks):
+        return None
+    (t0, w0), (t1, w1) = marks[i], marks[i + 1]
+    if w0 is None or w1 is None or t1 <= t0:
+        return None
+    return min(max((w1 - w0) / (t1 - t0), 0.0), 1.0)
