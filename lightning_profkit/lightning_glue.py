@@ -30,17 +30,15 @@ def guarded(hook: Callable) -> Callable:
 
     @functools.wraps(hook)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._fit is None:
+        fit = self._fit  # the one that fails, even where the hook was ending it
+        if fit is None:
             return None
         try:
             return hook(self, *args, **kwargs)
         except DataWaitAlertError:
             raise
         except Exception as err:
-            if self._fit is not None:
-                self._fit.fail(hook.__name__, err)
-            else:
-                self._notices(f"profiling is off for the rest of this run after an error in `{hook.__name__}`:\n  {err!r}")
+            fit.fail(hook.__name__, err)
             return None
 
     return wrapper
@@ -95,10 +93,9 @@ def apply(trainer: Trainer, outcome: Outcome) -> None:
     """What a call on the fit asks of the trainer."""
     for line in outcome.lines:
         rank_zero_info(f"lightning_profkit: {redact(line)}")
-    if trainer.is_global_zero:
-        for step, metrics in outcome.metrics:
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=step)
+    for step, metrics in outcome.metrics:  # rank zero's alone
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step)
     if outcome.callback_metrics:  # where EarlyStopping and ModelCheckpoint look, as LearningRateMonitor puts its own
         import torch
 

@@ -104,7 +104,7 @@ class FetchTimer:
         # the training thread's CPU seconds so far (time.thread_time), read around each training fetch where set
         self.cpu_clock: Optional[Callable[[], float]] = None
         self._idle: Any = None  # the trainer's profiler, where it is Lightning's default that does nothing
-        self.wake(float("inf"), float("inf"))
+        self._due = self._due_at = float("inf")
 
     def install(self) -> "FetchTimer":
         """On the loops' fetch pair (:func:`require_fetch_pair`: checked at ``setup``)."""
@@ -133,12 +133,10 @@ class FetchTimer:
         done, self.stats = self.stats, FetchStats()
         return done
 
-    def wake(self, step: float, at: float, on_due: Optional[Callable[[], None]] = None) -> None:
+    def wake(self, step: float, at: float, on_due: Callable[[], None]) -> None:
         """Call ``on_due()`` at each training fetch of step ``step`` or later, or at or after ``at``
         (``perf_counter`` seconds), until the next call of this method."""
-        self._due, self._due_at = step, at
-        if on_due is not None:
-            self._on_due = on_due
+        self._due, self._due_at, self._on_due = step, at, on_due
 
     def _train_before(self) -> None:
         if self._own_pair is None:
@@ -204,7 +202,7 @@ class LoaderSetupTimer:
         self._loop = fit_loop
         self._before: Any = None
 
-    def install(self, say: Callable[[str], None] = print) -> "LoaderSetupTimer":
+    def install(self, say: Callable[[str], None]) -> "LoaderSetupTimer":
         """On the loop; where the installed Lightning's fit loop has no such method, nothing is timed (said)."""
         if not has_loader_setup(self._loop):
             say(moved("lightning", LOADER_SETUP, "epoch 0's DataLoader start-up before training is not counted"))
