@@ -275,7 +275,7 @@ class FitRun:
         if self.timer is None or self.output is None:
             return out
         self.timer.stats.end_step(end, completed)
-        self.checks.epoch_end(end, self.timer.stats.train_s, self.measure.spans.validation)
+        self.checks.epoch_end(end, self.timer.stats.train_s, self.measure.validation)
         if self.options.log_metrics or self.checks.rule is not None:
             # every rank takes part in the same collective here, whatever happened to its profiling
             total = self.output.helper_cpu_s  # read now, not at the last window
@@ -394,7 +394,7 @@ class FitRun:
         assert self.timer is not None
         checked = self.checks.span(step)
         self.advice.mark(now, self.timer.stats)
-        mine = self.checks.take_block(now, self.timer.stats.train_s, self.measure.spans.validation, step)
+        mine = self.checks.take_block(now, self.timer.stats.train_s, self.measure.validation, step)
         exchanged = exchange_named(self.group, figures_of(mine), names_of(BlockFigures))
         rows = [made_from(BlockFigures, row) for row in exchanged]
         asked = int(max(row.requested for row in rows))
@@ -413,10 +413,10 @@ class FitRun:
         if not self.checks.judge(ratio, step):
             return
         assert self.checks.rule is not None and self.timer is not None  # called from the checks of an armed fit
-        stats, spans = self.timer.stats, self.measure.spans
-        startup = (stats.first_fetch - spans.start + self.measure.startup_before_s + stats.first_wait
+        stats, measure = self.timer.stats, self.measure
+        startup = (stats.first_fetch - measure.start + measure.startup_before_s + stats.first_wait
                    if stats.first_fetch else None)
-        advice = self.advice.advice(self.group, worst_rank, startup, self.clock() - spans.start)  # an exchange
+        advice = self.advice.advice(self.group, worst_rank, startup, self.clock() - measure.start)  # an exchange
         o = self.options
         recording = None
         if o.alert_action == "warn" and o.capture_on_alert:

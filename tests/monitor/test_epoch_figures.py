@@ -1,10 +1,10 @@
-"""The epoch's figures from plain timings, the ranks' reduction and the spans of an epoch, without a Trainer."""
+"""The epoch's figures from plain timings and the ranks' reduction, without a Trainer."""
 
 
 import pytest
 
 from lightning_profkit.monitor.alerting.checks import BlockFigures
-from lightning_profkit.monitor.timing.epoch_figures import EpochSpans, epoch_figures, reduce_ranks, rolling_metrics
+from lightning_profkit.monitor.timing.epoch_figures import epoch_figures, reduce_ranks, rolling_metrics
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 
 
@@ -43,17 +43,6 @@ def test_rolling_metrics_of_a_check():
     assert got == {"profkit/rolling/data_wait_ratio": 0.5, "profkit/rolling/step_time_ms": 400.0,
                    "profkit/rolling/data_wait_ratio_max": 0.75}
     assert rolling_metrics([BlockFigures(0.0, 0.0, 0.0)], 10) == {}
-
-
-def test_epoch_spans_hold_the_validation_runs():
-    spans = EpochSpans(100.0, gpu_start=5.0)
-    assert spans.validation_end(101.0) == 0.0  # none open
-    spans.validation_start(102.0, 6.0)
-    assert spans.validation_end(104.5, 7.0) == 2.5
-    spans.validation_start(110.0)
-    assert spans.validation_end(111.0) == 1.0
-    assert spans.validation == [(102.0, 104.5), (110.0, 111.0)] and spans.validation_s == 3.5
-    assert spans.gpu_validation == [(6.0, 7.0)]
 
 
 def test_fetch_stats_close_a_step_once_and_leave_validation_out():

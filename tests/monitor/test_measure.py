@@ -1,10 +1,13 @@
 """The after-window notice of an epoch's measure: two slow epochs running, and on CPU none counted that were busy
-with other work after their window; the share of a span the training thread waited for a CPU."""
+with other work after their window; the epoch's validation runs; the share of a span the training thread waited for
+a CPU."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from lightning_profkit.monitor.timing.fetch_timer import FetchStats
 from lightning_profkit.monitor.timing.measure import CpuWaitShares, EpochMeasure, _share
 
 
@@ -23,6 +26,22 @@ def test_two_slow_epochs_running_give_the_notice_and_a_busy_machine_none():
     assert notices([2.0, 1.0, 2.0], [0.1, 0.1, 0.1]) == [False, False, False]  # not running
     assert notices([2.0, 2.0, 2.0], [0.8, 0.8, 0.1]) == [False, False, False]  # waiting for a CPU: not counted
     assert notices([1.2, 1.2], [0.8, 0.8], on_cuda=True) == [False, True]  # CUDA: counted, at its own limit
+
+
+def test_the_measure_holds_the_epochs_validation_runs():
+    measure = EpochMeasure(lambda *args: None)
+    marks = iter([5.0, 6.0, 7.0])  # NVML's clock at the epoch's start and around the first run
+    measure.sampler = SimpleNamespace(clear=lambda: next(marks), mark=lambda: next(marks))
+    measure.epoch_start(100.0)
+    assert measure.validation_end(101.0) == 0.0  # none open
+    measure.validation_start(102.0)
+    assert measure.validation_end(104.5) == 2.5
+    measure.sampler = None  # no NVML marks around the second run
+    measure.validation_start(110.0)
+    assert measure.validation_end(111.0) == 1.0
+    assert measure.validation == [(102.0, 104.5), (110.0, 111.0)] and measure.gpu_start == 5.0
+    assert measure.gpu_validation == [(6.0, 7.0)]
+    assert measure.figures(FetchStats(), 120.0, 0, [], [], None)["train_s"] == 20.0 - 3.5  # without the runs
 
 
 def test_a_share_is_the_wait_over_the_span_between_two_marks():

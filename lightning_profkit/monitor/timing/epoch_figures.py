@@ -79,30 +79,3 @@ def window_metrics(figures: HostFigures, validation: bool = False) -> dict[str, 
         if not name.startswith("peak_memory_mb/0:") and not (name.startswith("sync_ms_per_step/") and not value)
     }
 
-
-class EpochSpans:
-    """When the epoch started and the validation runs inside it, in ``perf_counter`` seconds and, where GPU
-    utilization is sampled, in NVML's clock (marks: see :mod:`~lightning_profkit.monitor.timing.gpu_sampler`)."""
-
-    def __init__(self, start: float = 0.0, gpu_start: Optional[float] = None) -> None:
-        self.start, self.gpu_start = start, gpu_start
-        self.validation: list[tuple[float, float]] = []
-        self.gpu_validation: list[tuple[float, float]] = []
-        self._open: Optional[tuple[float, Optional[float]]] = None  # a validation run's start
-
-    def validation_start(self, now: float, gpu_mark: Optional[float] = None) -> None:
-        self._open = (now, gpu_mark)
-
-    def validation_end(self, now: float, gpu_mark: Optional[float] = None) -> float:
-        """Close the open validation run; returns its seconds (0 when none was open)."""
-        if self._open is None:
-            return 0.0
-        (start, gpu_start), self._open = self._open, None
-        self.validation.append((start, now))
-        if gpu_start is not None and gpu_mark is not None:
-            self.gpu_validation.append((gpu_start, gpu_mark))
-        return now - start
-
-    @property
-    def validation_s(self) -> float:
-        return sum(b - a for a, b in self.validation)

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from lightning_profkit import machine
-from lightning_profkit.monitor.timing.epoch_figures import EpochSpans, epoch_figures
+from lightning_profkit.monitor.timing.epoch_figures import epoch_figures
 from lightning_profkit.monitor.timing.fetch_timer import FetchStats, LoaderSetupTimer
 from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
 from lightning_profkit.monitor.timing.own_cost import BUSY_AFTER, SLOW_AFTER, SLOW_EPOCHS, own_cost, slow_epochs
@@ -25,7 +25,13 @@ class EpochMeasure:
         self.sampler: Optional[UtilizationSampler] = None
         self.on_cuda = False
         self.batch_size: Optional[int] = None
-        self.spans = EpochSpans()
+        # the epoch's start and validation runs in perf_counter seconds and, where GPU utilization is sampled, in
+        # NVML's clock (marks: see gpu_sampler)
+        self.start = 0.0
+        self.gpu_start: Optional[float] = None
+        self.validation: list[tuple[float, float]] = []
+        self.gpu_validation: list[tuple[float, float]] = []
+        self._open: Optional[tuple[float, Optional[float]]] = None  # a validation run's start
         self.step_baseline: Optional[float] = None  # seconds: unprofiled steps before the fit's first window
         self.cpu_waits = CpuWaitShares()  # the training thread's wait for a CPU before and after the first window
         self.slow_epochs = 0  # epochs running with unprofiled steps slower after a window
@@ -62,17 +68,25 @@ class EpochMeasure:
             self.sampler = None
 
     def epoch_start(self, now: float) -> None:
-        self.spans = EpochSpans(now, self.sampler.clear() if self.sampler is not None else None)
+        self.start, self.gpu_start = now, self.sampler.clear() if self.sampler is not None else None
+        self.validation, self.gpu_validation, self._open = [], [], None
         if self.on_cuda:
             torch.cuda.reset_peak_memory_stats()
         self.cpu_waits.epoch_start(now)
 
     def validation_start(self, now: float) -> None:
-        self.spans.validation_start(now, self._gpu_mark())
+        self._open = (now, self._gpu_mark())
 
     def validation_end(self, now: float) -> float:
-        """The seconds of the validation run that ended ``now``, inside the epoch."""
-        return self.spans.validation_end(now, self._gpu_mark())
+        """The seconds of the validation run that ended ``now``, inside the epoch (0 where none was open)."""
+        if self._open is None:
+            return 0.0
+        (start, gpu_start), self._open = self._open, None
+        self.validation.append((start, now))
+        gpu_end = self._gpu_mark()
+        if gpu_start is not None and gpu_end is not None:
+            self.gpu_validation.append((gpu_start, gpu_end))
+        return now - start
 
     def figures(self, stats: FetchStats, end: float, first_step: int, profiled: list[int], spent: list[float],
                 helper_total: Optional[float]) -> dict[str, float]:
@@ -81,8 +95,9 @@ class EpochMeasure:
         of trace writing off it so far), measured and what profiling cost, by name."""
         try:
             peak = torch.cuda.max_memory_allocated() if self.on_cuda else None
-            figures = epoch_figures(stats, self.spans.start, end, self.spans.validation_s, self.batch_size, peak,
-                                    self._gpu_idle(), self.startup_before_s)
+            validation_s = sum(b - a for a, b in self.validation)
+            figures = epoch_figures(stats, self.start, end, validation_s, self.batch_size, peak, self._gpu_idle(),
+                                    self.startup_before_s)
             self.startup_before_s = 0.0
             helper = None
             if helper_total is not None:  # never below the last: a finalizing process that ends is counted after it ends
@@ -119,9 +134,9 @@ class EpochMeasure:
 
     def _gpu_idle(self) -> Optional[float]:
         """NVML idle ratio of this epoch's training time, between marks in NVML's own clock."""
-        if self.sampler is None or self.spans.gpu_start is None:
+        if self.sampler is None or self.gpu_start is None:
             return None
-        ratio = self.sampler.idle_ratio(self.spans.gpu_start, self.sampler.mark(), self.spans.gpu_validation)
+        ratio = self.sampler.idle_ratio(self.gpu_start, self.sampler.mark(), self.gpu_validation)
         if self.sampler.error is not None:
             self.report(f"NVML sampling stopped:\n  {self.sampler.error!r}", "nvml")
         return ratio
