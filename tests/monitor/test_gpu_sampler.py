@@ -5,17 +5,17 @@ import time
 import pynvml
 import pytest
 
-from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, idle_ratio, nvml_reader
+from lightning_profkit.monitor.timing.gpu_sampler import UtilizationSampler, nvml_reader
 
 
 def test_idle_ratio_over_the_epoch_leaves_out_validation():
-    ts = [10, 20, 30, 40, 50, 60]
-    util = [100, 50, 0, 0, 100, 100]
-    assert idle_ratio(ts, util, 0, 60) == pytest.approx(1 - 350 / 600)
-    assert idle_ratio(ts, util, 0, 60, excluded=[(25, 45)]) == pytest.approx(1 - 350 / 400)
-    assert idle_ratio(ts, util, 10, 20) == pytest.approx(0.5)  # (start, end]: a mark's own sample is before it
-    assert idle_ratio(ts, util, 60, 70) is None  # no sample: absent, not zero
-    assert idle_ratio([], [], 0, 1) is None
+    sampler = UtilizationSampler(lambda after: [(10, 100), (20, 50), (30, 0), (40, 0), (50, 100), (60, 100)])
+    sampler.poll()  # the samples read, no thread started
+    assert sampler.idle_ratio(0, 60) == pytest.approx(1 - 350 / 600)
+    assert sampler.idle_ratio(0, 60, excluded=[(25, 45)]) == pytest.approx(1 - 350 / 400)
+    assert sampler.idle_ratio(10, 20) == pytest.approx(0.5)  # (start, end]: a mark's own sample is before it
+    assert sampler.idle_ratio(60, 70) is None  # no sample: absent, not zero
+    assert UtilizationSampler(lambda after: []).idle_ratio(0, 1) is None
 
 
 def boot_clock_us():

@@ -1,5 +1,5 @@
 """Whole-epoch GPU idle from NVML utilization samples, collected on a background thread: :class:`UtilizationSampler`
-drains the driver's buffer about once a second and :func:`idle_ratio` turns an epoch's samples into ``1 - mean
+drains the driver's buffer about once a second and :meth:`~UtilizationSampler.idle_ratio` turns an epoch's samples into ``1 - mean
 utilization``. No other clock is compared with NVML's: an epoch's boundaries are *marks*, the newest sample's own
 timestamp. What the figure says: docs/metrics.md (GPU idle, two ways)."""
 
@@ -11,19 +11,6 @@ from typing import Callable, Optional, Sequence
 
 # read(after) -> samples (timestamp in NVML's clock, utilization in percent) newer than ``after``
 SampleReader = Callable[[int], Sequence[tuple[int, float]]]
-
-
-def idle_ratio(
-    timestamps: Sequence[float], values: Sequence[float], start: float, end: float,
-    excluded: Sequence[tuple[float, float]] = (),
-) -> Optional[float]:
-    """``1 - mean(utilization)/100`` over the samples in ``(start, end]`` outside the ``(lo, hi]``
-    intervals in ``excluded`` (validation runs inside the epoch); None when no sample falls there."""
-    kept = [value for ts, value in zip(timestamps, values)
-            if start < ts <= end and not any(lo < ts <= hi for lo, hi in excluded)]
-    if not kept:
-        return None
-    return min(max(1.0 - sum(kept) / len(kept) / 100.0, 0.0), 1.0)
 
 
 class UtilizationSampler:
@@ -73,9 +60,15 @@ class UtilizationSampler:
                 self.values.append(value)
 
     def idle_ratio(self, start: float, end: float, excluded: Sequence[tuple[float, float]] = ()) -> Optional[float]:
-        """The idle ratio of the samples between marks ``start`` and ``end`` (see :func:`idle_ratio`)."""
+        """``1 - mean(utilization)/100`` over the samples between marks ``start`` and ``end`` (``(start, end]``)
+        outside the ``(lo, hi]`` intervals in ``excluded`` (validation runs inside the epoch); None when no sample
+        falls there."""
         with self._lock:
-            return idle_ratio(self.timestamps, self.values, start, end, excluded)
+            kept = [value for ts, value in zip(self.timestamps, self.values)
+                    if start < ts <= end and not any(lo < ts <= hi for lo, hi in excluded)]
+        if not kept:
+            return None
+        return min(max(1.0 - sum(kept) / len(kept) / 100.0, 0.0), 1.0)
 
     def close(self) -> None:
         self._stop.set()
