@@ -10,7 +10,9 @@ import secrets
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
+import torch
 from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
@@ -80,8 +82,6 @@ def cuda_uuid(pl_module: Any) -> Optional[str]:
     """The UUID of the CUDA device the model is on; None off CUDA."""
     if pl_module.device.type != "cuda":
         return None
-    import torch
-
     return str(torch.cuda.get_device_properties(pl_module.device).uuid)
 
 
@@ -97,8 +97,6 @@ def apply(trainer: Trainer, outcome: Outcome) -> None:
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)
     if outcome.callback_metrics:  # where EarlyStopping and ModelCheckpoint look, as LearningRateMonitor puts its own
-        import torch
-
         held = trainer.callback_metrics  # this epoch's figures: none left from an earlier epoch that lacks one now
         for name in [k for k in held if k.startswith(PREFIX) and k not in outcome.callback_metrics]:
             del held[name]
@@ -113,8 +111,6 @@ def check_monitors_come_after(trainer: Trainer, callback: Any) -> None:
     """A callback that monitors a ``profkit/`` metric at the end of a training epoch must run after ``callback``,
     which puts the epoch's figures there; ModelCheckpoint always does (Lightning runs it last). Raises
     ``ValueError`` naming the fix."""
-    from lightning.pytorch.callbacks import Checkpoint
-
     for other in trainer.callbacks[:trainer.callbacks.index(callback)]:
         monitor = getattr(other, "monitor", None)
         if isinstance(monitor, str) and monitor.startswith(PREFIX) and not isinstance(other, Checkpoint):
