@@ -53,13 +53,9 @@ class EpochMeasure:
 
     def arm(self, on_cuda: bool, batch_size: Optional[int]) -> None:
         self.on_cuda, self.batch_size = on_cuda, batch_size
-        if self.setup_timer is not None:
-            self.startup_before_s = self.setup_timer.seconds
-        self.end_setup_timer()
-
-    def end_setup_timer(self) -> None:
         timer, self.setup_timer = self.setup_timer, None
-        if timer is not None:
+        if timer is not None:  # the first arm of the fit
+            self.startup_before_s = timer.seconds
             timer.uninstall()
 
     def start_sampler(self, cuda_uuid: Optional[str]) -> Optional[str]:
@@ -75,7 +71,8 @@ class EpochMeasure:
         return None
 
     def close(self) -> None:
-        self.end_setup_timer()
+        if self.setup_timer is not None:  # never armed
+            self.setup_timer.uninstall()
         if self.sampler is not None:
             self.sampler.close()
             self.sampler = None
