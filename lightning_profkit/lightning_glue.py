@@ -126,9 +126,8 @@ def tensorboard_loggers(trainer: Trainer) -> list[Any]:
 
 def alert_to_tensorboard(trainer: Trainer, alert: DataWaitAlert) -> None:
     """An alert in TensorBoard's Text tab (``profkit/alerts``) at its step, for each TensorBoardLogger."""
-    step = alert.log_step if alert.log_step is not None else log_step(trainer)
-    for logger in tensorboard_loggers(trainer):
-        logger.experiment.add_text("profkit/alerts", alert.markdown, global_step=step)
+    for logger in tensorboard_loggers(trainer):  # the fit's alerts all carry their step
+        logger.experiment.add_text("profkit/alerts", alert.markdown, global_step=alert.log_step)
 
 
 def trace_dir(trainer: Trainer) -> str:
