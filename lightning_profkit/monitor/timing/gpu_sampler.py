@@ -1,7 +1,6 @@
-"""Whole-epoch GPU idle from NVML utilization samples, collected on a background thread: :class:`UtilizationSampler`
-drains the driver's buffer about once a second and :meth:`~UtilizationSampler.idle_ratio` turns an epoch's samples into ``1 - mean
-utilization``. No other clock is compared with NVML's: an epoch's boundaries are *marks*, the newest sample's own
-timestamp. What the figure says: docs/metrics.md (GPU idle, two ways)."""
+"""Whole-epoch GPU idle, ``1 - mean utilization`` of NVML's samples, which :class:`UtilizationSampler` drains about
+once a second on a background thread. No other clock is compared with NVML's: an epoch's boundaries are *marks*, the
+newest sample's own timestamp. What the figure says: docs/metrics.md (GPU idle, two ways)."""
 
 from __future__ import annotations
 

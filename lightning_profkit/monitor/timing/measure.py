@@ -155,8 +155,8 @@ class EpochMeasure:
 
 def own_cost(step_times: Sequence[float], first_step: int, profiled: Sequence[tuple[int, int]],
              baseline: Optional[float] = None, spent: Sequence[float] = (),
-             helper_cpu_s: Optional[float] = None,
-             cpu_waits: tuple[Optional[float], Optional[float]] = (None, None)) -> tuple[dict[str, float], Optional[float]]:
+             helper_cpu_s: Optional[float] = None, cpu_waits: tuple[Optional[float], Optional[float]] = (None, None),
+             ) -> tuple[dict[str, float], Optional[float]]:
     """``overhead/...`` figures of an epoch whose step ``first_step + i`` took ``step_times[i]`` seconds and
     whose windows held the steps of ``profiled`` (inclusive ranges) and spent ``spent`` seconds each in their
     own calls, against ``baseline`` (seconds; default: this epoch's steps before its first window); and this
