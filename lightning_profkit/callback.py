@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.internals import SET_WHILE_NEEDED, SKIPPED, rehook, unhook
@@ -154,14 +153,13 @@ class PerformanceMonitor(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._arm(trainer, pl_module.device.type == "cuda")
         why = self._fit.measure.start_sampler(cuda_uuid(pl_module)) if self.options.log_metrics else None
-        if why:
-            rank_zero_info(f"lightning_profkit: {why}")
         loop = trainer.fit_loop.epoch_loop
         if loop.restarting and loop.batch_progress.current.ready > 0:  # mid-epoch: no on_train_epoch_start again
             self.on_train_epoch_start(trainer, pl_module)
         fit = self._fit
         disabled = fit.runner is None and fit.rank.world_size == 1
-        apply(trainer, Outcome(lines=self.options.plan(fit.trace_dir, epoch_length(trainer), disabled)))
+        plan = self.options.plan(fit.trace_dir, epoch_length(trainer), disabled)
+        apply(trainer, Outcome(lines=[why, *plan] if why else plan))  # why GPU figures will be absent, where they will
 
     @guarded
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
