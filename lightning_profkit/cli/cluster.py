@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Any, Optional
+from typing import Any
 
-from lightning_profkit.cli.shared import say
-from lightning_profkit.trace.file import natural
+from lightning_profkit.cli.shared import CommandError, say
+from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, natural
 
 CONNECT_TIMEOUT_S = 10  # a scheduler that has not answered by then is taken as not there
+DASK_NEEDS = "pip install distributed"
 
 
 def summary_of(url: str) -> dict[str, Any]:
@@ -34,25 +35,19 @@ def summary_of(url: str) -> dict[str, Any]:
     return summary
 
 
-def size_seen(path: str) -> Optional[int]:
-    """On a worker: the size of the file at ``path``, None where it sees none."""
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return None
-
-
-def cluster_summaries(url: str, scheduler: str, suffixes: tuple[str, ...], left_out: list[str]) -> list[dict[str, Any]]:
+def cluster_summaries(url: str, scheduler: str, left_out: list[str]) -> list[dict[str, Any]]:
     """The summary of every trace under ``url`` (or a local path), from its sidecar or parsed on the cluster at
     ``scheduler``; ``left_out`` gains a line for each trace that could not be read."""
-    from distributed import Client, as_completed
-
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise CommandError(f"--scheduler needs Dask's distributed: {DASK_NEEDS}") from None
     from lightning_profkit.store import is_url, survey
     from lightning_profkit.trace import sidecar
     from lightning_profkit.trace.file import find_traces
 
     if is_url(url):
-        found = survey(url, suffixes)
+        found = survey(url, TRACE_SUFFIXES + JSON_SUFFIXES)
         if found.unread:
             say(found.unread)
         out = [sidecar.with_place(found.fs.unstrip_protocol(p), s) for p, s in found.known.items()]
@@ -81,16 +76,12 @@ def cluster_summaries(url: str, scheduler: str, suffixes: tuple[str, ...], left_
     return sorted(out, key=lambda s: natural(s["path"]))
 
 
-class SharedPathError(OSError):
-    """A local path that some of the cluster's workers do not see as the command does."""
-
-
 def check_shared(client: Any, path: str, trace: str) -> None:
     """Every worker of ``client`` sees ``trace`` (under the local ``path``) as this process does: the same size."""
     size = os.stat(trace).st_size
-    seen = client.run(size_seen, trace)
+    seen = client.run(os.path.getsize, trace, on_error="return")  # an error: a worker that sees no such file
     blind = sorted(worker for worker, got in seen.items() if got != size)
     if blind:
-        raise SharedPathError(f"{path}: {len(blind)} of the cluster's {len(seen)} workers do not see this folder as "
+        raise CommandError(f"{path}: {len(blind)} of the cluster's {len(seen)} workers do not see this folder as "
                               f"this machine does (the first, {blind[0]}, found {trace} missing or of another size): "
                               "give a path on a filesystem every worker shares, or the run's URL on object storage")

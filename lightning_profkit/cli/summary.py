@@ -17,8 +17,6 @@ from lightning_profkit.store import StoreError, download, is_url, put
 from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES
 from lightning_profkit.trace.folder import name_windows, read_folder
 
-DASK_NEEDS = "pip install distributed"
-
 
 LEGEND = """columns:
   Step time breakdown  as the Overview of TensorBoard's PyTorch Profiler tab, with kineto's later fixes (its
@@ -109,15 +107,12 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
 
 def on_cluster(path: str, scheduler: str, left_out: list[str]) -> list[dict[str, Any]]:
     """The summaries of the traces at ``path``, parsed by the workers of the Dask cluster at ``scheduler``."""
+    from lightning_profkit.cli.cluster import cluster_summaries
+
     try:
-        from lightning_profkit.cli.cluster import SharedPathError, cluster_summaries
-    except ImportError:
-        raise CommandError(f"--scheduler needs Dask's distributed: {DASK_NEEDS}") from None
-    try:
-        found = cluster_summaries(path if is_url(path) else os.path.abspath(path), scheduler,
-                                  TRACE_SUFFIXES + JSON_SUFFIXES, left_out)
-    except (SharedPathError, StoreError) as err:
-        raise CommandError(str(err)) from None
+        found = cluster_summaries(path if is_url(path) else os.path.abspath(path), scheduler, left_out)
+    except StoreError:  # an OSError too, said as it is
+        raise
     except OSError as err:  # the scheduler cannot be reached
         raise CommandError(f"{scheduler}: no Dask scheduler answers there ({err})") from None
     if not found and not left_out:

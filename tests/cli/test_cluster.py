@@ -120,3 +120,11 @@ def test_the_scheduler_must_answer(tmp_path, s3_server):
     nobody = profkit("summary", "s3://runs/x", "--scheduler", "tcp://127.0.0.1:1")
     assert nobody.returncode == 1, nobody.stderr
     assert nobody.stderr.startswith("profkit: tcp://127.0.0.1:1: no Dask scheduler answers"), nobody.stderr
+
+
+def test_without_distributed_the_command_says_what_to_install(tmp_path, monkeypatch, capsys):
+    from lightning_profkit.cli import main
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    assert main(["summary", str(tmp_path), "--scheduler", "tcp://127.0.0.1:1"]) == 1
+    assert capsys.readouterr().err == "profkit: --scheduler needs Dask's distributed: pip install distributed\n"
