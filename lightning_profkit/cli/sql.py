@@ -89,15 +89,25 @@ def _opened(tables: dict[str, str], held: contextlib.ExitStack, left_out: list[s
 def _readable(run: str, local: str, left_out: list[str]) -> dict[str, str]:
     """The run's events tables (file read here: name; a store's copied into ``local``), the missing ones written
     first; a trace that cannot be read is named in ``left_out``."""
-    fs, tables, untabled = tables_of(run)
-    objects = dict(zip(copy_here(run, fs, tables, local, EVENTS), tables)) if local else {t: t for t in tables}
-    made = tabulate(run, fs, untabled, local, left_out)
+    objects, made = _store_tables(run, local, left_out) if local else _local_tables(run, left_out)
     if made:
         say(f"wrote the events tables of {len(made)} trace(s); the next query reads them")
     objects.update(made)
-    if not objects:
-        raise CommandError(f"{run}: none of its {len(untabled)} trace(s) could be read: {'; '.join(left_out)}")
+    if not objects:  # every trace lacked a table, and each that could not be read has its line
+        raise CommandError(f"{run}: none of its {len(left_out)} trace(s) could be read: {'; '.join(left_out)}")
     return dict(sorted(objects.items(), key=lambda kv: natural(kv[1])))
+
+
+def _local_tables(run: str, left_out: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The events tables of the local run's traces, and those written for the traces that had none (or a stale one)."""
+    folder = trace_dir_of(run)
+    traces = find_traces(folder)
+    tables = {p + EVENTS: p + EVENTS for p in traces if has_table(p)}
+    if len(tables) == len(traces):
+        return tables, {}
+    read = read_folder(folder, usable_cpus(), tables=True, progress=Progress.on(sys.stderr))
+    left_out += read.left_out
+    return tables, {t: t for t in read.tables}
 
 
 def _answer(db: Any, query: Optional[str], as_json: bool) -> str:
@@ -130,34 +140,19 @@ def export(args: argparse.Namespace) -> int:
     return exit_status(read.left_out)
 
 
-def tables_of(run: str) -> tuple[Any, list[str], list[str]]:
-    """The file system of the run (None: local), its events tables and the traces without one (or a stale one)."""
-    if is_url(run):
-        from lightning_profkit.store import files_under
-
-        fs, found = files_under(run, TRACE_SUFFIXES + tuple(t + EVENTS for t in TRACE_SUFFIXES))
-        tables = {p for p in found if p.endswith(EVENTS)}
-        traces = [p for p in found if not p.endswith(EVENTS)]
-    else:
-        fs, traces = None, find_traces(trace_dir_of(run))
-        tables = {p + EVENTS for p in traces if has_table(p)}
-    return fs, sorted(tables, key=natural), [p for p in traces if p + EVENTS not in tables]
-
-
-def tabulate(run: str, fs: Any, untabled: list[str], local: str, left_out: list[str]) -> dict[str, str]:
-    """Write the events table of each trace in ``untabled`` (a store's in ``local``, then put beside the trace);
-    returns each table written and the name it goes by, and names in ``left_out`` those that cannot be read."""
-    if not untabled:
-        return {}
-    if fs is None:
-        read = read_folder(trace_dir_of(run), usable_cpus(), tables=True, progress=Progress.on(sys.stderr))
-        left_out += read.left_out
-        return {t: t for t in read.tables}
+def _store_tables(run: str, local: str, left_out: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The events tables of the traces on the store at ``run``, copied into ``local``, and those written there for the
+    traces that had none (then put beside each trace), each by the name it goes by."""
+    from lightning_profkit.store import files_under
     from lightning_profkit.trace.load import load
     from lightning_profkit.trace.summary import summarize_trace
 
+    fs, found = files_under(run, TRACE_SUFFIXES + tuple(t + EVENTS for t in TRACE_SUFFIXES))
+    listed, tables = set(found), [p for p in found if p.endswith(EVENTS)]
+    untabled = [p for p in found if not p.endswith(EVENTS) and p + EVENTS not in listed]
+    copies = dict(zip(copy_here(run, fs, tables, local, EVENTS), tables))
     made = {}
-    for copy, url in zip(copy_here(run, fs, untabled, local, TRACE_SUFFIXES[1]), untabled):
+    for copy, url in zip(copy_here(run, fs, untabled, local, TRACE_SUFFIXES[1]) if untabled else [], untabled):
         try:
             loaded = load(copy)
             write_table(copy, summarize_trace(url, loaded), loaded, url)
@@ -167,4 +162,4 @@ def tabulate(run: str, fs: Any, untabled: list[str], local: str, left_out: list[
         made[copy + EVENTS] = url + EVENTS
     with contextlib.suppress(StoreError):  # a cache: the next query writes them again
         put([[table, url] for table, url in made.items()])
-    return made
+    return copies, made

@@ -205,7 +205,6 @@ def json_text(value: Any) -> str:
         return json.dumps(value, indent=1)
 
 
-def write(text: str, stream: Optional[TextIO] = None) -> None:
-    """``text`` on ``stream`` (standard output), the user information of every URL in it shown as ``***``."""
-    stream = stream or sys.stdout
-    stream.write(redact(text) + "\n")
+def write(text: str) -> None:
+    """``text`` on standard output, the user information of every URL in it shown as ``***``."""
+    sys.stdout.write(redact(text) + "\n")
