@@ -1,9 +1,10 @@
 """``profkit summary PATH`` and ``profkit compare A B``: where the time went, in a trace, a window folder or a run
-folder (local, on object storage, or parsed on a Dask cluster)."""
+folder (local, on object storage, or parsed on a Dask cluster: docs/many-ranks.md, Beyond one machine)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -13,9 +14,13 @@ from lightning_profkit.cli.progress import Progress
 from lightning_profkit.cli.shared import CommandError, add_jobs, exit_status, say
 from lightning_profkit.companions import SIDECAR
 from lightning_profkit.printable import redact
-from lightning_profkit.store import StoreError, download, is_url, put
-from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES
+from lightning_profkit.store import StoreError, download, is_url, put, survey
+from lightning_profkit.trace import sidecar
+from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, find_traces, natural
 from lightning_profkit.trace.folder import name_windows, read_folder
+
+CONNECT_TIMEOUT_S = 10  # a Dask scheduler that has not answered by then is taken as not there
+DASK_NEEDS = "pip install distributed"
 
 
 LEGEND = """columns:
@@ -106,19 +111,81 @@ def summaries(path: str, jobs: int, left_out: list[str], scheduler: Optional[str
 
 
 def on_cluster(path: str, scheduler: str, left_out: list[str]) -> list[dict[str, Any]]:
-    """The summaries of the traces at ``path``, parsed by the workers of the Dask cluster at ``scheduler``."""
-    from lightning_profkit.cli.cluster import cluster_summaries
+    """The summary of every trace under ``path``, from its sidecar or parsed by the workers of the Dask cluster at
+    ``scheduler``, one trace a task; ``left_out`` gains a line for each trace that could not be read."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise CommandError(f"--scheduler needs Dask's distributed: {DASK_NEEDS}") from None
+    if is_url(path):
+        found = survey(path, TRACE_SUFFIXES + JSON_SUFFIXES)
+        if found.unread:
+            say(found.unread)
+        out = [sidecar.with_place(found.fs.unstrip_protocol(p), s) for p, s in found.known.items()]
+        todo = [found.fs.unstrip_protocol(p) for p in found.found if p not in found.known]
+    else:  # a local path: the sidecars read here
+        read = {p: sidecar.read(p) for p in find_traces(os.path.abspath(path))}
+        out = [sidecar.with_place(p, s) for p, s in read.items() if s is not None]
+        todo = [p for p, s in read.items() if s is None]
+    if todo:
+        try:
+            with Client(scheduler, timeout=CONNECT_TIMEOUT_S) as client:
+                out += parsed_on(client, todo, None if is_url(path) else os.path.abspath(path), left_out)
+        except OSError as err:  # the scheduler cannot be reached
+            raise CommandError(f"{scheduler}: no Dask scheduler answers there ({err})") from None
+    if not out and not left_out:
+        raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
+    out.sort(key=lambda s: natural(s["path"]))
+    name_windows(out)
+    return out
+
+
+def parsed_on(client: Any, todo: list[str], folder: Optional[str], left_out: list[str]) -> list[dict[str, Any]]:
+    """The summaries of the traces ``todo`` (under the local ``folder``, or on a store) parsed by ``client``'s
+    workers; ``left_out`` gains a line for each that could not be read."""
+    from distributed import as_completed
 
     try:
-        found = cluster_summaries(path if is_url(path) else os.path.abspath(path), scheduler, left_out)
-    except StoreError:  # an OSError too, said as it is
-        raise
-    except OSError as err:  # the scheduler cannot be reached
-        raise CommandError(f"{scheduler}: no Dask scheduler answers there ({err})") from None
-    if not found and not left_out:
-        raise CommandError(f"{path}: no trace files (*.pt.trace.json[.gz]) there")
-    name_windows(found)
-    return found
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+    except TimeoutError:
+        raise OSError(f"no worker joined the scheduler within {CONNECT_TIMEOUT_S} s") from None
+    if folder is not None:  # every worker must see the trace as this process does: the same size
+        size, seen = os.stat(todo[0]).st_size, client.run(os.path.getsize, todo[0], on_error="return")
+        blind = sorted(worker for worker, got in seen.items() if got != size)  # an error: it sees no such file
+        if blind:
+            raise CommandError(f"{folder}: {len(blind)} of the cluster's {len(seen)} workers do not see this folder "
+                               f"as this machine does (the first, {blind[0]}, found {todo[0]} missing or of another "
+                               "size): give a path on a filesystem every worker shares, or the run's URL on object "
+                               "storage")
+    futures = client.map(summary_of, todo, pure=False)
+    named, out = dict(zip(futures, todo)), []
+    for future in as_completed(futures):
+        try:
+            out.append(future.result())
+        except Exception as err:  # a worker's failure, on its trace only
+            text = str(err)
+            left_out.append(text if text.startswith(named[future]) else f"{named[future]}: could not be read "
+                            f"({type(err).__name__}: {text})")
+    return out
+
+
+def summary_of(url: str) -> dict[str, Any]:
+    """On a worker: the summary of the trace at ``url`` (or at a local path), its sidecar written beside it."""
+    from lightning_profkit import store
+    from lightning_profkit.trace.load import load
+    from lightning_profkit.trace.summary import summarize_trace
+
+    if not is_url(url):
+        summary = summarize_trace(url, load(url, jobs=1))
+        with contextlib.suppress(OSError):  # a folder the worker may not write: parsed again at the next look
+            sidecar.keep(url, summary)
+        return summary
+    with tempfile.TemporaryDirectory(prefix="profkit-") as folder:
+        local = os.path.join(folder, url.rsplit("/", 1)[-1])
+        store.fetch_file(url, local)
+        summary = sidecar.with_place(url, summarize_trace(local, load(local, jobs=1)))
+        store.write(sidecar.sidecar_of(url), sidecar.dumps(summary, os.path.getsize(local)))
+    return summary
 
 
 def read_here(path: str, jobs: int) -> tuple[list[dict[str, Any]], list[str]]:
