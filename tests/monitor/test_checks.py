@@ -5,7 +5,7 @@ import re
 import pytest
 
 from lightning_profkit.alerts import DataWaitAlert
-from lightning_profkit.monitor.alerting.checks import AlertRule, CheckBlock, RollingChecks
+from lightning_profkit.monitor.alerting.checks import AlertRule, BlockFigures, RollingChecks
 from conftest import options
 
 
@@ -103,10 +103,13 @@ def test_tensorboard_shows_the_alerts_text_as_written():
 
 
 def test_check_block_leaves_validation_out_and_carries_across_an_epoch_end():
-    block = CheckBlock()
-    block.start(10.0, fetch_s=2.0)
     spans = [(9.0, 9.5), (12.0, 13.0)]  # the first is before the block: not in it
-    assert block.so_far(15.0, fetch_s=3.5, validation_spans=spans) == (1.5, 4.0)
-    carry = block.so_far(16.0, fetch_s=4.0, validation_spans=spans)  # the epoch ends here
-    block.start(20.0, fetch_s=0.0, carry=carry)  # the next epoch's fetch total starts from 0
-    assert block.so_far(21.0, fetch_s=0.25, validation_spans=[]) == (2.25, 6.0)
+    checks = RollingChecks(0.2, 1, 0, 100, 1)
+    checks.start_fit()
+    checks.epoch_start(10.0, 2.0, 0, 0)
+    assert checks.take_block(15.0, fetch_s=3.5, validation_spans=spans, step=99) == BlockFigures(1.5, 4.0, 0.0)
+    checks.start_fit()
+    checks.epoch_start(10.0, 2.0, 0, 0)
+    checks.epoch_end(16.0, fetch_s=4.0, validation_spans=spans)  # the epoch ends here
+    checks.epoch_start(20.0, 0.0, 30, 1)  # the next epoch's fetch total starts from 0
+    assert checks.take_block(21.0, fetch_s=0.25, validation_spans=[], step=99) == BlockFigures(2.25, 6.0, 0.0)

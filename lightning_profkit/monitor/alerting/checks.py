@@ -57,22 +57,6 @@ class AlertRule:
                 setattr(self, key, state[key])
 
 
-class CheckBlock:
-    """Data wait and training time (validation runs left out) of the rolling check's current block of steps."""
-
-    def __init__(self) -> None:
-        self.start(0.0, 0.0)
-
-    def start(self, now: float, fetch_s: float, carry: tuple[float, float] = (0.0, 0.0)) -> None:
-        """A new block from ``now``, when the fetch total is ``fetch_s``, holding ``carry`` already."""
-        self.t0, self.fetch0, self.carry = now, fetch_s, carry
-
-    def so_far(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> tuple[float, float]:
-        """(data wait, training time) of the block up to ``now``."""
-        validation = sum(b - a for a, b in validation_spans if a >= self.t0)
-        return self.carry[0] + fetch_s - self.fetch0, self.carry[1] + now - self.t0 - validation
-
-
 class RollingChecks:
     """One callback's rolling checks: when the next is due, its block, the alert rule, the capture budget and the
     steps asked for from outside; a state loaded before a fit starts is applied when it does."""
@@ -80,11 +64,11 @@ class RollingChecks:
     def __init__(self, threshold: Optional[float], patience: int, cooldown: int, window: int, max_captures: int) -> None:
         self.threshold, self.patience, self.cooldown = threshold, patience, cooldown
         self.window, self.max_captures = window, max_captures
-        self.block = CheckBlock()
         self.rule: Optional[AlertRule] = None
         self.captures_left = max_captures
         self.check_at: Optional[int] = None  # the step at whose end the next check runs
-        self.carry = (0.0, 0.0)  # the block's figures at the last epoch end
+        # the block: its figures before this epoch's part, and where that part began (time, the epoch's fetch total)
+        self.carry, self.t0, self.fetch0 = (0.0, 0.0), 0.0, 0.0
         # (first step, epoch, the step of its batch 0) of the epochs since the block began
         self.epochs: list[tuple[int, int, int]] = []
         self.requested = 0  # steps asked for from outside, for the next exchange
@@ -121,14 +105,19 @@ class RollingChecks:
     def epoch_start(self, now: float, fetch_s: float, first_step: int, epoch: int, offset: Optional[int] = None) -> None:
         """Epoch ``epoch`` begins at ``first_step``; ``offset``: the step of its batch 0 (``first_step`` unless it
         resumes inside the epoch)."""
-        self.block.start(now, fetch_s, self.carry)  # a block runs on across epochs
+        self.t0, self.fetch0 = now, fetch_s  # a block runs on across epochs, carrying what it held at the last end
         if self.check_at is None:
             self.check_at = first_step + self.window - 1
         self.epochs.append((first_step, epoch, first_step if offset is None else offset))
         self.episode_in_epoch = False
 
     def epoch_end(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> None:
-        self.carry = self.block.so_far(now, fetch_s, validation_spans)
+        self.carry = self._so_far(now, fetch_s, validation_spans)
+
+    def _so_far(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> tuple[float, float]:
+        """(data wait, training time) of the block up to ``now``, validation runs left out."""
+        validation = sum(b - a for a, b in validation_spans if a >= self.t0)
+        return self.carry[0] + fetch_s - self.fetch0, self.carry[1] + now - self.t0 - validation
 
     def due(self, step: int) -> bool:
         return self.check_at is not None and step >= self.check_at
@@ -136,8 +125,8 @@ class RollingChecks:
     def take_block(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]],
                    step: int) -> BlockFigures:
         """This rank's figures for the check at ``step``, and a new block from ``now``."""
-        fetch, train = self.block.so_far(now, fetch_s, validation_spans)
-        self.block.start(now, fetch_s)
+        fetch, train = self._so_far(now, fetch_s, validation_spans)
+        self.carry, self.t0, self.fetch0 = (0.0, 0.0), now, fetch_s
         self.check_at = step + self.window
         self.epochs = self.epochs[-1:]  # the epoch the next block begins in (or one that starts after it)
         requested, self.requested = self.requested, 0
