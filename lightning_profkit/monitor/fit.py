@@ -14,13 +14,12 @@ from lightning_profkit.alerts import DataWaitAlert, DataWaitAlertError
 from lightning_profkit.figures import MB
 from lightning_profkit.internals import kineto_results, moved
 from lightning_profkit.metric_names import EXCHANGED, PREFIX
-from lightning_profkit.monitor.alerting.advice import LoaderFacts
+from lightning_profkit.monitor.alerting.advice import LoaderAdvice, LoaderFacts
 from lightning_profkit.monitor.alerting.checks import BlockFigures, RollingChecks
 from lightning_profkit.monitor.alerting.delivery import AlertDelivery
 from lightning_profkit.monitor.exchange import (close_group, exchange_group, exchange_named, figures_of, made_from,
                                                 names_of)
 from lightning_profkit.monitor.options import Options
-from lightning_profkit.monitor.alerting.loader_advice import LoaderAdvice
 from lightning_profkit.monitor.profiling.selection import capture_steps
 from lightning_profkit.monitor.profiling.windows import (Recording, ValidationWindows, WindowRunner, WindowSession,
                                                          profiler_activities, session_opener)
