@@ -235,7 +235,7 @@ class PerformanceMonitor(Callback):
         """Timer and machinery in place when training starts, not at ``setup``: a failing tuner's loop skips teardown."""
         processes = self._fit.rank.processes_per_node
         self._fit.arm(FetchTimer(trainer).install(), on_cuda, getattr(trainer.train_dataloader, "batch_size", None),
-                      lambda: loader_facts(train_loader(trainer), on_cuda, processes, worker_pids(trainer)),
+                      lambda: loader_facts(train_loader(trainer), on_cuda, processes),
                       lambda: worker_pids(trainer))
         if self._fit.validation_windows is not None:  # the validation batch hooks exist only then: else they cost nothing
             rehook(self, "on_validation_batch_start", "on_validation_batch_end")

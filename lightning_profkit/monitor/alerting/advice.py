@@ -43,7 +43,6 @@ class LoaderFacts:
     cpus: int = 1  # CPUs this process may use
     processes_per_node: int = 1  # training processes sharing those CPUs (DDP ranks on the node)
     on_cuda: bool = False
-    worker_pids: tuple[int, ...] = ()  # the worker processes running now
     tensors_per_batch: Optional[int] = None  # tensors and numpy arrays in a batch of the fit, where counted
 
     @property
@@ -51,8 +50,8 @@ class LoaderFacts:
         return max(1, self.cpus // self.processes_per_node)
 
 
-def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1, worker_pids: Sequence[int] = ()) -> LoaderFacts:
-    """Read a torch DataLoader's settings (anything missing keeps its default), with its workers' pids."""
+def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1) -> LoaderFacts:
+    """Read a torch DataLoader's settings (anything missing keeps its default)."""
     from torch.utils.data import IterableDataset
 
     return LoaderFacts(
@@ -66,7 +65,6 @@ def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1, worker
         cpus=usable_cpus(),
         processes_per_node=max(1, processes_per_node),
         on_cuda=on_cuda,
-        worker_pids=tuple(worker_pids),
     )
 
 
