@@ -19,20 +19,34 @@ PROFILER_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops
 FLAGS = ("profile", *PROFILER_OPTIONS, "quiet", "log_metrics", "capture_on_alert")
 WHOLE = {"skip_first": 0, "warmup": 0, "active": 1, "alert_window": 1, "alert_patience": 1, "alert_cooldown": 0,
          "max_captures": 0}  # integer arguments and their least value
-NUMBERS: dict[str, tuple[Callable[[float], bool], bool, str]] = {  # a number's test, whether None is allowed
-    "flush_timeout": (lambda v: v >= 0, False, "a number of seconds >= 0"),
-    "alert_threshold": (lambda v: 0 < v < 1, True, "a ratio between 0 and 1 (or None to turn alerts off)"),
-    "max_trace_mb": (lambda v: v > 0, True, "megabytes of trace JSON > 0 (or None for no limit)"),
+
+
+def _whole(least: int) -> Callable[[Any], bool]:
+    return lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= least
+
+
+def _number(ok: Callable[[float], bool]) -> Callable[[Any], bool]:
+    return lambda v: not isinstance(v, bool) and isinstance(v, (int, float)) and ok(v)
+
+
+# every argument checked alone: its test, whether None passes, and what it must be
+CHECKS: dict[str, tuple[Callable[[Any], bool], bool, str]] = {
+    **dict.fromkeys(FLAGS, (lambda v: isinstance(v, bool), False, "True or False")),
+    **{name: (_whole(least), False, f"an integer >= {least}") for name, least in WHOLE.items()},
+    "every_n_steps": (_whole(1), True, "an integer >= 1"),
+    "keep_last_windows": (_whole(1), True, "an integer >= 1 or None"),
+    "flush_timeout": (_number(lambda v: v >= 0), False, "a number of seconds >= 0"),
+    "alert_threshold": (_number(lambda v: 0 < v < 1), True, "a ratio between 0 and 1 (or None to turn alerts off)"),
+    "max_trace_mb": (_number(lambda v: v > 0), True, "megabytes of trace JSON > 0 (or None for no limit)"),
+    "step_filter": (callable, True, "callable"),
+    "on_alert": (callable, True, "callable"),
+    "alert_action": (ALERT_ACTIONS.__contains__, False, f"one of {', '.join(map(repr, ALERT_ACTIONS))}"),
+    "activities": (lambda v: not isinstance(v, str) and v and all(str(a).lower() in ACTIVITIES for a in v), True,
+                   "a list of 'cpu' and/or 'cuda'"),
+    "ranks": (lambda v: not isinstance(v, (str, bytes)) and v and all(isinstance(r, int) and r >= 0 for r in v), True,
+              "a non-empty list of ranks >= 0"),
+    "dirpath": (lambda v: isinstance(v, (str, os.PathLike)), True, "a folder path"),
 }
-
-
-def _fail(name: str, wants: str, value: Any) -> None:
-    raise ValueError(f"`{name}` must be {wants}, got {value!r}")
-
-
-def _whole(name: str, value: Any, minimum: int, wants: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        _fail(name, wants or f"an integer >= {minimum}", value)
 
 
 # a window's trace JSON, MB: TensorBoard's PyTorch Profiler tab shows an empty view above about 500 MB
@@ -77,27 +91,10 @@ class Options:
     storage_options: Optional[dict[str, Any]] = field(repr=False)  # may hold credentials
 
     def __post_init__(self) -> None:
-        for name in FLAGS:
-            if not isinstance(getattr(self, name), bool):
-                _fail(name, "True or False", getattr(self, name))
-        for name, minimum in WHOLE.items():
-            _whole(name, getattr(self, name), minimum)
-        for name, (ok, optional, wants) in NUMBERS.items():
+        for name, (ok, optional, wants) in CHECKS.items():
             value = getattr(self, name)
-            if not (optional and value is None) and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                                     or not ok(value)):
-                _fail(name, wants, value)
-        for name in ("step_filter", "on_alert"):
-            if getattr(self, name) is not None and not callable(getattr(self, name)):
-                _fail(name, "callable", getattr(self, name))
-        if self.alert_action not in ALERT_ACTIONS:
-            _fail("alert_action", f"one of {', '.join(map(repr, ALERT_ACTIONS))}", self.alert_action)
-        if self.keep_last_windows is not None:
-            _whole("keep_last_windows", self.keep_last_windows, 1, "an integer >= 1 or None")
-        if self.activities is not None:
-            acts = self.activities
-            if isinstance(acts, str) or not acts or any(str(a).lower() not in ACTIVITIES for a in acts):
-                _fail("activities", "a list of 'cpu' and/or 'cuda'", acts)
+            if not (optional and value is None or ok(value)):
+                raise ValueError(f"`{name}` must be {wants}, got {value!r}")
         self._check_steps()
         self._normalize()
 
@@ -112,19 +109,14 @@ class Options:
         for name in ("steps", "validation_batches"):
             if getattr(self, name) is not None:  # raises naming the argument
                 object.__setattr__(self, name, parse_step_ranges(getattr(self, name), name))
-        if self.every_n_steps is not None:
-            _whole("every_n_steps", self.every_n_steps, 1)
-            if self.warmup + self.active > self.every_n_steps:
-                raise ValueError(f"`every_n_steps` ({self.every_n_steps}) must be at least `warmup` + `active` "
-                                 f"({self.warmup + self.active})")
+        if self.every_n_steps is not None and self.warmup + self.active > self.every_n_steps:
+            raise ValueError(f"`every_n_steps` ({self.every_n_steps}) must be at least `warmup` + `active` "
+                             f"({self.warmup + self.active})")
 
     def _normalize(self) -> None:
-        """``ranks``, ``storage_options`` and ``dirpath`` checked and kept in one form."""
+        """``ranks``, ``storage_options`` and ``dirpath`` kept in one form (``storage_options`` checked here)."""
         if self.ranks is not None:
-            ranks = self.ranks
-            if isinstance(ranks, (str, bytes)) or not ranks or not all(isinstance(r, int) and r >= 0 for r in ranks):
-                _fail("ranks", "a non-empty list of ranks >= 0", ranks)
-            object.__setattr__(self, "ranks", tuple(sorted(set(ranks))))
+            object.__setattr__(self, "ranks", tuple(sorted(set(self.ranks))))
         if self.storage_options is not None:
             options = self.storage_options
             try:
@@ -136,8 +128,6 @@ class Options:
                                  f"lists, dicts), got a {type(options).__name__} that is not")
             object.__setattr__(self, "storage_options", dict(options))
         if self.dirpath is not None:
-            if not isinstance(self.dirpath, (str, os.PathLike)):
-                _fail("dirpath", "a folder path", self.dirpath)
             object.__setattr__(self, "dirpath", os.fspath(self.dirpath))
 
     def selection(self) -> Selection:

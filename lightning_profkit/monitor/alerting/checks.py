@@ -114,9 +114,9 @@ class RollingChecks:
     def epoch_end(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> None:
         self.carry = self._so_far(now, fetch_s, validation_spans)
 
-    def _so_far(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    def _so_far(self, now: float, fetch_s: float, spans: Sequence[tuple[float, float]]) -> tuple[float, float]:
         """(data wait, training time) of the block up to ``now``, validation runs left out."""
-        validation = sum(b - a for a, b in validation_spans if a >= self.t0)
+        validation = sum(b - a for a, b in spans if a >= self.t0)
         return self.carry[0] + fetch_s - self.fetch0, self.carry[1] + now - self.t0 - validation
 
     def due(self, step: int) -> bool:
