@@ -6,8 +6,6 @@ from __future__ import annotations
 import inspect
 import threading
 import warnings
-from types import FrameType
-from typing import Optional
 
 from lightning_profkit.internals import thread_frame
 from lightning_profkit.printable import redact
@@ -17,20 +15,14 @@ FRAMEWORKS = ("lightning_profkit", "lightning", "lightning_fabric", "pytorch_lig
               "functools", "threading", "concurrent")
 
 
-def users_frame() -> Optional[FrameType]:
-    """The innermost frame of the user's code on the training thread (the main thread, from a helper thread of
-    ours); None where there is none (a fit started by a framework)."""
+def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
+    """Warn with ``message`` of ``category``, shown at the innermost line of the user's code on the training thread
+    (the main thread, from a helper thread of ours); here where there is none (a fit started by a framework)."""
     frame = inspect.currentframe()
     if threading.current_thread() is not threading.main_thread():
         frame = thread_frame(threading.main_thread().ident) or frame
     while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] in FRAMEWORKS:
         frame = frame.f_back
-    return frame
-
-
-def warn(message: str, category: type[Warning] = RuntimeWarning) -> None:
-    """Warn with ``message`` of ``category``, shown at the user's line that is running (see :func:`users_frame`)."""
-    frame = users_frame()
     if frame is None:
         warnings.warn(message, category, stacklevel=2)
         return
