@@ -1,6 +1,5 @@
-"""A few numbers from every rank, over a gloo group on the host: the rolling checks and the epoch figures never
-touch the device (no copy to the GPU and back, no synchronisation). The group is our own, destroyed at teardown, and
-every gather goes through the same few tensors, kept past the group. Design notes: docs/how-it-works.md."""
+"""A few numbers from every rank, over our own gloo group on the host: the rolling checks and the epoch figures never
+touch the device (no copy to the GPU and back, no synchronisation). Design notes: docs/how-it-works.md."""
 
 from __future__ import annotations
 
