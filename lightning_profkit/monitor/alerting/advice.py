@@ -270,9 +270,7 @@ class LoaderAdvice:
             busy = LoaderBusy(made_from(WorkersBusy, row, "workers.", rank=rank),
                               made_from(WaitBusy, row, "training.", rank=rank))
         try:
-            facts = self.loader()
-            if self.tensors is not None:
-                facts = replace(facts, tensors_per_batch=self.tensors)
+            facts = replace(self.loader(), tensors_per_batch=self.tensors)  # the loader's settings count none
             return data_wait_advice(facts, startup_s, train_s, busy)
         except Exception as err:
             self.report(f"advice failed:\n  {err!r}", "advice")
