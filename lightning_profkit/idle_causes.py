@@ -55,8 +55,7 @@ def blocking_by_call(figures: dict[str, Any]) -> dict[str, float]:
 
 def verdict(idle: Optional[float], shares: dict[str, Optional[float]],
             blocking_by_call: Optional[dict[str, float]] = None) -> list[str]:
-    """How much the GPU idled and what the training process mostly did meanwhile, then what to do; none without
-    a GPU."""
+    """How much the GPU idled, what the training process mostly did meanwhile, and what to do; none without a GPU."""
     cause = largest(shares)
     if idle is None or cause is None:
         return []

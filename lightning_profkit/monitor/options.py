@@ -56,8 +56,7 @@ DEFAULT_MAX_TRACE_MB = 500.0
 
 @dataclass(frozen=True)
 class Options:
-    """Every argument of :class:`~lightning_profkit.PerformanceMonitor` (see its docstring; its signature holds the
-    defaults), checked."""
+    """Every argument of :class:`~lightning_profkit.PerformanceMonitor`, checked (its signature holds the defaults)."""
 
     profile: bool
     skip_first: int
