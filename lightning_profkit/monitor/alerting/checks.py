@@ -23,9 +23,9 @@ class BlockFigures:
 class AlertRule:
     """Patience and cooldown bookkeeping; :meth:`check` says whether this check starts an alert."""
 
-    threshold: float = DEFAULT_ALERT_THRESHOLD
-    patience: int = 2
-    cooldown: int = 1000
+    threshold: float
+    patience: int
+    cooldown: int
     streak: int = 0
     in_episode: bool = False
     last_alert_step: Optional[int] = None
