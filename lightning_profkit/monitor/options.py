@@ -95,7 +95,20 @@ class Options:
             if not (optional and value is None or ok(value)):
                 raise ValueError(f"`{name}` must be {wants}, got {value!r}")
         self._check_steps()
-        self._normalize()
+        if self.ranks is not None:
+            object.__setattr__(self, "ranks", tuple(sorted(set(self.ranks))))
+        if self.storage_options is not None:
+            options = self.storage_options
+            try:
+                plain = isinstance(options, dict) and all(isinstance(k, str) for k in options) and json.dumps(options)
+            except (TypeError, ValueError):
+                plain = False
+            if not plain:  # it reaches the store's processes as JSON; its values are not shown
+                raise ValueError("`storage_options` must be a dict of str keys and JSON values (strings, numbers, "
+                                 f"lists, dicts), got a {type(options).__name__} that is not")
+            object.__setattr__(self, "storage_options", dict(options))
+        if self.dirpath is not None:
+            object.__setattr__(self, "dirpath", os.fspath(self.dirpath))
 
     def _check_steps(self) -> None:
         """The ways of choosing steps: one at most, none without profiling, each parsed."""
@@ -111,23 +124,6 @@ class Options:
         if self.every_n_steps is not None and self.warmup + self.active > self.every_n_steps:
             raise ValueError(f"`every_n_steps` ({self.every_n_steps}) must be at least `warmup` + `active` "
                              f"({self.warmup + self.active})")
-
-    def _normalize(self) -> None:
-        """``ranks``, ``storage_options`` and ``dirpath`` kept in one form (``storage_options`` checked here)."""
-        if self.ranks is not None:
-            object.__setattr__(self, "ranks", tuple(sorted(set(self.ranks))))
-        if self.storage_options is not None:
-            options = self.storage_options
-            try:
-                plain = isinstance(options, dict) and all(isinstance(k, str) for k in options) and json.dumps(options)
-            except (TypeError, ValueError):
-                plain = False
-            if not plain:  # it reaches the store's processes as JSON; its values are not shown
-                raise ValueError("`storage_options` must be a dict of str keys and JSON values (strings, numbers, "
-                                 f"lists, dicts), got a {type(options).__name__} that is not")
-            object.__setattr__(self, "storage_options", dict(options))
-        if self.dirpath is not None:
-            object.__setattr__(self, "dirpath", os.fspath(self.dirpath))
 
     def selection(self) -> Selection:
         """The steps these options select."""
