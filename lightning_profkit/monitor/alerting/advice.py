@@ -9,6 +9,7 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
+import torch
 
 from lightning_profkit.figures import HostFigures
 from lightning_profkit.idle_causes import SYNC_ADVICE, WHAT, advice, largest
@@ -52,15 +53,13 @@ class LoaderFacts:
 
 def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1) -> LoaderFacts:
     """Read a torch DataLoader's settings (anything missing keeps its default)."""
-    from torch.utils.data import IterableDataset
-
     return LoaderFacts(
         num_workers=int(getattr(loader, "num_workers", 0) or 0),
         pin_memory=bool(getattr(loader, "pin_memory", False)),
         persistent_workers=bool(getattr(loader, "persistent_workers", False)),
         prefetch_factor=getattr(loader, "prefetch_factor", None),
         batch_size=getattr(loader, "batch_size", None),
-        iterable=isinstance(getattr(loader, "dataset", None), IterableDataset),
+        iterable=isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset),
         shards_itself=shards(getattr(loader, "dataset", None)),
         cpus=usable_cpus(),
         processes_per_node=max(1, processes_per_node),
@@ -71,8 +70,6 @@ def loader_facts(loader: Any, on_cuda: bool, processes_per_node: int = 1) -> Loa
 def tensors_in(batch: Any, most: int = 100_000) -> Optional[int]:
     """The tensors and numpy arrays in a batch of nested mappings, lists, tuples and dataclasses (at most ``most``
     items looked at); None for a batch of another kind."""
-    from torch import Tensor
-
     def inside(item: Any) -> Optional[Iterable[Any]]:
         if isinstance(item, Mapping):
             return item.values()
@@ -82,12 +79,12 @@ def tensors_in(batch: Any, most: int = 100_000) -> Optional[int]:
             return (getattr(item, f.name) for f in fields(item))
         return None
 
-    if not isinstance(batch, (Tensor, np.ndarray)) and inside(batch) is None:
+    if not isinstance(batch, (torch.Tensor, np.ndarray)) and inside(batch) is None:
         return None
     count, todo, seen, looked = 0, [batch], set(), 1
     while todo:
         item = todo.pop()
-        if isinstance(item, (Tensor, np.ndarray)):
+        if isinstance(item, (torch.Tensor, np.ndarray)):
             count += 1
             continue
         items = inside(item)
