@@ -23,10 +23,6 @@ MAX_BYTES = 4000  # the most of a marker or a request that is read
 MAX_STEPS = 100  # the most steps one request may ask for: a window that long is already a large trace
 
 
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(data).encode())
-
-
 _MARKERS: dict[str, str] = {}  # markers this process holds (path: fit id), removed at exit if the fit did not
 
 
@@ -42,7 +38,7 @@ def mark_running(trace_dir: str, marker: Optional[dict[str, Any]] = None) -> tup
     os.makedirs(trace_dir, exist_ok=True)
     path = os.path.join(trace_dir, MARKER)
     marker = marker or this_run()
-    write_json_atomic(path, marker)
+    write_atomic(path, json.dumps(marker).encode())
     _MARKERS[path] = marker["fit"]
     return path, marker["fit"]
 
@@ -125,7 +121,7 @@ def request(steps: Optional[int] = None) -> dict[str, Any]:
 def request_capture(trace_dir: str, steps: Optional[int] = None) -> str:
     """Drop a :func:`request` in ``trace_dir``."""
     path = os.path.join(trace_dir, REQUEST)
-    write_json_atomic(path, request(steps))
+    write_atomic(path, json.dumps(request(steps)).encode())
     return path
 
 
@@ -176,17 +172,6 @@ class LiveRun:
         take_request(trace_dir)  # a request left from an earlier run is stale
         self.next_poll = 0.0  # no look for a request before then (inf: polling stopped)
 
-    def poll(self, now: float) -> Optional[dict[str, Any]]:
-        """A request, if one is there and a poll is due; an OSError stops the polling and is raised."""
-        if now < self.next_poll:
-            return None
-        self.next_poll = now + POLL_S
-        try:
-            return take_request(self.trace_dir)
-        except OSError:
-            self.next_poll = float("inf")
-            raise
-
     def end(self) -> None:
         unmark(self.marker, self.fit)
         self.next_poll = float("inf")
@@ -199,10 +184,15 @@ class LiveRun:
 
 def requested_steps(live: LiveRun, now: float, active: int, report: Callable[..., None]
                     ) -> tuple[Optional[int], list[str]]:
-    """The steps a request taken ``now`` asks to record (None: no request to act on) and the lines to print."""
+    """The steps a request taken ``now``, where a poll is due, asks to record (None: no request to act on) and the
+    lines to print; a folder that cannot be read is reported once, and stops the polling."""
+    if now < live.next_poll:
+        return None, []
+    live.next_poll = now + POLL_S
     try:
-        request = live.poll(now)
+        request = take_request(live.trace_dir)
     except OSError as err:
+        live.next_poll = float("inf")
         report(f"cannot read capture requests:\n  {err!r}", "request")
         return None, []
     if request is None:

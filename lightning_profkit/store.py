@@ -121,17 +121,13 @@ def _strings(options: Any) -> Iterator[str]:
             yield from _strings(value)
 
 
-def upload(local: str, url: str) -> None:
-    """Put the complete regular file ``local`` at ``url`` (visible only once whole), never through a link."""
-    with open_regular(local) as f, _opened(url) as (fs, path):
-        fs.put_file(fd_path(f), path)
-
-
 def upload_with_companions(local: str, url: str) -> None:
-    """:func:`upload` the local trace ``local`` to ``url``, its companions that are there first."""
+    """Put the local trace ``local`` at ``url``, its companions that are there first: each a complete regular file
+    (visible only once whole), never read through a link."""
     for path, at in zip(with_companions(local), with_companions(url)):
         if path == local or os.path.lexists(path):
-            upload(path, at)
+            with open_regular(path) as f, _opened(at) as (fs, key):
+                fs.put_file(fd_path(f), key)
 
 
 def fetch_file(url: str, local: str) -> None:

@@ -20,6 +20,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.tuner import Tuner
 
 from lightning_profkit import PerformanceMonitor, capture_request
+from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.internals import SET_WHILE_NEEDED
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
@@ -233,7 +234,7 @@ def test_capture_refuses_a_marker_whose_process_is_gone(tmp_path, case):
         marker["pid"] = _dead_pid()
     else:  # our own pid, alive, but a start time of another process
         marker["process_start"] = (marker["process_start"] or 0) + 1
-    capture_request.write_json_atomic(path, marker)
+    write_atomic(path, json.dumps(marker).encode())
     done = subprocess.run([PROFKIT, "capture", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "is not running" in done.stderr and str(marker["pid"]) in done.stderr

@@ -4,6 +4,7 @@ epochs, ``batch_idx`` within the epoch (docs/choosing-steps.md)."""
 from __future__ import annotations
 
 import bisect
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Union
@@ -107,14 +108,11 @@ class StepList(Selection):
     ranges: tuple[tuple[int, int], ...]
     warmup: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_starts", [lo for lo, _ in self.ranges])
-
     def is_active(self, step: int, batch_idx: int) -> bool:
         return self.next_active(step, batch_idx, 1) == step
 
     def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
-        i = bisect.bisect_right(self._starts, step) - 1  # type: ignore[attr-defined]
+        i = bisect.bisect_right(self.ranges, (step, math.inf)) - 1  # the last range starting at or before ``step``
         if i >= 0 and step <= self.ranges[i][1]:
             return _within(step, step, horizon)
         return _within(self.ranges[i + 1][0], step, horizon) if i + 1 < len(self.ranges) else None
