@@ -3,22 +3,23 @@ training thread: checked, their figures logged (docs/traces-and-storage.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import socket
 import tempfile
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from lightning_profkit.companions import remove_local
 from lightning_profkit.figures import MB, HostFigures
 from lightning_profkit.monitor.alerting.advice import gpu_idle_notice
 from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.timing.epoch_figures import window_metrics
-from lightning_profkit.monitor.writing.retention import Retention
 from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, free_mb, megabytes
 from lightning_profkit.opener import size_words
 from lightning_profkit.printable import redact
@@ -140,6 +141,31 @@ def check_trace_dir(trace_dir: str, storage_options: Optional[dict[str, Any]] = 
         ) from err
 
 
+def delete_local(folder: str, files: list[str]) -> list[str]:
+    """Delete ``files`` (with their companions) and then ``folder`` if that left it empty; returns the files deleted."""
+    removed = [f for f in files if remove_local(f)]
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)  # only when empty: other ranks' files stay
+    return removed
+
+
+class Retention:
+    """``keep_last_windows``: ``delete(folder, files)`` removes the traces this process wrote in a window folder that
+    falls out of the newest ``keep_last`` and returns those removed (other ranks delete their own)."""
+
+    def __init__(self, keep_last: int, delete: Callable[[str, list[str]], list[str]]) -> None:
+        self.keep_last, self._delete = keep_last, delete
+        self._windows: OrderedDict[str, list[str]] = OrderedDict()  # folder -> our files, oldest first
+
+    def add(self, path: str) -> list[str]:
+        """Record a written trace; delete what falls out of the newest ``keep_last`` windows; return those paths."""
+        self._windows.setdefault(os.path.dirname(path), []).append(path)
+        removed = []
+        while len(self._windows) > self.keep_last:
+            removed += self._delete(*self._windows.popitem(last=False))
+        return removed
+
+
 def staging_folder() -> str:
     """A new private local folder (``mkdtemp``: mode 0700, a name no one can foresee) for the traces of a run on
     object storage, written there in full before their upload."""
@@ -158,7 +184,8 @@ class TraceOutput:
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
         self.bytes_per_step: dict[bool, float] = {}  # by validation: JSON a step of the latest written window of a kind
         keep_last = options.keep_last_windows
-        self._retention = Retention(keep_last, self._delete_remote if self.remote else None) if keep_last else None
+        delete = self._delete_remote if self.remote else delete_local
+        self._retention = Retention(keep_last, delete) if keep_last else None
         self._on_error, self._storage_options = on_error, options.storage_options
         self._writer: Optional[TraceWriter] = None  # started with the first window
         self._closed_cpu_s: Optional[float] = None  # what the writer used in all, once closed
