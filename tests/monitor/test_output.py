@@ -13,9 +13,8 @@ import pytest
 import torch
 from conftest import leftovers, options, read_trace, recorded
 
-from lightning_profkit.monitor.writing.output import (WINDOW_FOLDER, Retention, TraceOutput, check_trace_dir,
-                                                      cut_message, delete_local, over_message, validation_window_name,
-                                                      window_name, worker_name)
+from lightning_profkit.monitor.writing.output import (WINDOW_FOLDER, TraceOutput, check_trace_dir, cut_message,
+                                                      over_message, validation_window_name, window_name, worker_name)
 
 
 def cpu_of_this_process_and_its_children():
@@ -53,7 +52,7 @@ def test_windows_are_written_whole_with_their_figures_and_retention_keeps_the_ne
 
 
 def test_retention_deletes_only_our_files(tmp_path):
-    keep = Retention(2, delete_local)
+    keep = TraceOutput(str(tmp_path), 0, 1, options(keep_last_windows=2), lambda message, key: None)
     paths = []
     for i in range(4):
         folder = tmp_path / f"step={i:06d}-epoch=0"
@@ -62,7 +61,7 @@ def test_retention_deletes_only_our_files(tmp_path):
         path = folder / "host_rank0.1.pt.trace.json.gz"
         path.write_text("x")
         paths.append(str(path))
-        keep.add(str(path))
+        keep._on_written({"path": str(path)})  # as the writer thread tells it
     assert sorted(os.listdir(tmp_path)) == ["step=000000-epoch=0", "step=000002-epoch=0", "step=000003-epoch=0"]
     assert os.listdir(tmp_path / "step=000000-epoch=0") == ["other_rank1.pt.trace.json.gz"]  # not ours: kept
 

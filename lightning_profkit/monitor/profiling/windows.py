@@ -55,8 +55,7 @@ def window_schedule(selection: Selection, first_active: int, offset: int) -> Cal
 
 @dataclass(frozen=True)
 class Recording:
-    """What every window of a fit records with: torch.profiler's ``activities`` and ``options``, where each session's
-    results go, whether kineto starts quiet, and the trace's size budget in bytes of JSON (None: none)."""
+    """What every window of a fit records with; ``max_bytes``: the trace's budget of JSON (None: none)."""
 
     activities: list[ProfilerActivity]
     options: dict[str, Any]
@@ -66,10 +65,8 @@ class Recording:
 
 
 class WindowSession:
-    """Drives one ``torch.profiler.profile`` through the warm-up and recording of one window: :meth:`step` at every
-    step boundary in it, :meth:`finish` to end it early. ``spent_s``: seconds spent in the session's own calls. A
-    window whose ``estimate_bytes`` would pass ``max_bytes`` ends early (docs/traces-and-storage.md), ``planned_last``
-    the step it would have recorded to."""
+    """One ``torch.profiler.profile`` through one window's warm-up and recording; ``spent_s``: seconds in its own
+    calls; ``planned_last``: the step a window ended early by ``max_bytes`` would have recorded to."""
 
     def __init__(self, selection: Selection, step: int, batch_idx: int, warmup: int, recording: Recording,
                  bytes_per_step: Optional[float] = None) -> None:
@@ -90,13 +87,11 @@ class WindowSession:
         self.spent_s = perf_counter() - start
 
     def _note_recording(self) -> None:
-        """At the end of a step: note it if it was recorded."""
         if self.profiler.current_action in _RECORDING:
             self.last_recorded = self.step_now
 
     @property
     def recorded_steps(self) -> int:
-        """Steps recorded so far: ``first_active`` to ``last_recorded``."""
         return 0 if self.last_recorded is None else self.last_recorded - self.first_active + 1
 
     @property
@@ -160,7 +155,6 @@ class _Windows:
         self._cut_through = -1
 
     def _stepped(self) -> bool:
-        """Step the open session; False (and the session let go) when its window is complete."""
         assert self.session is not None
         if self.session.step():
             return True
@@ -231,7 +225,6 @@ class WindowRunner(_Windows):
         return max(step, first - 1 - warmup)
 
     def _note_profiled(self, first: int, step: int) -> None:
-        """The open session's window runs from ``first`` to at least ``step``."""
         if self.profiled and self.profiled[-1][0] == first:
             self.profiled[-1] = (first, step)
         else:
@@ -251,7 +244,6 @@ class WindowRunner(_Windows):
         if paused and self.session is None:
             self._maybe_open(self.selection, next_step, next_batch_idx)
         return paused
-
 
 
 class ValidationWindows(_Windows):

@@ -149,23 +149,6 @@ def delete_local(folder: str, files: list[str]) -> list[str]:
     return removed
 
 
-class Retention:
-    """``keep_last_windows``: ``delete(folder, files)`` removes the traces this process wrote in a window folder that
-    falls out of the newest ``keep_last`` and returns those removed (other ranks delete their own)."""
-
-    def __init__(self, keep_last: int, delete: Callable[[str, list[str]], list[str]]) -> None:
-        self.keep_last, self._delete = keep_last, delete
-        self._windows: OrderedDict[str, list[str]] = OrderedDict()  # folder -> our files, oldest first
-
-    def add(self, path: str) -> list[str]:
-        """Record a written trace; delete what falls out of the newest ``keep_last`` windows; return those paths."""
-        self._windows.setdefault(os.path.dirname(path), []).append(path)
-        removed = []
-        while len(self._windows) > self.keep_last:
-            removed += self._delete(*self._windows.popitem(last=False))
-        return removed
-
-
 def staging_folder() -> str:
     """A new private local folder (``mkdtemp``: mode 0700, a name no one can foresee) for the traces of a run on
     object storage, written there in full before their upload."""
@@ -183,9 +166,8 @@ class TraceOutput:
         self._local: Optional[str] = None if self.remote else trace_dir  # where files are written first
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
         self.bytes_per_step: dict[bool, float] = {}  # by validation: JSON a step of the latest written window of a kind
-        keep_last = options.keep_last_windows
-        delete = self._delete_remote if self.remote else delete_local
-        self._retention = Retention(keep_last, delete) if keep_last else None
+        self._kept: OrderedDict[str, list[str]] = OrderedDict()  # keep_last_windows: folder -> our traces, oldest first
+        self._delete = self._delete_remote if self.remote else delete_local  # a window's traces; returns those gone
         self._on_error, self._storage_options = on_error, options.storage_options
         self._writer: Optional[TraceWriter] = None  # started with the first window
         self._closed_cpu_s: Optional[float] = None  # what the writer used in all, once closed
@@ -238,8 +220,11 @@ class TraceOutput:
 
     def _on_written(self, window: dict[str, Any]) -> None:
         """On the writer thread: a window is in place; older ones may go (published first: see :meth:`take`)."""
-        if self._retention is not None:
-            self._removed.extend(self._retention.add(window["path"]))
+        keep_last = self.options.keep_last_windows
+        if keep_last:  # the traces this process wrote in older window folders go (other ranks delete their own)
+            self._kept.setdefault(os.path.dirname(window["path"]), []).append(window["path"])
+            while len(self._kept) > keep_last:
+                self._removed.extend(self._delete(*self._kept.popitem(last=False)))
         self._written.append(window)
 
     def _delete_remote(self, folder: str, urls: list[str]) -> list[str]:
