@@ -35,9 +35,6 @@ def join(folder: str, *parts: str) -> str:
     return "/".join([folder.rstrip("/"), *parts]) if is_url(folder) else os.path.join(folder, *parts)
 
 
-LOCAL_TO_A_PROCESS = ("memory",)  # a store that lives in one process cannot take traces from another
-
-
 def use_options(options: Optional[dict[str, Any]]) -> None:
     """fsspec's ``storage_options`` every store call of this process passes on (never set in the training process)."""
     _OPTIONS.clear()
@@ -47,7 +44,7 @@ def use_options(options: Optional[dict[str, Any]]) -> None:
 def filesystem(url: str) -> tuple[Any, str]:
     """fsspec's file system for ``url`` and the path in it (called inside :func:`_store_errors`)."""
     protocol = url.partition("://")[0]
-    if protocol in LOCAL_TO_A_PROCESS:
+    if protocol == "memory":  # a store that lives in one process cannot take traces from another
         raise StoreError(f"{url}: {protocol}:// lives inside one process and cannot hold traces, which are written by "
                          "a helper process: use a local folder or an object store (s3://, gs://, az://)")
     package = PACKAGES.get(protocol)

@@ -134,20 +134,17 @@ class TraceWriter:
         self._finalizer.watch = {"url": url, "local": local, "marker": marker}
         self.submit({})
 
-    def flush(self, timeout: float) -> bool:
-        """Wait until every submitted window is written or dropped; False if ``timeout`` ran out."""
-        with self._lock:
-            if not self.pending:
-                return True
-            reached = threading.Event()
-            self._jobs.put(reached)
-        return reached.wait(timeout)
-
     def close(self, timeout: float) -> list[str]:
-        """:meth:`flush`, a last try of the uploads that wait, then end the thread and the finalizing process, all
-        within ``timeout`` seconds; returns the paths of the windows not written by then (their data is lost)."""
+        """Wait for the windows submitted, a last try of the uploads that wait, then end the thread and the finalizing
+        process, all within ``timeout`` seconds; returns the paths of the windows not written by then (data lost)."""
         self._deadline = time.perf_counter() + timeout  # not time.monotonic: a test or a user may patch it
-        left = [] if self.flush(timeout) else list(self._waiting)
+        reached = threading.Event()  # set by the thread once every window before it is written or dropped
+        with self._lock:
+            if self.pending:
+                self._jobs.put(reached)
+            else:
+                reached.set()
+        left = [] if reached.wait(timeout) else list(self._waiting)
         with self._lock:
             thread, self._thread = self._thread, None
             if thread is not None:
