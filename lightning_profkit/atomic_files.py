@@ -9,7 +9,7 @@ import os
 import secrets
 from typing import BinaryIO, Iterator
 
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def temporary_pattern(final_path: str) -> str:

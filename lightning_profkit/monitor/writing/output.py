@@ -168,7 +168,7 @@ class TraceOutput:
         self.bytes_per_step: dict[bool, float] = {}  # by validation: JSON a step of the latest written window of a kind
         self._kept: OrderedDict[str, list[str]] = OrderedDict()  # keep_last_windows: folder -> our traces, oldest first
         self._delete = self._delete_remote if self.remote else delete_local  # a window's traces; returns those gone
-        self._on_error, self._storage_options = on_error, options.storage_options
+        self._on_error = on_error
         self._writer: Optional[TraceWriter] = None  # started with the first window
         self._closed_cpu_s: Optional[float] = None  # what the writer used in all, once closed
         self._need_mb: Optional[float] = None  # the disk the latest written window took at its peak (its JSON)
@@ -215,7 +215,7 @@ class TraceOutput:
     def _writer_started(self) -> TraceWriter:
         if self._writer is None:
             self._writer = TraceWriter(on_error=self._on_error, on_written=self._on_written,
-                                       storage_options=self._storage_options)
+                                       storage_options=self.options.storage_options)
         return self._writer
 
     def _on_written(self, window: dict[str, Any]) -> None:
