@@ -10,7 +10,7 @@ import os
 import secrets
 import socket
 import time
-from typing import Any, BinaryIO, Callable, Optional
+from typing import Any, Callable, Optional
 
 from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.machine import process_start
@@ -59,20 +59,23 @@ def _unmark_all() -> None:
 
 
 def running(trace_dir: str) -> Optional[dict[str, Any]]:
-    """The marker of the run writing to ``trace_dir``, or None (also where it is not a plain file this process's user
-    made: another user's marker neither stops nor steers a fit)."""
-    path = os.path.join(trace_dir, MARKER)
+    """The marker of the run writing to ``trace_dir``, or None (also where :func:`_read_own` refuses it)."""
     try:
-        with open_regular(path, MAX_BYTES) as f:
-            return None if _made_by_another(f, path) else marker_of(f.read(MAX_BYTES))
+        return marker_of(_read_own(os.path.join(trace_dir, MARKER)))
     except (OSError, FileRefused):
         return None
 
 
-def _made_by_another(f: BinaryIO, path: str) -> Optional[str]:
-    """Why the file ``f`` opened at ``path`` is refused: another user made it; None where this process's user did."""
-    uid = os.fstat(f.fileno()).st_uid
-    return None if uid == os.getuid() else f"{path}: made by user id {uid}, not by this run's user ({os.getuid()})"
+def _read_own(path: str) -> bytes:
+    """The plain file ``path`` (empty where it cannot be read), or :class:`FileRefused` where another user made it:
+    another user's marker or request neither stops nor steers a fit. An OSError: its folder cannot be read."""
+    with open_regular(path, MAX_BYTES) as f:
+        uid = os.fstat(f.fileno()).st_uid
+        if uid != os.getuid():
+            raise FileRefused(f"{path}: made by user id {uid}, not by this run's user ({os.getuid()})")
+        with contextlib.suppress(OSError):
+            return f.read(MAX_BYTES)
+    return b""
 
 
 def other_fit(trace_dir: str, fit: Optional[str] = None) -> Optional[str]:
@@ -84,7 +87,7 @@ def other_fit(trace_dir: str, fit: Optional[str] = None) -> Optional[str]:
 
 
 def marker_of(text: bytes) -> Optional[dict[str, Any]]:
-    """A marker's content, or None where it is not one (or is longer than :data:`MAX_BYTES`)."""
+    """The JSON object in ``text`` (a marker, a request), or None: none there, or over :data:`MAX_BYTES`."""
     if len(text) > MAX_BYTES:
         return None
     try:
@@ -129,24 +132,17 @@ def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
     """Read and remove a pending request (None: none); another user's, a link or not a plain file is ``{"refused":
     why}``, more than :data:`MAX_STEPS` steps is ``capped``. A folder that cannot be read raises OSError."""
     path = os.path.join(trace_dir, REQUEST)
-    refused, data = None, {}
     try:
-        f = open_regular(path, MAX_BYTES)  # an OSError: the folder, not the request (gone, unreadable)
+        text, refused = _read_own(path), None  # an OSError: the folder, not the request (gone, unreadable)
     except FileRefused as err:
         if not os.path.lexists(path):
             return None
-        refused = str(err)
-    else:
-        with f:
-            refused = _made_by_another(f, path)
-            if refused is None:  # unreadable or half-written by hand: still a request, with defaults
-                with contextlib.suppress(OSError, ValueError, RecursionError):
-                    data = json.loads(f.read(MAX_BYTES))
+        text, refused = b"", str(err)
     with contextlib.suppress(OSError):
         os.remove(path)
     if refused is not None:
         return {"refused": refused}
-    steps = data.get("steps") if isinstance(data, dict) else None
+    steps = (marker_of(text) or {}).get("steps")  # unreadable or half-written by hand: a request, with defaults
     steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
     if steps is not None and steps > MAX_STEPS:
         return {"steps": MAX_STEPS, "capped": steps}
