@@ -31,10 +31,8 @@ class Selection:
     def warmup_before(self, step: int, batch_idx: int) -> Optional[int]:
         """The warm-up steps of a session that should start at this step (``warmup`` before its first active step,
         or what is left of them), or None."""
-        for k in range(self.warmup + 1):
-            if self.is_active(step + k, batch_idx + k):
-                return k
-        return None
+        first = self.next_active(step, batch_idx, self.warmup + 1)
+        return None if first is None else first - step
 
     def next_active(self, step: int, batch_idx: int, horizon: int) -> Optional[int]:
         """The first active step in ``[step, step + horizon)``, or None (a scan here; O(1) in the selections below)."""
