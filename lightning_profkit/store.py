@@ -51,11 +51,9 @@ def filesystem(url: str) -> tuple[Any, str]:
     needs = f"pip install {package}" if package else "pip install fsspec"  # each of these packages brings fsspec
     try:
         import fsspec
-    except ImportError:
-        raise StoreError(f"{url}: {protocol}:// needs {package or 'fsspec'}: {needs}") from None
-    try:
+
         return fsspec.core.url_to_fs(url, **_OPTIONS)
-    except ImportError as err:
+    except ImportError as err:  # fsspec itself (err.name), or the package of the protocol
         raise StoreError(f"{url}: {protocol}:// needs {package or err.name or 'a package fsspec names'}: {needs}") from None
     except ValueError as err:
         raise StoreError(f"{url}: {err}") from None
