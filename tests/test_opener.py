@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from lightning_profkit.opener import FileRefused, fd_path, open_regular, read_regular
+from lightning_profkit.opener import FileRefused, fd_path, open_regular, read_regular, size_words
 
 
 def within(seconds, work):
@@ -72,3 +72,7 @@ def test_the_path_of_an_opened_file_is_that_file_whatever_its_name_becomes(tmp_p
         os.symlink("/etc/hostname" if os.path.exists("/etc/hostname") else "/dev/null", path)
         with open(fd_path(f), "rb") as again:
             assert again.read() == b"mine"
+
+
+def test_sizes_are_said_in_megabytes_kilobytes_or_bytes():
+    assert (size_words(2.54e6), size_words(4e4), size_words(100)) == ("3 MB", "40 kB", "100 bytes")

@@ -6,7 +6,7 @@ import threading
 import time
 
 from conftest import read_trace, recorded, profiler_steps
-from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, megabytes
+from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob
 
 META = {"rank": 0, "world_size": 1, "epoch": 0, "steps": [0, 2]}
 
@@ -39,7 +39,3 @@ def test_a_window_that_cannot_be_written_is_reported_and_the_next_one_is_written
     assert errors == [("write", "a profiler trace could not be written; training continues:")]
     assert os.path.exists(good) and sorted(os.listdir(tmp_path)) == ["step=000000-000002", "taken"]
     assert not writers()
-
-
-def test_sizes_are_said_in_megabytes_or_kilobytes():
-    assert (megabytes(2.54), megabytes(0.04)) == ("2.5 MB", "40 kB")

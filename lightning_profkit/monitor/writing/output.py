@@ -20,7 +20,7 @@ from lightning_profkit.monitor.alerting.advice import gpu_idle_notice
 from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD
 from lightning_profkit.monitor.options import Options
 from lightning_profkit.monitor.timing.epoch_figures import window_metrics
-from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, free_mb, megabytes
+from lightning_profkit.monitor.writing.writer import TraceWriter, WindowJob, free_mb
 from lightning_profkit.opener import size_words
 from lightning_profkit.printable import redact
 from lightning_profkit.monitor.writing.process import FinalizingProcess
@@ -304,9 +304,9 @@ class TraceOutput:
             return None
         if free >= need:
             return None
-        return (f"disk full at {self._local or self.trace_dir}: {megabytes(free)} free, the last window needed "
-                f"{megabytes(need)}; windows are skipped until there is room (checked at each planned window), "
-                "training goes on")
+        return (f"disk full at {self._local or self.trace_dir}: {size_words(free * 1e6)} free, the last window "
+                f"needed {size_words(need * 1e6)}; windows are skipped until there is room (checked at each planned "
+                "window), training goes on")
 
     def close(self, timeout: float) -> tuple[list[str], list[str]]:
         """Wait up to ``timeout`` seconds for the windows still being written; the paths of those not written by then,

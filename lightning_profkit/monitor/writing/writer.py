@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from lightning_profkit.atomic_files import temporary_pattern
 from lightning_profkit.companions import remove_local
 from lightning_profkit.monitor.writing.process import FinalizingProcess
+from lightning_profkit.opener import size_words
 
 
 @dataclass
@@ -39,15 +40,10 @@ class DiskFull(OSError):
 
     def __init__(self, folder: str, needed_mb: Optional[float]) -> None:
         self.free_mb, self.needed_mb = free_mb(folder), needed_mb
-        need = f", the window needed about {megabytes(needed_mb)} of JSON" if needed_mb else ""
-        super().__init__(errno.ENOSPC, f"disk full at {folder}: {megabytes(self.free_mb)} free{need}\n  - its partial "
-                                       "files were removed; training goes on\n  - windows are skipped until there is "
-                                       "room, looked for at each planned window")
-
-
-def megabytes(mb: float) -> str:
-    """A size in MB as words: ``2.5 MB``, or ``40 kB`` under 1 MB."""
-    return f"{mb:.1f} MB" if mb >= 1 else f"{mb * 1000:.0f} kB"
+        need = f", the window needed about {size_words(needed_mb * 1e6)} of JSON" if needed_mb else ""
+        super().__init__(errno.ENOSPC, f"disk full at {folder}: {size_words(self.free_mb * 1e6)} free{need}\n  - its "
+                                       "partial files were removed; training goes on\n  - windows are skipped until "
+                                       "there is room, looked for at each planned window")
 
 
 def free_mb(folder: str) -> float:
