@@ -72,7 +72,6 @@ def _store_errors(url: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _opened(url: str) -> Iterator[tuple[Any, str]]:
-    """:func:`filesystem` of ``url``, inside :func:`_store_errors`."""
     with _store_errors(url):
         yield filesystem(url)
 
