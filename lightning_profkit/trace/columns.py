@@ -6,7 +6,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -133,11 +133,6 @@ def _floats(values: Sequence[Any]) -> np.ndarray:
         return wrap(array("d", (float("nan") if v is None else v for v in values)))
 
 
-def _codes(values: Iterable[Any]) -> tuple[np.ndarray, list[Any]]:
-    table: dict = {}
-    return wrap(array("i", [table.setdefault(v, len(table)) for v in values])), list(table)
-
-
 def _name(name: Any) -> str:
     """The name as a string, of its first and last ``LONGEST_NAME`` / 2 characters where it is longer."""
     name, half = str(name or ""), LONGEST_NAME // 2
@@ -150,6 +145,7 @@ def columns(events: Sequence[AnyEvent]) -> Columns:
     cats: dict[Any, int] = {}
     names: dict[Any, int] = {}
     threads: dict[Any, int] = {}
+    devices: dict[str, int] = {}
     cat, name, thread, ts, dur, stream, corr, ext, memory = ([] for _ in range(9))
     for e in events:
         kind = type(e)
@@ -165,7 +161,7 @@ def columns(events: Sequence[AnyEvent]) -> Columns:
             ext.append(a.external_id_lower if a.external_id_lower != -1 else a.external_id)
         elif kind is Instant and e.name == "[memory]":
             memory.append(e.args)
-    device, devices = _codes(f"{a.device_type}:{a.device_id}" for a in memory)
+    device = [devices.setdefault(f"{a.device_type}:{a.device_id}", len(devices)) for a in memory]
     return Columns(
         raw_cats=list(cats),
         names=list(map(_name, names)),
@@ -179,8 +175,8 @@ def columns(events: Sequence[AnyEvent]) -> Columns:
         corr=_ints(corr),
         ext=_ints(ext),
         fractional=float in set(map(type, ts)),
-        memory_devices=devices,
-        memory_device=device,
+        memory_devices=list(devices),
+        memory_device=wrap(array("i", device)),
         memory_allocated=_ints([a.total_allocated for a in memory]),
         memory_reserved=_ints([a.total_reserved for a in memory]),
     )

@@ -113,11 +113,6 @@ def named(ranks: dict[int, float]) -> str:
     return f"rank{'s' if len(most) > 1 else ''} {names}"
 
 
-def distribution(values: Sequence[float]) -> dict[str, float]:
-    """Median, 90th percentile and maximum."""
-    return {"median": median(values), "p90": percentile(values, 0.9), "max": max(values)}
-
-
 def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:
     """The slowest rank and why, over two or more ranks; None for fewer."""
     if len(ranks) < 2:
@@ -130,7 +125,8 @@ def verdict(ranks: Sequence[RankFigures]) -> Optional[Verdict]:
     excess = {name: slow.part(name) - median(r.part(name) for r in others) for name in PARTS}
     reason = max(excess, key=lambda name: excess[name])
     lead = slow.own_ms_per_step - fast.own_ms_per_step
-    spread = distribution([r.own_ms_per_step for r in ranks])
+    own = [r.own_ms_per_step for r in ranks]
+    spread = {"median": median(own), "p90": percentile(own, 0.9), "max": max(own)}
     if lead < BALANCED_SHARE * slow.step_time_ms or excess[reason] <= 0:
         line = (f"no straggler: the ranks' own work per step is within {100 * BALANCED_SHARE:.0f}% of the step time "
                 f"({fast.own_ms_per_step:.2f}-{slow.own_ms_per_step:.2f} ms; rank {slow.rank} has the most)")
