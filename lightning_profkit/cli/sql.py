@@ -37,7 +37,7 @@ def sql(args: argparse.Namespace) -> int:
     try:
         import duckdb
 
-        from lightning_profkit.trace.sql_views import connect
+        from lightning_profkit.trace.event_table import connect
     except ImportError:
         raise CommandError(f"`profkit sql` needs DuckDB and pyarrow: {SQL_NEEDS}") from None
     from lightning_profkit.cli.text import write
@@ -113,7 +113,7 @@ def _local_tables(run: str, left_out: list[str]) -> tuple[dict[str, str], dict[s
 def _answer(db: Any, query: Optional[str], as_json: bool) -> str:
     """The query's result as a table (or JSON); no query: the views and the columns of ``events``."""
     from lightning_profkit.cli.text import table, use_color
-    from lightning_profkit.trace.sql_views import VIEWS
+    from lightning_profkit.trace.event_table import VIEWS
 
     if not query:
         columns = db.execute("DESCRIBE events").fetchall()

@@ -1,13 +1,15 @@
-"""A trace's complete events as a Parquet table beside it (``NAME.parquet``), so that ``profkit sql`` queries a run
-without parsing its JSON again (its columns: docs/many-ranks.md). Design notes: docs/how-it-works.md."""
+"""A trace's complete events as a Parquet table beside it (``NAME.parquet``), and the views over a run's tables in
+which ``profkit sql`` queries it without parsing its JSON again (its columns: docs/many-ranks.md). Design notes:
+docs/how-it-works.md."""
 
 from __future__ import annotations
 
 import functools
+import glob
 import importlib
 import io
 import os
-from typing import Any, BinaryIO, Optional
+from typing import Any, BinaryIO, Optional, Sequence
 
 import numpy as np
 
@@ -15,6 +17,7 @@ from lightning_profkit.opener import FileRefused, open_regular
 from lightning_profkit.printable import name_text
 from lightning_profkit.trace import vocabulary as v
 from lightning_profkit.trace.columns import Columns, launcher
+from lightning_profkit.trace.operator_times import CPU_CATEGORIES
 
 VERSION = 1  # of the columns below: kept in each file's metadata
 # column -> its type, in DuckDB's words (what `profkit sql` shows)
@@ -186,3 +189,44 @@ def _strings(values: list[str]) -> Any:
     np.cumsum(lengths, out=offsets[1:])
     return pa.Array.from_buffers(pa.large_string(), len(values),
                                  [None, pa.py_buffer(offsets), pa.py_buffer(data)]).cast(pa.string())
+
+
+def _among(words: Sequence[str]) -> str:
+    return "(" + ", ".join(f"'{w}'" for w in words) + ")"
+
+
+# name -> (what it holds, its SQL)
+VIEWS = {
+    "events": ("every complete event of every trace, one row each (see the columns below)", None),
+    "steps": ("the host's ProfilerStep spans: one row per step of each trace",
+              f"SELECT run, window_name, rank, worker, step, start_us, dur_us FROM events "
+              f"WHERE device = -1 AND starts_with(name, '{v.STEP_PREFIX}')"),
+    "operators": ("host operators, annotations and CUDA calls: what summary's CPU table counts (steps left out)",
+                  f"SELECT * FROM events WHERE lower(category) IN {_among(CPU_CATEGORIES)} "
+                  f"AND NOT starts_with(name, '{v.STEP_PREFIX}')"),
+    "kernels": ("GPU kernels, memcpy and memset: summary's device table",
+                f"SELECT * FROM events WHERE lower(category) IN {_among(v.DEVICE)}"),
+    "ranks": ("per run and rank: traces, steps, mean step time (ms) and GPU activity (ms per step, all streams "
+              "summed)",
+              "WITH s AS (SELECT run, rank, count(DISTINCT worker || window_name) AS traces, count(*) AS steps, "
+              "sum(dur_us) AS step_us FROM steps GROUP BY ALL), "
+              "k AS (SELECT run, rank, sum(dur_us) AS kernel_us FROM kernels GROUP BY ALL) "
+              "SELECT s.run, s.rank, s.traces, s.steps, s.step_us / s.steps / 1000 AS step_ms, "
+              "k.kernel_us / s.steps / 1000 AS kernel_ms_per_step FROM s LEFT JOIN k USING (run, rank) "
+              "ORDER BY s.run, s.rank"),
+}
+
+
+def connect(files: Sequence[str]) -> Any:
+    """A DuckDB connection with :data:`VIEWS` over the local Parquet ``files``."""
+    import duckdb
+
+    db = duckdb.connect()
+    # each file by its name alone: DuckDB reads `*`, `?` and `[` as a pattern unless escaped as glob.escape does
+    listed = "[" + ", ".join("'" + glob.escape(f).replace("'", "''") + "'" for f in files) + "]"
+    db.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet({listed}, union_by_name = true, "
+               "hive_partitioning = false)")
+    for name, (_, sql) in VIEWS.items():
+        if sql is not None:
+            db.execute(f"CREATE VIEW {name} AS {sql}")
+    return db

@@ -1,5 +1,6 @@
 """A trace's events table: one row per complete event, each labelled with its run, window and step (a kernel with
-the step of the call that launched it), written as Parquet that says which trace size it was made from."""
+the step of the call that launched it), written as Parquet that says which trace size it was made from; the views of
+``profkit sql`` over real tables in DuckDB select what the summary's figures read."""
 
 import os
 import subprocess
@@ -9,7 +10,7 @@ import pytest
 
 from conftest import records
 from lightning_profkit.trace.columns import columns
-from lightning_profkit.trace.event_table import SCHEMA, event_table, fresh, run_of, steps_of, to_parquet
+from lightning_profkit.trace.event_table import SCHEMA, VIEWS, connect, event_table, fresh, run_of, steps_of, to_parquet
 
 EVENTS = [
     {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "ts": 100, "dur": 50, "pid": 1, "tid": 1},
@@ -56,3 +57,35 @@ def test_writing_a_table_leaves_pandas_unimported():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])})
     assert done.stdout.split() == ["False"], done.stderr
+
+
+def test_the_views_select_steps_operators_kernels_and_ranks(tmp_path):
+    pytest.importorskip("duckdb")
+    pytest.importorskip("pyarrow")
+    files = []
+    for rank in (0, 1):
+        path = tmp_path / f"w{rank}.parquet"
+        path.write_bytes(to_parquet(event_table(columns(records(EVENTS)), "run1", "step=7", rank, f"w{rank}"), 1))
+        files.append(str(path))
+    db = connect(files)
+    assert db.execute("SELECT rank, step, dur_us FROM steps ORDER BY rank").fetchall() == [(0, 7, 50.0), (1, 7, 50.0)]
+    assert sorted(r[0] for r in db.execute("SELECT DISTINCT name FROM operators").fetchall()) == [
+        "aten::add", "cudaLaunchKernel"]
+    assert db.execute("SELECT DISTINCT name FROM kernels").fetchall() == [("gemm",)]
+    assert db.execute("SELECT rank, traces, steps, step_ms, kernel_ms_per_step FROM ranks").fetchall() == [
+        (0, 1, 1, 0.05, 0.03), (1, 1, 1, 0.05, 0.03)]
+    assert set(VIEWS) == {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+
+
+def test_a_file_name_is_never_a_pattern(tmp_path):
+    """A window folder named `a[1]` beside one named `a1`: DuckDB would read `a[1]/w.parquet` as a pattern that
+    matches `a1/w.parquet`; each table is read by its own name."""
+    pytest.importorskip("duckdb")
+    pytest.importorskip("pyarrow")
+    for folder, rank in (("a1", 1), ("a[1]", 2), ("b*", 3)):
+        (tmp_path / folder).mkdir()
+        table = event_table(columns(records(EVENTS)), "run1", "step=7", rank, "w")
+        (tmp_path / folder / "w.parquet").write_bytes(to_parquet(table, 1))
+    for folder, rank in (("a[1]", 2), ("b*", 3)):
+        db = connect([str(tmp_path / folder / "w.parquet")])
+        assert db.execute("SELECT DISTINCT rank FROM events").fetchall() == [(rank,)]
