@@ -73,7 +73,7 @@ def gpu_steps(c: Columns, steps: np.ndarray, launches: np.ndarray) -> intervals.
     GPU's work on steps launched before the window."""
     at = np.flatnonzero(steps)
     at = at[np.argsort(c.ts[at], kind="stable")]
-    spans, _ = on_device(c, list(zip(c.ts[at].tolist(), c.end[at].tolist())), [None] * at.size, launches)
+    spans = on_device(c, list(zip(c.ts[at].tolist(), c.end[at].tolist())), launches)
     return intervals.union(*np.reshape(spans, (-1, 2)).T)
 
 

@@ -35,19 +35,18 @@ def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
         if not cpu.any():
             return None
         steps, names = [(float(c.ts[cpu].min()), float(c.end[cpu].max()))], [None]  # the whole trace
-    steps, names = on_device(c, steps, names, runtime_calls)
-    return _aggregate(steps, names, {r: c.spans(m) for r, m in roles.items()})
+    steps = on_device(c, steps, runtime_calls)
+    return _aggregate(steps, names[:len(steps)], {r: c.spans(m) for r, m in roles.items()})
 
 
-def on_device(
-    c: Columns, steps: list[tuple[float, float]], names: list[Optional[int]], launches: np.ndarray
-) -> tuple[list[tuple[float, float]], list[Optional[int]]]:
+def on_device(c: Columns, steps: list[tuple[float, float]], launches: np.ndarray) -> list[tuple[float, float]]:
     """``steps`` (host spans, in time order) as the GPU ran them, linked by the host calls where ``launches``, as
-    torch-tb-profiler's ``StepParser`` moves them (docs/how-it-works.md); unchanged when no GPU work can be linked."""
+    torch-tb-profiler's ``StepParser`` moves them (docs/how-it-works.md), the trailing ones it drops left out;
+    unchanged when no GPU work can be linked."""
     device = np.flatnonzero(c.cat_mask(*v.DEVICE))
     linked, step_of = _linked(c, steps, np.flatnonzero(launches), device)
     if not linked.size:
-        return steps, names
+        return steps
     last = np.full(len(steps), -np.inf)  # where a step launched no GPU work: it ends as on the host
     np.maximum.at(last, step_of, c.end[device][linked])
     prev_end = steps[0][0]
@@ -62,8 +61,7 @@ def on_device(
         start = max(prev_end, start)
         prev_end = max(end, dev_hi, start)
         moved.append((start, prev_end))
-    keep = _kept(np.bincount(step_of, minlength=len(steps)))
-    return moved[:keep], names[:keep]
+    return moved[:_kept(np.bincount(step_of, minlength=len(steps)))]
 
 
 def _linked(c: Columns, steps: list[tuple[float, float]], runtime: np.ndarray,
