@@ -200,9 +200,9 @@ def check_events(path: str, events: int, file_bytes: int, json_bytes: int) -> No
     of JSON) may hold (see :data:`EVENTS_PER_FILE_BYTE`)."""
     most = max(FEWEST_EVENTS, int(min(EVENTS_PER_FILE_BYTE * file_bytes, EVENTS_PER_JSON_BYTE * json_bytes)))
     if events > most:
-        raise TraceError(f"{path}: over {most:,} events in {file_bytes / 1e6:.1f} MB of file ({json_bytes / 1e6:.0f} MB "
-                         "of JSON; a profiler trace holds at most about 0.075 events a byte of gzip, 0.005 of JSON): "
-                         "refused as a flood of events")
+        raise TraceError(f"{path}: over {most:,} events in {file_bytes / 1e6:.1f} MB of file ({json_bytes / 1e6:.0f} "
+                         "MB of JSON; a profiler trace holds at most about 0.075 events a byte of gzip, 0.005 of "
+                         "JSON): refused as a flood of events")
 
 
 @dataclass

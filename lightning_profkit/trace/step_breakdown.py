@@ -10,7 +10,8 @@ import numpy as np
 from lightning_profkit.trace import intervals, vocabulary as v
 from lightning_profkit.trace.columns import Columns, launcher
 
-_COMM_OPS = {f"{lib}:{op}" for lib in ("nccl", "gloo") for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")}
+_COMM_OPS = {f"{lib}:{op}" for lib in ("nccl", "gloo")
+             for op in ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter")}
 
 
 def step_breakdown(c: Columns) -> Optional[dict[str, Any]]:
@@ -90,7 +91,8 @@ def _kept(launched: np.ndarray) -> int:
     return last if last > 0 and launched[last - 1] * 0.8 > launched[last] else last + 1
 
 
-def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]], roles: dict[str, intervals.Union]) -> dict[str, Any]:
+def _aggregate(steps: list[tuple[float, float]], names: list[Optional[int]],
+               roles: dict[str, intervals.Union]) -> dict[str, Any]:
     """Hand out step time by role priority (``OverallParser``), per step, on the segments between all
     span boundaries."""
     step_starts, step_ends = np.reshape(steps, (-1, 2)).T

@@ -77,7 +77,8 @@ def summarize_columns(c: Columns, beside: bool = True) -> dict[str, Any]:
         ops = operators.result() if operators is not None else operator_times(c)
     notes = []
     if not host.steps:
-        notes.append("no ProfilerStep: host-step figures absent" + ("; the step breakdown uses one step over the whole trace" if steps else ""))
+        whole = "; the step breakdown uses one step over the whole trace" if steps else ""
+        notes.append("no ProfilerStep: host-step figures absent" + whole)
     if temporal is None:
         notes.append("no GPU activity: GPU figures absent")
     return {
@@ -161,7 +162,8 @@ def aggregate(summaries: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return {
         "traces": len(summaries),
         "figures": {k: (sum(v) / len(v) if v else None) for k, v in figures.items()},
-        "operators": {"cpu_by_self": top(ops["cpu"], "self_us", TOP_N), "cpu_by_total": top(ops["cpu"], "total_us", TOP_N),
+        "operators": {"cpu_by_self": top(ops["cpu"], "self_us", TOP_N),
+                      "cpu_by_total": top(ops["cpu"], "total_us", TOP_N),
                       "device_by_total": top(ops["device"], "total_us", TOP_N)},
     }
 

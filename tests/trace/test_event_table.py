@@ -26,7 +26,8 @@ def test_each_event_has_its_step_and_a_kernel_that_of_its_launch():
     c = columns(records(EVENTS))
     assert steps_of(c).tolist() == [7, 7, 7, -1]  # the kernel ran after the step's host span; aten::add after it too
     table = event_table(c, "run1", "step=7", 0, "w")
-    assert table["tid"].tolist() == [1, 1, 7, -1] and table["device"].tolist() == [-1, -1, 0, -1]  # "main": not a number
+    assert table["tid"].tolist() == [1, 1, 7, -1]  # "main": not a number
+    assert table["device"].tolist() == [-1, -1, 0, -1]
 
 
 def test_the_parquet_file_has_the_schema_and_says_what_it_was_made_from(tmp_path):
@@ -74,7 +75,8 @@ def test_the_views_select_steps_operators_kernels_and_ranks(tmp_path):
     assert db.execute("SELECT DISTINCT name FROM kernels").fetchall() == [("gemm",)]
     assert db.execute("SELECT rank, traces, steps, step_ms, kernel_ms_per_step FROM ranks").fetchall() == [
         (0, 1, 1, 0.05, 0.03), (1, 1, 1, 0.05, 0.03)]
-    assert set(VIEWS) == {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    views = db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+    assert set(VIEWS) == {r[0] for r in views}
 
 
 def test_a_file_name_is_never_a_pattern(tmp_path):

@@ -38,7 +38,8 @@ def test_odd_fields_and_unknown_phases_take_the_tolerant_path():
 
 
 @pytest.mark.parametrize("raw, says", [
-    (b'{"traceEvents": [{"ph": "X", "ts": NaN}]}', "a damaged trace: a number that is not one (NaN or Infinity) at byte"),
+    (b'{"traceEvents": [{"ph": "X", "ts": NaN}]}',
+     "a damaged trace: a number that is not one (NaN or Infinity) at byte"),
     (b'{"events": []}', "JSON without a traceEvents list, not a profiler trace"),
     (b"[" * 100000 + b"]" * 100000, "JSON nested deeper than"),
     (b"\xff\xfe{", "not JSON"),

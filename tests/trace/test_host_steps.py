@@ -51,7 +51,8 @@ def span(e):
 
 def host_steps(events):
     return [e for e in complete(events) if str(e.get("name", "")).startswith("ProfilerStep#")
-            and str(e.get("cat", "")).lower() not in DEVICE + RUNTIME and not str(e.get("cat", "")).lower().startswith("gpu_")]
+            and str(e.get("cat", "")).lower() not in DEVICE + RUNTIME
+            and not str(e.get("cat", "")).lower().startswith("gpu_")]
 
 
 def expected_sync(events):
@@ -89,7 +90,8 @@ def expected_host(events):
         return {}
     names = [str(e.get("name", "")) for e in complete(events)]
     loader = [span(e) for e, n in zip(complete(events), names)
-              if (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__")) or n.startswith("enumerate(DataPipe)#")]
+              if (n.startswith("enumerate(DataLoader)#") and n.endswith(".__next__"))
+              or n.startswith("enumerate(DataPipe)#")]
     total = sum(b - a for a, b in steps)
     return {"steps": len(steps), "step_time_us": total, "data_wait_us": common(loader, steps),
             "data_wait_share": common(loader, steps) / total}
@@ -120,7 +122,8 @@ def test_host_step_figures_match_their_definition(name, gpu_traces, reference):
             assert own[field] == pytest.approx(want[theirs], rel=1e-6, abs=1e-9), field
         else:
             assert getattr(got, field) in (None, 0) and want.get(theirs) in (None, 0), field  # absent (steps: 0)
-    calls = any(str(e.get("cat", "")).lower() in RUNTIME for e in json.load(gzip.open(gpu_traces / name, "rt"))["traceEvents"])
+    events = json.load(gzip.open(gpu_traces / name, "rt"))["traceEvents"]
+    calls = any(str(e.get("cat", "")).lower() in RUNTIME for e in events)
     if "blocking_sync_us_by_name" in want and not calls:  # CPU only: the reference says 0, we say absent
         assert want["blocking_sync_calls_us_in_steps"] == 0
         assert got.blocking_sync_us is None and got.blocking_sync_us_by_call == {}
@@ -131,7 +134,8 @@ def test_host_step_figures_match_their_definition(name, gpu_traces, reference):
         assert got.blocking_sync_us_by_call == pytest.approx(by_name, rel=1e-6, abs=1e-6)
     else:
         assert got.blocking_sync_us is None and got.blocking_sync_us_by_call == {}
-    peaks = {d: {"Total Allocated": p.allocated_bytes, "Total Reserved": p.reserved_bytes} for d, p in got.peak_memory.items()}
+    peaks = {d: {"Total Allocated": p.allocated_bytes, "Total Reserved": p.reserved_bytes}
+             for d, p in got.peak_memory.items()}
     assert peaks == expected_peaks(raw) == want["peak_memory_bytes"]
     assert HostFigures.from_json(json.loads(json.dumps(got.to_json()))) == got  # as the child sends it
 
@@ -170,7 +174,8 @@ def test_gpu_idle_is_the_share_of_the_steps_as_the_gpu_ran_them(name, gpu_traces
     assert got.gpu_busy_share == pytest.approx(1 - got.gpu_idle_share)
 
 
-@pytest.mark.parametrize("name, hta_idle", [("compute_bound.pt.trace.json.gz", 0.022), ("data_bound.pt.trace.json.gz", 0.9963)])
+@pytest.mark.parametrize("name, hta_idle", [("compute_bound.pt.trace.json.gz", 0.022),
+                                            ("data_bound.pt.trace.json.gz", 0.9963)])
 def test_gpu_idle_of_real_h200_windows_agrees_with_hta(name, hta_idle, tmp_path):
     """The compute-bound window's host ran 63-82 ms ahead of its GPU in 32 ms steps (counted over the raw trace):
     over the host steps' span the GPU looked idle half the time (the figure logged before); HTA, over the GPU's
@@ -220,7 +225,10 @@ def counted_idle_by_cause(events, steps):
     processes, else other; shares of the steps' time, averaged over the GPUs."""
     lo = int(min(a for a, _ in steps))
     grid = lambda: np.zeros(int(max(b for _, b in steps)) - lo + 2, dtype=bool)  # noqa: E731
-    paint = lambda where, a, b: where.__setitem__(slice(max(round(a) - lo, 0), max(round(b) - lo, 0)), True)  # noqa: E731
+
+    def paint(where, a, b):
+        where[max(round(a) - lo, 0):max(round(b) - lo, 0)] = True
+
     in_steps = grid()
     for a, b in steps:
         paint(in_steps, a, b)

@@ -53,7 +53,8 @@ def test_pieces_give_the_figures_of_one_pass(gpu_traces, name):
 
 def test_pieces_are_the_text_cut_between_events():
     events = [json.dumps({"ph": "X", "name": f"e{i}", "ts": i, "args": {"s": [1, 2]}}) for i in range(3000)]
-    text = ('{"deviceProperties": [{"id": 0}, {"id": 1}], "traceEvents": [' + ",\n  ".join(events) + '], "x": 1}').encode()
+    text = ('{"deviceProperties": [{"id": 0}, {"id": 1}], "traceEvents": [' + ",\n  ".join(events)
+            + '], "x": 1}').encode()
     blocks = [text[i:i + 1000] for i in range(0, len(text), 1000)]
     cut = [(buf[start:end], first, last) for buf, start, end, first, last in pieces(blocks, 4096)]
     assert b"".join(p for p, _, _ in cut).replace(b",\n  ", b"") == text.replace(b",\n  ", b"")

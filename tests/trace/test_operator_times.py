@@ -10,7 +10,9 @@ from lightning_profkit.trace.operator_times import operator_times
 
 
 def test_operator_self_and_total_time():
-    ev = lambda name, ts, dur, tid=1, cat="cpu_op": {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": tid}  # noqa: E731
+    def ev(name, ts, dur, tid=1, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+
     events = [
         ev("outer", 0, 100), ev("inner", 10, 30), ev("leaf", 15, 10), ev("inner", 50, 20),
         ev("cudaLaunchKernel", 55, 5, cat="cuda_runtime"), ev("outer", 0, 40, tid=2),

@@ -64,7 +64,8 @@ def test_the_edited_text_is_the_document_edited_as_objects(layout, last, piece):
     assert json.loads(out) == {**expected(text, last), "profkit": {"rank": 0}}
     if last is None and layout == "kineto" and piece > len(text):  # as written but the DataLoader categories
         changed = [(a, b) for a, b in zip(text.splitlines(), out.splitlines()) if a != b]
-        assert changed == [(b'    "cat": "user_annotation",', b'    "cat": "cpu_op",')] * 4 + [(b"}", b', "profkit": {"rank": 0}}')]
+        assert changed == ([(b'    "cat": "user_annotation",', b'    "cat": "cpu_op",')] * 4
+                           + [(b"}", b', "profkit": {"rank": 0}}')])
 
 
 def test_cutting_out_every_step_marker_leaves_a_valid_list():

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from lightning_profkit.trace.load import load
 from lightning_profkit.trace.summary import summarize_trace
 
-SMALL = 40_000  # events of the smaller trace of each shape: its arrays, as the larger one's, past malloc's mmap threshold
+# events of the smaller trace of each shape: its arrays, as the larger one's, past malloc's mmap threshold
+SMALL = 40_000
 PIECE = 2**20  # bytes of JSON a piece: both sizes are read in pieces, as large traces are
 
 SHAPES = st.fixed_dictionaries({

@@ -16,7 +16,8 @@ def operator_trace(durations):
     events, t = [], 0
     for name, self_us in durations:
         events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": t, "dur": self_us + 1})
-        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": t + self_us, "dur": 1})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": t + self_us,
+                       "dur": 1})
         t += self_us + 10
     return events
 
@@ -46,8 +47,13 @@ def test_the_operator_tables_on_a_second_thread_or_on_one_are_the_same_figures(g
     c = load(str(gpu_traces / "hta" / "trace_diff_control" / "control.json.gz")).rows
     assert summary.BESIDE_MIN_ROWS <= c.ts.size < summary.BESIDE_ROWS
     started = []
-    monkeypatch.setattr(threading.Thread, "start", lambda self, start=threading.Thread.start: (started.append(self.name),
-                                                                                                start(self))[1])
+    start = threading.Thread.start
+
+    def counted(self):
+        started.append(self.name)
+        return start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
     beside = summarize_columns(c)
     assert len(started) == 1 and started[0].startswith("profkit-operators")
     assert summarize_columns(c, beside=False) == beside and len(started) == 1
