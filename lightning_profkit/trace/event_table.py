@@ -128,12 +128,14 @@ def steps_of(c: Columns) -> np.ndarray:
 
 
 def event_table(c: Columns, run: str, window: str, rank: Optional[int], worker: str) -> dict[str, Any]:
-    """The table's columns (numpy arrays; strings as codes plus their values, see :func:`to_parquet`)."""
+    """The table's columns: numpy arrays, strings as codes plus their values (see :func:`to_parquet`)."""
     pids = _integers([pid for pid, _ in c.threads])
     tids = _integers([tid for _, tid in c.threads])
     device = c.cat_mask(*v.DEVICE)
+    labelled = np.zeros(c.ts.size, np.int32)  # the one label of every row of a string column
     return {
-        "run": run, "window_name": window, "rank": -1 if rank is None else rank, "worker": worker,
+        "run": (labelled, [run]), "window_name": (labelled, [window]),
+        "rank": np.full(c.ts.size, -1 if rank is None else rank, np.int64), "worker": (labelled, [worker]),
         "name": (c.name, c.names), "category": (c.cat, [str(x or "") for x in c.raw_cats]),
         "start_us": c.ts, "dur_us": np.nan_to_num(c.dur), "pid": pids[c.thread], "tid": tids[c.thread],
         "device": np.where(device, pids[c.thread], -1), "stream": c.stream, "correlation": c.corr, "external_id": c.ext,
@@ -146,16 +148,13 @@ def to_parquet(table: dict[str, Any], trace_bytes: int) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    n = table["start_us"].size
     arrays = []
     for column in SCHEMA:
         value = table[column]
         if isinstance(value, tuple):  # codes and the strings they point to
             arrays.append(pa.DictionaryArray.from_arrays(_arrow(np.asarray(value[0], np.int32)), _strings(value[1])))
-        elif isinstance(value, str):
-            arrays.append(pa.DictionaryArray.from_arrays(_arrow(np.zeros(n, np.int32)), _strings([value])))
         else:
-            arrays.append(_arrow(np.full(n, value, np.int64) if isinstance(value, int) else value))
+            arrays.append(_arrow(value))
     schema = pa.schema([(column, a.type) for column, a in zip(SCHEMA, arrays)],
                        metadata={"profkit_events": str(VERSION), "trace_bytes": str(trace_bytes)})
     out = io.BytesIO()
