@@ -141,10 +141,15 @@ def natural(path: str) -> list:
 DEEPEST = 32  # folders below the one given that are looked in (a run's traces are 1-3 deep: profiler/run=…/epoch=…)
 
 
-def files_under(path: str) -> Iterator[tuple[str, str]]:
-    """(folder, name) of everything but folders under the folder ``path``, down to :data:`DEEPEST` folders below it:
-    a loop, not a recursion (a tree a thousand folders deep ended the command), never into a linked folder."""
-    todo = [(path, 0)]
+def find_traces(path: str) -> list[str]:
+    """``path`` itself if it is a file, else the trace files under it (``*.pt.trace.json[.gz]``, or any
+    ``*.json[.gz]`` when there are none of those), in natural order (step 75 before step 101)."""
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise TraceError(missing(path))
+    # a loop, not a recursion (a tree a thousand folders deep ended the command), never into a linked folder
+    found, todo = [], [(path, 0)]
     while todo:
         folder, depth = todo.pop()
         try:
@@ -155,19 +160,8 @@ def files_under(path: str) -> Iterator[tuple[str, str]]:
             if entry.is_dir(follow_symlinks=False):
                 if depth < DEEPEST:
                     todo.append((entry.path, depth + 1))
-            else:
-                yield folder, entry.name
-
-
-def find_traces(path: str) -> list[str]:
-    """``path`` itself if it is a file, else the trace files under it (``*.pt.trace.json[.gz]``, or any
-    ``*.json[.gz]`` when there are none of those), in natural order (step 75 before step 101)."""
-    if os.path.isfile(path):
-        return [path]
-    if not os.path.isdir(path):
-        raise TraceError(missing(path))
-    found = [os.path.join(folder, name) for folder, name in files_under(path)
-             if name.endswith(JSON_SUFFIXES) and not name.startswith(".")]  # not our temporary files
+            elif entry.name.endswith(JSON_SUFFIXES) and not entry.name.startswith("."):  # not our temporary files
+                found.append(entry.path)
     traces = sorted([p for p in found if p.endswith(TRACE_SUFFIXES)] or found, key=natural)
     if not traces:
         raise TraceError(f"{path}: no trace files (*.pt.trace.json[.gz]) in this folder")
