@@ -25,10 +25,8 @@ from lightning_profkit.trace.columns import CODED, COLUMNS, Columns, columns, wr
 PIECE = 4 * 10**6  # bytes of JSON a piece: small enough to decode in the caches, large enough to send cheaply
 WHOLE_FILE = 4 * 10**6  # a file up to this size is read at once, then cut
 WHOLE_FILE_JSON = 64 * 10**6  # unless its JSON is larger (a gzip file inflates about tenfold): then as a stream
-# Text without a boundary between events (or without the list) this long is left out (its whole text is over
-# ONE_PASS); a text whose pieces do not decode is read in one pass where it is at most ONE_PASS bytes, else left out.
-# Both bound what a file that cannot be cut costs.
-_NO_BOUNDARY = 16 * 10**6
+# A text whose pieces do not decode is read in one pass where it is at most this long, else left out, as is one
+# without a boundary between events (or without the list) in this many bytes: what a file that cannot be cut costs.
 ONE_PASS = 16 * 10**6
 _OVERLAP = 256  # bytes searched again when a block arrives: the most a match may reach back
 # Between two objects, the second starting with a key: never inside a string (where every quote follows a
@@ -248,15 +246,15 @@ def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[Any, int, int,
             found = EVENTS_KEY.search(buf, max(searched - _OVERLAP, 0))
             searched = len(buf)
             if found is None:
-                if len(buf) > _NO_BOUNDARY:
-                    raise PieceError(f"no traceEvents list in its first {_NO_BOUNDARY / 1e6:.0f} MB")
+                if len(buf) > ONE_PASS:
+                    raise PieceError(f"no traceEvents list in its first {ONE_PASS / 1e6:.0f} MB")
                 continue
             events = searched = found.end()
         while len(buf) - start > piece:
             cut = _BOUNDARY.search(buf, max(start + piece, events, searched - _OVERLAP))
             if cut is None:
                 searched = len(buf)
-                if len(buf) - start > _NO_BOUNDARY:
+                if len(buf) - start > ONE_PASS:
                     raise PieceError("no boundary between events")
                 break
             yield (*_held(buf, start, cut.start() + 1), first, False)
