@@ -72,10 +72,9 @@ class FitRun:
         self.options, self.trace_dir, self.rank = options, trace_dir, rank
         self.checks, self.traces, self.alerts = checks, traces, alerts
         self.report, self.wake, self.clock = report, wake, clock
-        self.other_profiler = other_profiler
-        self.delivery = AlertDelivery(options.on_alert, self.report, to_loggers)
-        self.delivery.to_user = rank.is_zero
+        self.delivery = AlertDelivery(options.on_alert, self.report, to_loggers, to_user=rank.is_zero)
         self.group = exchange_group(rank.world_size)
+        self.profiling = options.profiles_rank(rank.rank) and not other_profiler  # windows may open; off after errors
         self.checks.start_fit()
         if other_profiler and options.profiles_rank(rank.rank) and rank.is_zero:
             warn("PerformanceMonitor: no windows in this run: the Trainer's PyTorchProfiler holds torch's one profiler "
@@ -90,7 +89,6 @@ class FitRun:
         self.last_step: Optional[int] = None  # the fit's last step, where the Trainer knows it
         self.live: Optional[capture_request.LiveRun] = None
         self.advice = LoaderAdvice(self.report, watching=self.checks.rule is not None)
-        self.broken = False
         self.epoch = 0
         self.in_epoch = False
         self.epoch_first_step = 0
@@ -110,7 +108,7 @@ class FitRun:
         self.timer, self.advice.loader, self.advice.workers = timer, loader, workers  # armed: an output is there
         timer.cpu_clock = thread_time if self.advice.watching else None
         self.measure.arm(on_cuda, batch_size)
-        if o.profiles_rank(self.rank.rank) and not self.other_profiler and not self.broken:
+        if self.profiling:
             activities = profiler_activities(o.activities, on_cuda)
             self.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * MB)
@@ -148,29 +146,26 @@ class FitRun:
             if unsent:
                 staging = self.output.local_dir
                 kept = "".join(f"\n  - {path}" for path in unsent)
-                self.report(f"{len(unsent)} profiler trace(s) could not be uploaded; they are kept on this machine{kept}"
-                            f"\n  Upload them later: profkit upload {staging} {self.trace_dir}", "unsent")
+                self.report(f"{len(unsent)} profiler trace(s) could not be uploaded; they are kept on this machine"
+                            f"{kept}\n  Upload them later: profkit upload {staging} {self.trace_dir}", "unsent")
             self._take_written(out)
-        if self.live is not None:
-            self.live.end()
-            self.live = None
-        if self.output is not None:
+            if self.live is not None:  # made with the output (see arm); its marker goes before the staging folder
+                self.live.end()
+                self.live = None
             self.output.remove_staging()
         return out
 
     def fail(self, where: str, err: BaseException) -> None:
         """An error inside the callback: profiling is off for the rest of the fit; the hooks still run, so that
         every rank keeps taking part in the same exchanges."""
-        self.broken = True
+        self.profiling = False
         self.report(f"profiling is off for the rest of this run after an error in `{where}`:\n  {err!r}")
         self._stop_windows()
 
     def close(self, wait: bool = True) -> None:
         """The fit is over (teardown, or an exception): nothing of it is left running."""
         self.disarm(wait)
-        group, self.group = self.group, None
-        close_group(group)
-        self.delivery.recording = []
+        close_group(self.group)
         self.checks.end_fit()
 
     # ------------------------------------------------------------------ epochs and steps
@@ -271,7 +266,7 @@ class FitRun:
             runner.stop()
         profiled = runner.profiled if runner else []  # first and last step of each window
         spent = (runner.spent if runner else []) + (validation.spent if validation else [])
-        if self.timer is None or self.output is None:
+        if self.timer is None:  # not armed
             return out
         self.timer.stats.end_step(end, completed)
         self.checks.epoch_end(end, self.timer.stats.train_s, self.measure.validation)
@@ -302,8 +297,8 @@ class FitRun:
     def end(self) -> Outcome:
         """Training ended: the traces still being written are waited for, and rank zero gets the end-of-fit line
         (with the cross-rank verdict: an exchange, on every rank)."""
-        output = self.output
         out = self.disarm()
+        output, self.output = self.output, None
         summaries = output.summaries if output is not None else []
         slowest = slowest_rank(self.group, summaries) if self.group is not None and self.options.profile else None
         line = output.fit_line() if output is not None and self.rank.is_zero else None
@@ -318,7 +313,6 @@ class FitRun:
             after = max(total - self.measure.helper_cpu_s, 0.0)
             out.lines.append(f"writing traces took {total:.3f} s of CPU beside training on rank 0, {after:.3f} s of it "
                              "after the last epoch")
-        self.output = None
         return out
 
     # ------------------------------------------------------------------ the windows and the step scheduler

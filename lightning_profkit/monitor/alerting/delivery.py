@@ -15,11 +15,11 @@ class AlertDelivery:
     """``report(message, key)`` is told when ``on_alert`` or ``to_loggers`` (the loggers' text) fails."""
 
     def __init__(self, on_alert: Optional[Callable[[DataWaitAlert], Any]], report: Callable[[str, str], None],
-                 to_loggers: Optional[Callable[[DataWaitAlert], None]] = None) -> None:
+                 to_loggers: Optional[Callable[[DataWaitAlert], None]] = None, to_user: bool = True) -> None:
         self.on_alert = on_alert
         self.report = report
         self.to_loggers = to_loggers
-        self.to_user = True  # rank zero delivers; the other ranks only decide alike
+        self.to_user = to_user  # rank zero delivers; the other ranks only decide alike
         self.recording: list[DataWaitAlert] = []  # sent, the window recorded for them not yet written
 
     def send(self, alert: DataWaitAlert) -> None:
