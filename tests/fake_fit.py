@@ -84,7 +84,7 @@ class FakeFit:
         warnings.simplefilter("always")
         self.run = FitRun(self.options, self.checks, self.traces, self.alerts, trace_dir, Notices(), wake=self._wake,
                           clock=self.clock)
-        self.run.arm(fetch_timer.FetchTimer(self.trainer).install(), False, batch_size, lambda: loader)
+        self.run.arm(fetch_timer.FetchTimer(self.trainer).install(), False, batch_size, lambda: loader, tuple)
 
     def _wake(self) -> None:
         self._woken = True
@@ -105,10 +105,11 @@ class FakeFit:
             self.clock.advance(work)
             if self._woken:
                 self.woken_at.append(self.step)
-                self.outcomes.append(self.run.step_end(self.step, batch_idx, batch_idx == len(steps) - 1))
+                last = batch_idx == len(steps) - 1
+                self.outcomes.append(self.run.step_end(self.step, batch_idx, last, bool, self.step))
             self.loop.batch_progress.total.completed += 1
             if validation and batch_idx in validation:
-                self.run.validation_start(self.step)
+                self.run.validation_start(self.step, self.step)
                 for val_batch in range(validation_batches):  # the batch hooks run where there are validation windows
                     if self.run.validation_windows is not None:
                         self.run.validation_windows.batch_start(val_batch)

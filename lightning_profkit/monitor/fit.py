@@ -100,7 +100,7 @@ class FitRun:
 
     # ------------------------------------------------------------------ arming and closing
     def arm(self, timer: FetchTimer, on_cuda: bool, batch_size: Optional[int],
-            loader: Callable[[], LoaderFacts] = LoaderFacts, workers: Callable[[], Sequence[int]] = tuple) -> None:
+            loader: Callable[[], LoaderFacts], workers: Callable[[], Sequence[int]]) -> None:
         """Training starts (or starts again after loops that ran without us); ``loader()`` and ``workers()`` read
         the training DataLoader's settings and its workers' pids for the advice."""
         o = self.options
@@ -191,13 +191,13 @@ class FitRun:
             self.measure.cpu_waits.mark(now)
         self._schedule()
 
-    def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool] = bool,
-                 log_step: Optional[int] = None, batch: Any = None) -> Outcome:
+    def step_end(self, step: int, batch_idx: int, last_in_epoch: bool, stopping: Callable[[], bool], log_step: int,
+                 batch: Any = None) -> Outcome:
         """The end of a step we were woken for (``stopping()``: training ends after it; ``log_step``: its value on
-        the logging axis, ``step`` where not given; ``batch``: its batch, whose tensors the advice counts once)."""
+        the logging axis; ``batch``: its batch, whose tensors the advice counts once)."""
         out = Outcome()
         now = self.clock()
-        self.log_step = step if log_step is None else log_step
+        self.log_step = log_step
         if self.checks.due(step):
             self.advice.see(batch)
             self._rolling_check(out, now, step)  # every rank at the same step: it may exchange figures
@@ -233,11 +233,11 @@ class FitRun:
                  else f"from batch {first - length} of epoch {self.epoch + 1}")
         return [f"recording {window[1] - window[0] + 1} steps {where} (requested from outside)"]
 
-    def validation_start(self, after_step: int, log_step: Optional[int] = None) -> None:
+    def validation_start(self, after_step: int, log_step: int) -> None:
         """A validation run begins after training step ``after_step`` (``log_step`` on the logging axis): no
         validation inside a training window."""
         self.validation_after = max(after_step, 0)
-        self.log_step = self.validation_after if log_step is None else log_step
+        self.log_step = log_step
         if self.in_epoch:
             self.measure.validation_start(self.clock())
             if self.runner is not None:  # the window it interrupts ends
