@@ -82,7 +82,6 @@ class FitRun:
         self.timer: Optional[FetchTimer] = None
         self.measure = EpochMeasure(self.report, fit_loop)
         self.output: Optional[TraceOutput] = None
-        self.gpu_profiled = False  # CUDA among the activities on a CUDA model: a trace without GPU activity lost it
         self.runner: Optional[WindowRunner] = None  # the training windows, from training's start where recorded
         self.validation_windows: Optional[ValidationWindows] = None
         self.due = INF  # the next step at whose end the windows have work
@@ -110,7 +109,6 @@ class FitRun:
         self.measure.arm(on_cuda, batch_size)
         if self.profiling:
             activities = profiler_activities(o.activities, on_cuda)
-            self.gpu_profiled = on_cuda and torch.profiler.ProfilerActivity.CUDA in activities
             limit = None if o.max_trace_mb is None else int(o.max_trace_mb * MB)
 
             def opener(validating: bool = False) -> Callable:
@@ -124,9 +122,9 @@ class FitRun:
             if batches is not None:
                 self.validation_windows = ValidationWindows(batches, opener(True))
         if self.rank.is_zero and o.max_captures:  # requests for a run on a store are taken on its staging folder
-            self.live = capture_request.LiveRun(self.output.local_dir)
-            if self.output.remote:  # the finalizing process announces the run there and brings requests in
-                self.output.announce(self.live.run)
+            self.live = capture_request.LiveRun(output.local_dir)
+            if output.remote:  # the finalizing process announces the run there and brings requests in
+                output.announce(self.live.run)
 
     def disarm(self, wait: bool = True) -> Outcome:
         """End the machinery (waiting up to ``flush_timeout`` for the writer, with ``wait``); safe to call again. The
@@ -368,7 +366,9 @@ class FitRun:
         if session.last_recorded is None:
             return
         first, last, off = session.first_active, session.last_recorded, session.offset  # off: the step of batch 0
-        notes: dict[str, Any] = {"log_step": self.log_step, **({"gpu": True} if self.gpu_profiled else {})}
+        # CUDA among the activities on a CUDA model: a trace without GPU activity lost it
+        gpu = self.measure.on_cuda and torch.profiler.ProfilerActivity.CUDA in session.recording.activities
+        notes: dict[str, Any] = {"log_step": self.log_step, **({"gpu": True} if gpu else {})}
         if session.estimate_bytes is not None:
             notes["estimated_mb"] = round(session.estimate_bytes / 1e6, 3)
         if session.planned_last is not None:  # the message counts batches as the window's folder does
