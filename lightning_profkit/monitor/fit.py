@@ -349,8 +349,7 @@ class FitRun:
         """Have the fetch timer wake us at the next step with work at its end: a window's, a rolling check's, or
         the next capture-request poll (or ownership check)."""
         if self.timer is not None:
-            check_at = self.checks.check_at
-            due = min(self.due, INF if check_at is None else check_at)
+            due = min(self.due, self.checks.check_at)
             at = self.clock() + OWNER_CHECK_S
             if self.live is not None:
                 at = min(at, self.live.next_poll)

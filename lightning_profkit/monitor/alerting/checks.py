@@ -66,7 +66,7 @@ class RollingChecks:
         self.window, self.max_captures = window, max_captures
         self.rule: Optional[AlertRule] = None
         self.captures_left = max_captures
-        self.check_at: Optional[int] = None  # the step at whose end the next check runs
+        self.check_at = float("inf")  # the step at whose end the next check runs (inf: before the first epoch)
         # the block: its figures before this epoch's part, and where that part began (time, the epoch's fetch total)
         self.carry, self.t0, self.fetch0 = (0.0, 0.0), 0.0, 0.0
         # (first step, epoch, the step of its batch 0) of the epochs since the block began
@@ -79,7 +79,7 @@ class RollingChecks:
     def start_fit(self) -> None:
         self.rule = AlertRule(self.threshold, self.patience, self.cooldown) if self.threshold else None
         self.captures_left = self.max_captures
-        self.check_at, self.carry, self.requested = None, (0.0, 0.0), 0
+        self.check_at, self.carry, self.requested = float("inf"), (0.0, 0.0), 0
         self.epochs = []
         self.fitting = True
         self._apply_resume()
@@ -106,7 +106,7 @@ class RollingChecks:
         """Epoch ``epoch`` begins at ``first_step``; ``offset``: the step of its batch 0 (``first_step`` unless it
         resumes inside the epoch)."""
         self.t0, self.fetch0 = now, fetch_s  # a block runs on across epochs, carrying what it held at the last end
-        if self.check_at is None:
+        if self.check_at == float("inf"):
             self.check_at = first_step + self.window - 1
         self.epochs.append((first_step, epoch, first_step if offset is None else offset))
         self.episode_in_epoch = False
@@ -120,7 +120,7 @@ class RollingChecks:
         return self.carry[0] + fetch_s - self.fetch0, self.carry[1] + now - self.t0 - validation
 
     def due(self, step: int) -> bool:
-        return self.check_at is not None and step >= self.check_at
+        return step >= self.check_at
 
     def take_block(self, now: float, fetch_s: float, validation_spans: Sequence[tuple[float, float]],
                    step: int) -> BlockFigures:
@@ -135,8 +135,7 @@ class RollingChecks:
     def span(self, step: int) -> str:
         """What the check at ``step`` measures, before :meth:`take_block`, by epoch and batch in it: "epoch 1,
         batches 20-39", or "epoch 0 batch 30 to epoch 1 batch 9"."""
-        assert self.check_at is not None
-        first = self.check_at - self.window + 1  # each block is `window` steps, ending at check_at
+        first = int(self.check_at) - self.window + 1  # each block is `window` steps, ending at check_at
         # the epochs holding a step of first..step: those starting by `step`, less those before the one holding `first`
         starts = [(s, e, o) for s, e, o in self.epochs if s <= step]
         inside = [(e, o) for i, (s, e, o) in enumerate(starts) if i + 1 == len(starts) or starts[i + 1][0] > first]
