@@ -89,7 +89,6 @@ class FitRun:
         self.live: Optional[capture_request.LiveRun] = None
         self.advice = LoaderAdvice(self.report, watching=self.checks.rule is not None)
         self.epoch = 0
-        self.in_epoch = False
         self.epoch_first_step = 0
         self.epoch_offset = 0
         self.epoch_length: Optional[int] = None  # batches in the running epoch, where known
@@ -173,7 +172,6 @@ class FitRun:
         self.epoch = epoch
         self.advice.epoch_done(self.timer.reset())
         now = self.clock()
-        self.in_epoch = True
         self.measure.epoch_start(now)
         self.epoch_offset = step - batch_idx  # the fit's step of the epoch's batch 0
         self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch, self.epoch_offset)
@@ -236,10 +234,9 @@ class FitRun:
         validation inside a training window."""
         self.validation_after = max(after_step, 0)
         self.log_step = log_step
-        if self.in_epoch:
-            self.measure.validation_start(self.clock())
-            if self.runner is not None:  # the window it interrupts ends
-                self.runner.pause()
+        self.measure.validation_start(self.clock())  # the sanity check's, before training, is dropped at epoch_start
+        if self.runner is not None:  # the window it interrupts ends
+            self.runner.pause()
         if self.validation_windows is not None:
             self.validation_windows.run_start()
 
@@ -258,7 +255,7 @@ class FitRun:
         """The epoch ended after ``step`` (``completed`` steps in all); its figures are logged at ``log_step``."""
         out = Outcome()
         end = self.clock()
-        self.in_epoch, self.log_step = False, log_step
+        self.log_step = log_step
         runner, validation = self.runner, self.validation_windows
         if runner is not None:
             runner.stop()
