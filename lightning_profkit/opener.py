@@ -29,8 +29,12 @@ def missing(path: str) -> str:
 
 
 def size_words(size: float) -> str:
-    """A size in bytes as words: ``64 MB`` (10**6 bytes), ``40 kB`` under 1 MB, ``100 bytes`` under 1 kB."""
-    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB" if size >= 1e3 else f"{size:.0f} bytes"
+    """A size in bytes as words: ``64 MB`` (10**6 bytes), ``2.5 MB`` under 10 MB, ``40 kB`` under 1 MB, ``100 bytes``
+    under 1 kB."""
+    if size < 1e3:
+        return f"{size:.0f} bytes"
+    value, unit = (size / 1e6, "MB") if size >= 1e6 else (size / 1e3, "kB")
+    return f"{value:.1f} {unit}" if value < 9.95 else f"{value:.0f} {unit}"
 
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),

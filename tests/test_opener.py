@@ -75,4 +75,6 @@ def test_the_path_of_an_opened_file_is_that_file_whatever_its_name_becomes(tmp_p
 
 
 def test_sizes_are_said_in_megabytes_kilobytes_or_bytes():
-    assert (size_words(2.54e6), size_words(4e4), size_words(100)) == ("3 MB", "40 kB", "100 bytes")
+    """Two figures at least, so that a disk's 1.6 MB free and a window's 2.4 MB needed read apart."""
+    sizes = (64e6, 2.54e6, 9.96e6, 4e4, 1.6e3, 100)
+    assert [size_words(size) for size in sizes] == ["64 MB", "2.5 MB", "10 MB", "40 kB", "1.6 kB", "100 bytes"]
