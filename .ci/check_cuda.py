@@ -4,7 +4,7 @@
     bash dev.sh check-cuda            # the same, with the machine's python3 (no virtual environment, no network)
 
 It imports lightning_profkit from this checkout; of the package's own dependencies a GPU machine with
-torch and Lightning usually lacks only msgspec (and isal, which is optional): ``bash .ci/gpu_wheels.sh``
+torch and Lightning usually lacks only msgspec and isal: ``bash .ci/gpu_wheels.sh``
 downloads their wheels into ``.whl/`` on a machine with network, to install there with ``--no-index``.
 
 Checks, on one GPU with a real Trainer, for a data-bound run (a DataLoader that sleeps) and a compute-bound one:

@@ -8,14 +8,9 @@ import os
 import re
 from typing import Any, Iterator, Optional
 
-from lightning_profkit.opener import FileRefused, missing, open_regular
+from isal import isal_zlib  # inflates about twice as fast as zlib
 
-try:  # ISA-L inflates about twice as fast as zlib
-    from isal.isal_zlib import decompressobj as _inflater
-    from isal.isal_zlib import error as _GunzipError
-except ImportError:  # installed without its dependencies
-    from zlib import decompressobj as _inflater
-    from zlib import error as _GunzipError
+from lightning_profkit.opener import FileRefused, missing, open_regular
 
 _GZIP = 31  # wbits: a gzip header and trailer
 
@@ -102,7 +97,7 @@ def json_blocks(path: str, size: int) -> Blocks:
                     yield data, f.tell()
                     data = f.read(size)
                 return
-            limit, inflated, inflater, started = inflation_limit(compressed), 0, _inflater(_GZIP), False
+            limit, inflated, inflater, started = inflation_limit(compressed), 0, isal_zlib.decompressobj(_GZIP), False
             while data:
                 view = memoryview(data)
                 for at in range(0, len(data), _FEED):
@@ -116,14 +111,14 @@ def json_blocks(path: str, size: int) -> Blocks:
                         if block:
                             yield block, f.tell()
                         if inflater.eof:  # the end of a gzip member: another may follow
-                            feed, inflater, started = inflater.unused_data, _inflater(_GZIP), False
+                            feed, inflater, started = inflater.unused_data, isal_zlib.decompressobj(_GZIP), False
                         else:
                             feed = inflater.unconsumed_tail
                 view.release()
                 data = f.read(max(size // 8, _FEED))  # a trace's JSON inflates about tenfold
             if started and not inflater.eof:
                 raise TraceError(f"{path}: not a complete gzip file (it ends inside its compressed stream)")
-    except _GunzipError as err:
+    except isal_zlib.error as err:
         raise TraceError(f"{path}: not a complete gzip file ({err})") from None
     except TraceError:
         raise

@@ -13,6 +13,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Iterable, Iterator, Optional
 
+from isal import isal_zlib
+
 from lightning_profkit.atomic_files import atomic_writer, write_atomic
 from lightning_profkit.capture_request import MARKER, MAX_BYTES, REQUEST, marker_of
 from lightning_profkit.companions import remove_local, with_companions
@@ -26,12 +28,6 @@ from lightning_profkit.trace.rewrite import Text, edit, joined
 from lightning_profkit.trace.sidecar import keep
 from lightning_profkit.trace.summary import summarize_trace
 
-try:  # ISA-L deflates about ten times as fast as zlib
-    from isal.isal_zlib import DEFLATED
-    from isal.isal_zlib import compressobj as _compressobj
-except ImportError:  # installed without its dependencies
-    from zlib import DEFLATED
-    from zlib import compressobj as _compressobj
 
 # bytes of JSON edited, decoded and compressed at a time: what the rewrite holds beyond the rows (256 kB pieces cost
 # 1% more instructions than 1 MB ones and hold a quarter: benchmarks/finalizer.py)
@@ -87,7 +83,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], las
     with atomic_writer(final_path) as out:
         # gzip at ISA-L's level 2: about 1 ms of CPU a MB of JSON, against 12 for zlib's level 6, for a file a sixth
         # larger (benchmarks/finalizer.py)
-        deflate = _compressobj(2, DEFLATED, 31)
+        deflate = isal_zlib.compressobj(2, isal_zlib.DEFLATED, 31)
         for text in joined(edited(), keys):
             out.write(deflate.compress(text))
         out.write(deflate.flush())
