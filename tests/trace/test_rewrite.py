@@ -103,7 +103,7 @@ def test_finalize_trace_streams_the_document_edited_as_objects(tmp_path, gpu_tra
         (tmp_path / "raw").write_bytes(text)
         final = tmp_path / way / "w.pt.trace.json.gz"
         final.parent.mkdir()
-        loaded, size, _ = child._rewrite_streaming(str(tmp_path / "raw"), str(final), meta, 1012, way == "as written")
+        loaded, _ = child._rewrite_streaming(str(tmp_path / "raw"), str(final), meta, 1012, way == "as written")
         done[way] = json.loads(gzip.decompress(final.read_bytes())), child.summarize_trace(str(final), loaded)
     (streamed, figures), (kept, kept_figures) = done["edited"], done["as written"]
     assert streamed == {**expected(text, 1012), "profkit": meta} and "distributedInfo" in streamed

@@ -39,19 +39,19 @@ def finalize_trace(raw_path: str, final_path: str, meta: dict[str, Any], url: Op
     where it goes to object storage."""
     last = meta["steps"][1] if "steps" in meta and not meta.get("validation") else None
     try:
-        trace, size, meta = _rewrite_streaming(raw_path, final_path, meta, last)
+        trace, size = _rewrite_streaming(raw_path, final_path, meta, last)
     except PieceError:  # text not laid out as a profiler writes it: kept as written, with our keys
-        trace, size, meta = _rewrite_streaming(raw_path, final_path, meta, last, as_written=True)
+        trace, size = _rewrite_streaming(raw_path, final_path, meta, last, as_written=True)
     os.remove(raw_path)
     summary = summarize_trace(final_path, trace, beside=False)  # one thread, the least memory: the trace is out
     unkept = companions(final_path, summary)
     shown = summary["path"] = url or final_path
-    return {"path": shown, "meta": meta, "figures": summary["host"], "summary": summary, "json_bytes": size,
+    return {"path": shown, "meta": trace.meta, "figures": summary["host"], "summary": summary, "json_bytes": size,
             "unkept": unkept}
 
 
 def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], last: Optional[int],
-                       as_written: bool = False) -> tuple[LoadedTrace, int, dict[str, Any]]:
+                       as_written: bool = False) -> tuple[LoadedTrace, int]:
     """The rewrite a piece at a time (:mod:`~lightning_profkit.trace.rewrite`), each piece edited, decoded into rows
     and compressed as it is read; ``as_written``: the whole text as one piece, unedited."""
     appender, found, size = Appender(), {}, 0
@@ -87,7 +87,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], las
         for text in joined(edited(), keys):
             out.write(deflate.compress(text))
         out.write(deflate.flush())
-    return LoadedTrace(found["rows"], found["info"], found["meta"]), size, found["meta"]
+    return LoadedTrace(found["rows"], found["info"], found["meta"]), size
 
 
 def companions(final_path: str, summary: dict[str, Any]) -> Optional[str]:
