@@ -10,7 +10,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from lightning_profkit.companions import with_companions
+from lightning_profkit.companions import SIDECAR, with_companions
 from lightning_profkit.opener import fd_path, open_regular
 from lightning_profkit.printable import redact
 
@@ -209,17 +209,17 @@ def survey(url: str, suffixes: tuple[str, ...]) -> Survey:
 
     with _opened(url) as (fs, root):
         if fs.isfile(root):
-            listing = {p: fs.info(p) for p in (root, sidecar.sidecar_of(root)) if p == root or fs.isfile(p)}
+            listing = {p: fs.info(p) for p in (root, root + SIDECAR) if p == root or fs.isfile(p)}
             root = root.rsplit("/", 2)[0] if root.count("/") >= 2 else ""
         else:
             listing = fs.find(root, detail=True)
         found = named(listing, suffixes)
-        beside = [sidecar.sidecar_of(p) for p in found
-                  if listing.get(sidecar.sidecar_of(p), {}).get("size", sidecar.MAX_BYTES + 1) <= sidecar.MAX_BYTES]
+        beside = [p + SIDECAR for p in found
+                  if listing.get(p + SIDECAR, {}).get("size", sidecar.MAX_BYTES + 1) <= sidecar.MAX_BYTES]
         texts = fs.cat(beside, on_error="return") if beside else {}
     failed = {p: t for p, t in texts.items() if isinstance(t, BaseException)}
     read = {p: sidecar.loads(text, listing[p].get("size")) for p in found
-            if isinstance(text := texts.get(sidecar.sidecar_of(p)), bytes)}
+            if isinstance(text := texts.get(p + SIDECAR), bytes)}
     known = {p: summary for p, summary in read.items() if summary is not None}
     unread = None
     if failed:

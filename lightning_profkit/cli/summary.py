@@ -184,7 +184,7 @@ def summary_of(url: str) -> dict[str, Any]:
         local = os.path.join(folder, url.rsplit("/", 1)[-1])
         store.fetch_file(url, local)
         summary = sidecar.with_place(url, summarize_trace(local, load(local, jobs=1)))
-        store.write(sidecar.sidecar_of(url), sidecar.dumps(summary, os.path.getsize(local)))
+        store.write(url + SIDECAR, sidecar.dumps(summary, os.path.getsize(local)))
     return summary
 
 

@@ -8,7 +8,7 @@ import os
 from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from lightning_profkit.atomic_files import write_atomic
-from lightning_profkit.companions import EVENTS
+from lightning_profkit.companions import EVENTS, SIDECAR
 from lightning_profkit.trace import sidecar
 from lightning_profkit.opener import FileRefused
 from lightning_profkit.trace.file import TraceError, find_traces, natural
@@ -62,9 +62,9 @@ def read_folder(path: str, jobs: int, known: Optional[dict[str, dict[str, Any]]]
         if summary is None:
             try:
                 if sidecar.keep(p, done.summaries[-1]):
-                    done.kept.append(sidecar.sidecar_of(p))
+                    done.kept.append(p + SIDECAR)
             except OSError as err:
-                done = done._replace(unkept=done.unkept or f"{sidecar.sidecar_of(p)}: {err.strerror or err}")
+                done = done._replace(unkept=done.unkept or f"{p + SIDECAR}: {err.strerror or err}")
     name_windows(done.summaries)
     return done
 

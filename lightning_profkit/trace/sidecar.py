@@ -31,11 +31,6 @@ def with_place(path: str, summary: Optional[dict[str, Any]] = None) -> dict[str,
     return {"path": path, "window": window, **{k: v for k, v in (summary or {}).items() if k not in _PLACE}}
 
 
-def sidecar_of(trace: str) -> str:
-    """Where the sidecar of the trace at ``trace`` (a path or a URL) is."""
-    return trace + SIDECAR
-
-
 @functools.lru_cache(maxsize=None)
 def version() -> str:
     """A hash of the source of the code that makes a summary (this package's ``trace/`` and ``figures.py``)."""
@@ -142,7 +137,7 @@ def read(trace: str) -> Optional[dict[str, Any]]:
     is a symbolic link, which we never make, or not a plain file)."""
     try:
         status = os.stat(trace)
-        text = read_regular(sidecar_of(trace), MAX_BYTES)
+        text = read_regular(trace + SIDECAR, MAX_BYTES)
     except (OSError, FileRefused):
         return None
     return loads(text, status.st_size, status.st_mtime_ns)
@@ -154,5 +149,5 @@ def keep(trace: str, summary: dict[str, Any]) -> bool:
     text = dumps(summary, os.stat(trace))
     if len(text) > MAX_BYTES:
         return False
-    write_atomic(sidecar_of(trace), text)
+    write_atomic(trace + SIDECAR, text)
     return True

@@ -55,7 +55,7 @@ def test_a_forged_sidecar_cannot_put_markup_on_the_page(tmp_path, gpu_traces):
     import subprocess
     import sys
 
-    from lightning_profkit.trace import sidecar
+    from lightning_profkit.companions import SIDECAR
     from lightning_profkit.trace.folder import read_folder
 
     window = tmp_path / "run" / "profiler" / "step=000001-000002-epoch=0"
@@ -66,11 +66,11 @@ def test_a_forged_sidecar_cannot_put_markup_on_the_page(tmp_path, gpu_traces):
     read_folder(str(window), 1)  # the sidecars, as profkit keeps them
     bad = "<script>alert(1)</script><img src=x onerror=alert(2)>"
     for trace in sorted(window.glob("*.pt.trace.json.gz")):
-        doc = json.loads(open(sidecar.sidecar_of(str(trace)), "rb").read())
+        doc = json.loads(open(str(trace) + SIDECAR, "rb").read())
         ops = doc["summary"]["operators"]["cpu"]
         assert ops, "the real trace has CPU operators to forge"
         ops[0]["name"] = bad
-        with open(sidecar.sidecar_of(str(trace)), "w") as f:
+        with open(str(trace) + SIDECAR, "w") as f:
             json.dump(doc, f)
     out = tmp_path / "report.html"
     done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "profkit"), "report", str(tmp_path / "run"),

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from lightning_profkit.trace import sidecar
+from lightning_profkit.companions import SIDECAR
 from lightning_profkit.trace.folder import has_table, name_windows, read_folder
 
 SMALL = "hta/critical_path_alexnet/benchmark_result_2869224_1695835535_trace.json.gz"
@@ -28,7 +28,7 @@ def test_each_trace_is_parsed_once_and_its_summary_kept_beside_it(run):
     first = read_folder(str(run), jobs=1)
     assert [s["window"] for s in first.summaries] == ["step=10", "step=40"]
     assert len(first.left_out) == 1 and first.left_out[0].startswith(str(run / "step=70" / "w.pt.trace.json.gz"))
-    assert first.kept == [sidecar.sidecar_of(s["path"]) for s in first.summaries] and first.unkept is None
+    assert first.kept == [s["path"] + SIDECAR for s in first.summaries] and first.unkept is None
     again = read_folder(str(run), jobs=1)
     assert again.kept == [] and again.summaries == first.summaries  # from the sidecars
     os.utime(first.summaries[0]["path"], ns=(1, 1))  # a trace changed since its sidecar: parsed again

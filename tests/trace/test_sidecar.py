@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from lightning_profkit.companions import with_companions
+from lightning_profkit.companions import SIDECAR, with_companions
 from lightning_profkit.trace import sidecar
 from lightning_profkit.trace.load import load
 from lightning_profkit.trace.summary import summarize_trace
@@ -27,9 +27,9 @@ def made(tmp_path, text=b"x" * 100):
 
 def test_a_sidecar_is_read_back_for_its_trace_and_placed_where_the_trace_is(tmp_path):
     trace = made(tmp_path)
-    with open(sidecar.sidecar_of(trace), "wb") as f:
+    with open(trace + SIDECAR, "wb") as f:
         f.write(sidecar.dumps(SUMMARY, os.stat(trace)))
-    assert json.loads(open(sidecar.sidecar_of(trace), "rb").read())["summary"] == KEPT  # not where the trace was
+    assert json.loads(open(trace + SIDECAR, "rb").read())["summary"] == KEPT  # not where the trace was
     assert sidecar.with_place(trace, sidecar.read(trace)) == {
         "path": trace, "window": "step=000001-000002-epoch=0", **KEPT}
 
@@ -65,10 +65,10 @@ def test_a_link_in_a_sidecars_place_is_not_followed(tmp_path):
     trace = made(tmp_path)
     elsewhere = tmp_path / "elsewhere.profkit"
     elsewhere.write_bytes(sidecar.dumps(SUMMARY, os.stat(trace)))
-    os.symlink(elsewhere, sidecar.sidecar_of(trace))
+    os.symlink(elsewhere, trace + SIDECAR)
     assert sidecar.read(trace) is None
-    os.remove(sidecar.sidecar_of(trace))
-    os.rename(elsewhere, sidecar.sidecar_of(trace))
+    os.remove(trace + SIDECAR)
+    os.rename(elsewhere, trace + SIDECAR)
     assert sidecar.read(trace) is not None
 
 
