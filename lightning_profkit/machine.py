@@ -3,16 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Optional
-
-
-def python_running(module: str) -> list[str]:
-    """The command line that runs ``module`` as a script in a fresh interpreter that imports nothing from its
-    working folder (``python -m`` looks there first, where any file named like a module it imports would win)."""
-    return [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
-            f"import runpy; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"]
 
 
 def usable_cpus() -> int:

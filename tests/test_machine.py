@@ -47,21 +47,3 @@ def test_this_threads_busy_time_grows_while_it_computes_and_not_while_it_sleeps(
     computed = time.thread_time() - cpu
     assert slept < 0.1 and computed > 0.02 and thread_busy_seconds() - before >= 0.9 * computed
     assert 1 <= usable_cpus()
-
-
-def test_a_helper_imports_nothing_from_its_working_folder(tmp_path):
-    """A module named like one a helper imports, in the folder the user runs from, is never imported by it."""
-    import subprocess
-    import sys
-
-    from lightning_profkit.machine import python_running
-
-    (tmp_path / "json.py").write_text("open('imported', 'w').close()\n")
-    (tmp_path / "runpy.py").write_text("open('imported', 'w').close()\n")
-    done = subprocess.run(python_running("json.tool"), cwd=tmp_path, input='{"a": 1}', capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0 and '"a": 1' in done.stdout, done.stderr  # the standard library's json
-    assert not (tmp_path / "imported").exists()
-    unsafe = subprocess.run([sys.executable, "-m", "json.tool"], cwd=tmp_path, input="{}",
-                            capture_output=True, text=True, timeout=120)
-    assert (tmp_path / "imported").exists(), unsafe.stderr  # what `python -m` would have done

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from lightning_profkit.machine import cpu_seconds_of
-from lightning_profkit.monitor.writing.process import child_env
+from lightning_profkit.monitor.writing.process import child_env, python_running
 
 
 def test_the_finalizing_process_finds_this_package_wherever_it_is(tmp_path):
@@ -33,3 +33,17 @@ def test_a_running_processs_cpu_is_read_from_the_os_and_matches_its_own_and_the_
     tick = 1 / os.sysconf("SC_CLK_TCK")
     assert said >= 0.3 and said - 2 * tick <= live <= reaped + tick, (said, live, reaped)  # user and system: a tick each
     assert cpu_seconds_of(proc.pid) is None  # gone
+
+
+def test_the_finalizing_process_imports_nothing_from_its_working_folder(tmp_path):
+    """A module named like one the finalizing process imports, in the folder the user runs from, is never imported
+    by it."""
+    (tmp_path / "json.py").write_text("open('imported', 'w').close()\n")
+    (tmp_path / "runpy.py").write_text("open('imported', 'w').close()\n")
+    done = subprocess.run(python_running("json.tool"), cwd=tmp_path, input='{"a": 1}', capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and '"a": 1' in done.stdout, done.stderr  # the standard library's json
+    assert not (tmp_path / "imported").exists()
+    unsafe = subprocess.run([sys.executable, "-m", "json.tool"], cwd=tmp_path, input="{}",
+                            capture_output=True, text=True, timeout=120)
+    assert (tmp_path / "imported").exists(), unsafe.stderr  # what `python -m` would have done

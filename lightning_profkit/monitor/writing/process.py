@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 import lightning_profkit
-from lightning_profkit.machine import cpu_seconds_of, python_running
+from lightning_profkit.machine import cpu_seconds_of
 
 CHILD = "lightning_profkit.monitor.writing.child"  # by name: its analysis imports stay out of the training process
+
+
+def python_running(module: str) -> list[str]:
+    """The command line that runs ``module`` as a script in a fresh interpreter that imports nothing from its
+    working folder (``python -m`` looks there first, where any file named like a module it imports would win)."""
+    return [sys.executable, "-c", "import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+            f"import runpy; runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"]
 
 
 class FinalizingProcess:
