@@ -174,7 +174,7 @@ class FitRun:
         now = self.clock()
         self.measure.epoch_start(now)
         self.epoch_offset = step - batch_idx  # the fit's step of the epoch's batch 0
-        self.checks.epoch_start(now, self.timer.stats.train_s, step, epoch, self.epoch_offset)
+        self.checks.epoch_start(now, step, epoch, self.epoch_offset)
         self.advice.mark(now, self.timer.stats)  # the epoch's first check measures from here
         self.epoch_first_step = step
         self.epoch_length = epoch_length

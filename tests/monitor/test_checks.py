@@ -33,7 +33,7 @@ def checks_over(epoch_lengths, window):
     checks, said, step = RollingChecks(0.2, 1, 0, window, 1), [], 0
     checks.start_fit()
     for epoch, length in enumerate(epoch_lengths):
-        checks.epoch_start(0.0, 0.0, step, epoch)
+        checks.epoch_start(0.0, step, epoch)
         for step in range(step, step + length):
             if checks.due(step):
                 said.append(checks.span(step))
@@ -52,7 +52,7 @@ def test_a_check_names_the_epochs_and_batches_its_steps_span():
 def test_a_fit_resumed_inside_an_epoch_counts_its_batches_from_the_epochs_start():
     checks = RollingChecks(0.2, 1, 0, 10, 1)
     checks.start_fit()
-    checks.epoch_start(0.0, 0.0, 105, 2, 100)  # resumed at batch 5 of epoch 2, whose batch 0 was step 100
+    checks.epoch_start(0.0, 105, 2, 100)  # resumed at batch 5 of epoch 2, whose batch 0 was step 100
     assert checks.due(114) and checks.span(114) == "epoch 2, batches 5-14"
 
 
@@ -106,10 +106,10 @@ def test_check_block_leaves_validation_out_and_carries_across_an_epoch_end():
     spans = [(9.0, 9.5), (12.0, 13.0)]  # the first is before the block: not in it
     checks = RollingChecks(0.2, 1, 0, 100, 1)
     checks.start_fit()
-    checks.epoch_start(10.0, 2.0, 0, 0)
-    assert checks.take_block(15.0, fetch_s=3.5, validation_spans=spans, step=99) == BlockFigures(1.5, 4.0, 0.0)
+    checks.epoch_start(10.0, 0, 0)
+    assert checks.take_block(15.0, fetch_s=1.5, validation_spans=spans, step=99) == BlockFigures(1.5, 4.0, 0.0)
     checks.start_fit()
-    checks.epoch_start(10.0, 2.0, 0, 0)
-    checks.epoch_end(16.0, fetch_s=4.0, validation_spans=spans)  # the epoch ends here
-    checks.epoch_start(20.0, 0.0, 30, 1)  # the next epoch's fetch total starts from 0
+    checks.epoch_start(10.0, 0, 0)
+    checks.epoch_end(16.0, fetch_s=2.0, validation_spans=spans)  # the epoch ends here
+    checks.epoch_start(20.0, 30, 1)  # the next epoch's fetch total starts from 0
     assert checks.take_block(21.0, fetch_s=0.25, validation_spans=[], step=99) == BlockFigures(2.25, 6.0, 0.0)

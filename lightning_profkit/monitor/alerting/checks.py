@@ -102,10 +102,11 @@ class RollingChecks:
         if isinstance(state.get("captures_left"), int):
             self.captures_left = state["captures_left"]
 
-    def epoch_start(self, now: float, fetch_s: float, first_step: int, epoch: int, offset: Optional[int] = None) -> None:
+    def epoch_start(self, now: float, first_step: int, epoch: int, offset: Optional[int] = None) -> None:
         """Epoch ``epoch`` begins at ``first_step``; ``offset``: the step of its batch 0 (``first_step`` unless it
         resumes inside the epoch)."""
-        self.t0, self.fetch0 = now, fetch_s  # a block runs on across epochs, carrying what it held at the last end
+        # a block runs on across epochs, carrying what it held at the last end; the fetch timer restarts from 0
+        self.t0, self.fetch0 = now, 0.0
         if self.check_at == float("inf"):
             self.check_at = first_step + self.window - 1
         self.epochs.append((first_step, epoch, first_step if offset is None else offset))
