@@ -105,8 +105,7 @@ class RollingChecks:
     def epoch_start(self, now: float, first_step: int, epoch: int, offset: Optional[int] = None) -> None:
         """Epoch ``epoch`` begins at ``first_step``; ``offset``: the step of its batch 0 (``first_step`` unless it
         resumes inside the epoch)."""
-        # a block runs on across epochs, carrying what it held at the last end; the fetch timer restarts from 0
-        self.t0, self.fetch0 = now, 0.0
+        self.t0, self.fetch0 = now, 0.0  # the fit restarts its fetch timer here; a block runs on across epochs
         if self.check_at == float("inf"):
             self.check_at = first_step + self.window - 1
         self.epochs.append((first_step, epoch, first_step if offset is None else offset))
