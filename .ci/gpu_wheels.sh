@@ -3,7 +3,8 @@
 # nvidia-ml-py usually lacks, for a machine without network (run here, where the registry is reachable):
 #   bash .ci/gpu_wheels.sh [PYTHON_VERSION]     # into .whl/ (ignored by git), default Python 3.12
 # There, from the checkout:
-#   python3 -m pip install -q --no-index --no-deps --target .whl/site .whl/*.whl && PYTHONPATH=$PWD/.whl/site python3 .ci/check_cuda.py
+#   python3 -m pip install -q --no-index --no-deps --target .whl/site .whl/*.whl
+#   PYTHONPATH=$PWD/.whl/site python3 .ci/check_cuda.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:-3.12}
