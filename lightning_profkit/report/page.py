@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import html
 import math
-import operator
 import os
 import re
 import urllib.parse
@@ -96,11 +95,10 @@ def _thinned(points: list[tuple[float, float]], pixels: int) -> list[tuple[float
     that the line keeps every spike and costs the page a few kB whatever the epochs."""
     if len(points) <= 2 * pixels:
         return points
-    value = operator.itemgetter(1)
     out = []
     for k in range(pixels):
         column = points[k * len(points) // pixels:(k + 1) * len(points) // pixels]
-        out += sorted({min(column, key=value), max(column, key=value)})
+        out += sorted({min(column, key=lambda p: p[1]), max(column, key=lambda p: p[1])})
     return out
 
 
