@@ -124,7 +124,7 @@ def _answer(db: Any, query: Optional[str], as_json: bool) -> str:
     names, rows = [d[0] for d in result.description], result.fetchall()
     if as_json:
         return json.dumps({"columns": names, "rows": [[None if x != x else x for x in r] for r in rows]}, default=str)
-    return table(names, [["NULL" if x is None else str(x) for x in r] for r in rows], use_color(sys.stdout))
+    return table(names, [["NULL" if x is None else str(x) for x in r] for r in rows], use_color())
 
 
 def export(args: argparse.Namespace) -> int:

@@ -59,7 +59,7 @@ def summary(args: argparse.Namespace) -> int:
 
     agg, ranks = aggregate(traces), ranks_section(traces)
     write(json_text({"units": UNITS, "traces": traces, "aggregate": agg, "ranks": ranks, "left_out": left_out})
-          if args.json else summary_text(traces, agg, use_color(sys.stdout), ranks))
+          if args.json else summary_text(traces, agg, use_color(), ranks))
     return exit_status(left_out)
 
 
@@ -71,7 +71,7 @@ def compare_paths(args: argparse.Namespace) -> int:
 
     result = compare(aggregate(a), aggregate(b))
     write(json_text({"units": UNITS, **result, "left_out": left_out}) if args.json
-          else compare_text(result, use_color(sys.stdout)))
+          else compare_text(result, use_color()))
     return exit_status(left_out)
 
 

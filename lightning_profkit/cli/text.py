@@ -6,7 +6,8 @@ import json
 import os
 import sys
 from collections import Counter
-from typing import Any, Callable, Optional, Sequence, TextIO
+from dataclasses import fields
+from typing import Any, Callable, Optional, Sequence
 
 from lightning_profkit.idle_causes import CAUSES, blocking_by_call, share_name, verdict
 from lightning_profkit.printable import printable, redact
@@ -20,8 +21,9 @@ from lightning_profkit.trace.summary import key_figures, unit
 HOST = ("data_wait_share", "gpu_idle_share", "blocking_sync_ms_per_step", "hta/idle", "hta/compute", "hta/non_compute")
 
 
-def use_color(stream: TextIO) -> bool:
-    return stream.isatty() and not os.environ.get("NO_COLOR")
+def use_color() -> bool:
+    """Whether standard output, where :func:`write` writes, is a terminal that takes colour."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
 def _ms(value: Optional[float]) -> str:
@@ -52,9 +54,8 @@ def trace_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
             for label, s in zip(labels, summaries)]
 
 
-RANK_COLUMNS = ("traces", "step_time_ms", "own_ms_per_step", "data_ms_per_step", "host_ms_per_step",
-                "compute_ms_per_step", "communication_ms_per_step", "gpu_idle_share", "blocking_sync_ms_per_step",
-                "gpu_idle_largest")
+# RankFigures' figures after the rank (the first column), its causes shown as the largest
+RANK_COLUMNS = (*(f.name for f in fields(RankFigures)[1:-1]), "gpu_idle_largest")
 
 
 def ranks_text(ranks: dict[str, Any], color: bool = False) -> list[str]:
@@ -102,7 +103,7 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
 
 def _step_tables(lines: list[tuple[str, str, dict[str, Any]]], color: bool) -> list[str]:
     """The step time breakdown and the host figures, a row for each of ``lines``."""
-    roles = list(STEP_ROLES + ("Other",))
+    roles = STEP_ROLES + ("Other",)
     shares = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in roles]
               for label, n, fig in lines]
     host = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
