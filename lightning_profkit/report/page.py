@@ -75,7 +75,7 @@ def line_chart(title: str, xs: Sequence[int], series: dict[str, Sequence[Optiona
     shown = sorted(set(xs))
     for e in shown[::max(1, math.ceil(len(shown) / TICKS))]:
         out.append(f"<text x='{x(e):.1f}' y='{height - 10}' text-anchor='middle'>{e}</text>")
-    out.append(f"<text x='{left}' y='{height - 0}' class='muted'>epoch; {_e(unit)}</text>")
+    out.append(f"<text x='{left}' y='{height}' class='muted'>epoch; {_e(unit)}</text>")
     for color, (name, values) in zip(SERIES_COLORS, series.items()):
         pts = [(x(e), y(v * scale)) for e, v in _thinned([(e, v) for e, v in zip(xs, values) if v is not None],
                                                            width - left - right)]
