@@ -30,15 +30,20 @@ def _ms(value: Optional[float]) -> str:
     return ABSENT if value is None else f"{value:.2f}"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], color: bool = False) -> str:
-    """Text columns: the first left-aligned, the others right-aligned; every cell :func:`printable`."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], color: bool = False,
+          last_colors: Sequence[int] = ()) -> str:
+    """Text columns: the first left-aligned, the others right-aligned; every cell :func:`printable`. With ``color``,
+    a row's last cell in its terminal colour from ``last_colors`` (one a row, 0: none), once escaped and aligned."""
     headers, rows = [printable(str(c)) for c in headers], [[printable(str(c)) for c in r] for r in rows]
     widths = [max(map(len, column)) for column in zip(headers, *rows)]
 
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join([cells[0].ljust(widths[0]), *map(str.rjust, cells[1:], widths[1:])]).rstrip()
+    def line(cells: Sequence[str], code: int = 0) -> str:
+        aligned = [cells[0].ljust(widths[0]), *map(str.rjust, cells[1:], widths[1:])]
+        if color and code:
+            aligned[-1] = " " * (widths[-1] - len(cells[-1])) + f"\033[{code}m{cells[-1]}\033[0m"
+        return "  ".join(aligned).rstrip()
 
-    return "\n".join([_title(line(headers), color), *(line(r) for r in rows)])
+    return "\n".join([_title(line(headers), color), *map(line, rows, last_colors or [0] * len(rows))])
 
 
 def _title(text: str, color: bool) -> str:
@@ -180,14 +185,12 @@ def _difference(key: str, diff: Optional[float]) -> str:
 
 
 def compare_text(cmp: dict[str, Any], color: bool = False) -> str:
-    rows = []
-    for key, row in cmp["figures"].items():
-        text = _difference(key, row["diff"])
-        if color and row["diff"]:
-            text = f"\033[{31 if row['diff'] > 0 else 32}m{text}\033[0m"
-        rows.append([key, fmt(key)(row["a"]), fmt(key)(row["b"]), text])
+    figures = cmp["figures"].items()
+    rows = [[key, fmt(key)(row["a"]), fmt(key)(row["b"]), _difference(key, row["diff"])] for key, row in figures]
+    colors = [31 if row["diff"] and row["diff"] > 0 else 32 if row["diff"] else 0 for _, row in figures]  # red: B more
     out = [_title(f"A: {cmp['traces']['a']} trace(s), B: {cmp['traces']['b']} trace(s); means over traces "
-                  "(B - A of a % in percentage points, pp)", color), table(["figure", "A", "B", "B - A"], rows, color)]
+                  "(B - A of a % in percentage points, pp)", color),
+           table(["figure", "A", "B", "B - A"], rows, color, colors)]
     ops = [[short_name(r["name"]), *(_ms(None if us is None else us / 1000) for us in (r["a_self_us"], r["b_self_us"]))]
            for r in cmp["cpu_by_self_per_trace"]]
     if ops:

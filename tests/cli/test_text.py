@@ -1,7 +1,7 @@
 """profkit's terminal text: aligned columns made safe for a terminal, figures printed in their units, labels that
 tell traces apart, and the cross-rank verdict in words."""
 
-from lightning_profkit.cli.text import fmt, table, trace_labels, verdict_lines
+from lightning_profkit.cli.text import compare_text, fmt, table, trace_labels, verdict_lines
 
 
 def test_a_table_aligns_its_columns_and_escapes_what_a_trace_names():
@@ -39,3 +39,15 @@ def test_the_verdict_names_the_outliers_and_those_waiting_for_them():
     assert lines[2].startswith("  over the median by more than ") and "3" in lines[3]
     assert lines[4] == "  waiting for it in communication:" and "0" in lines[5]
     assert len(verdict_lines({**verdict, "outliers": [], "waiting": []})) == 2
+
+
+def test_compare_colours_its_differences_on_a_terminal_and_escapes_only_what_a_trace_names():
+    cmp = {"traces": {"a": 1, "b": 1}, "cpu_by_self_per_trace": [],
+           "figures": {"data_wait_share": {"a": 0.1, "b": 0.2, "diff": 0.1},
+                       "host_step_ms": {"a": 12.0, "b": 10.0, "diff": -2.0},
+                       "gpu_idle_share": {"a": 0.3, "b": 0.3, "diff": 0.0}}}
+    lines = compare_text(cmp, color=True).splitlines()[2:]
+    assert [line.split()[-2:] for line in lines] == [["\x1b[31m+10.0", "pp\x1b[0m"], ["10.00", "\x1b[32m-2.00\x1b[0m"],
+                                                    ["0.0", "pp"]]
+    plain = compare_text(cmp).splitlines()
+    assert "\x1b" not in "".join(plain) and len(set(map(len, plain[1:]))) == 1  # aligned without colour
