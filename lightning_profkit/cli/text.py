@@ -15,7 +15,7 @@ from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.headline import short_name
 from lightning_profkit.trace.ranks import BALANCED_SHARE, RankFigures, named, ranks_to_show
-from lightning_profkit.trace.vocabulary import STEP_ROLES
+from lightning_profkit.trace.vocabulary import STEP_PARTS
 from lightning_profkit.trace.summary import key_figures, unit
 
 HOST = ("data_wait_share", "gpu_idle_share", "blocking_sync_ms_per_step", "hta/idle", "hta/compute", "hta/non_compute")
@@ -108,13 +108,12 @@ def summary_text(summaries: Sequence[dict[str, Any]], agg: dict[str, Any], color
 
 def _step_tables(lines: list[tuple[str, str, dict[str, Any]]], color: bool) -> list[str]:
     """The step time breakdown and the host figures, a row for each of ``lines``."""
-    roles = STEP_ROLES + ("Other",)
-    shares = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in roles]
+    shares = [[label, n, _ms(fig["step_time_ms"])] + [_pct(fig[f"share/{r}"]) for r in STEP_PARTS]
               for label, n, fig in lines]
     host = [[label] + [fmt(key)(fig[key]) for key in HOST] for label, _, fig in lines]
     return [
         _title("Step time breakdown of the profiled steps, % of the step time (legend: profkit summary --help)", color),
-        table(["trace", "steps", "step_time_ms", *roles], shares, color),
+        table(["trace", "steps", "step_time_ms", *STEP_PARTS], shares, color),
         "", _title("Host steps and GPU, % or ms per step (hta/: HolisticTraceAnalysis's temporal breakdown)", color),
         table(["trace", *HOST], host, color),
     ]

@@ -16,11 +16,10 @@ from lightning_profkit.report.run_data import Epoch, RunData
 from lightning_profkit.trace.headline import ABSENT
 from lightning_profkit.trace.headline import percent as _pct
 from lightning_profkit.trace.ranks import NAMED_WAITING, ranks_section, ranks_to_show
-from lightning_profkit.trace.vocabulary import STEP_ROLES
+from lightning_profkit.trace.vocabulary import STEP_PARTS
 from lightning_profkit.trace.summary import key_figures
 
-PARTS = STEP_ROLES + ("Other",)
-COLORS = dict(zip(PARTS, ("#4e79a7", "#f28e2b", "#edc948", "#b07aa1", "#76b7b2", "#e15759", "#59a14f", "#bab0ac")))
+COLORS = dict(zip(STEP_PARTS, ("#4e79a7", "#f28e2b", "#edc948", "#b07aa1", "#76b7b2", "#e15759", "#59a14f", "#bab0ac")))
 SERIES_COLORS = ("#e15759", "#4e79a7", "#59a14f", "#f28e2b")
 TOP_OPERATORS = 5
 TICKS = 20  # epoch numbers on a chart's axis at most
@@ -105,7 +104,7 @@ def _thinned(points: list[tuple[float, float]], pixels: int) -> list[tuple[float
 def stacked_bar(shares: dict[str, Optional[float]], width: int = 640, height: int = 22) -> str:
     """The step time as one bar cut by part (shares of the step, 0 to 1)."""
     out, at = [f"<svg class='bar' role='img' aria-label='step time by part' width='{width}' height='{height}'>"], 0.0
-    for part in PARTS:
+    for part in STEP_PARTS:
         share = shares.get(part) or 0.0
         if share <= 0:
             continue
@@ -115,7 +114,7 @@ def stacked_bar(shares: dict[str, Optional[float]], width: int = 640, height: in
         at += w
     out.append("</svg>")
     legend = "".join(f"<span><i style='background:{COLORS[p]}'></i>{p} {100 * (shares.get(p) or 0):.1f}%</span>"
-                     for p in PARTS if (shares.get(p) or 0) >= 0.0005)
+                     for p in STEP_PARTS if (shares.get(p) or 0) >= 0.0005)
     return "".join(out) + f"<div class='legend'>{legend}</div>"
 
 
@@ -210,7 +209,7 @@ def _window(summary: dict[str, Any], here: str, run_dir: str) -> str:
            f"GPU idle {_pct(figures.get('gpu_idle_share'))}{_idle(figures)}. Trace: {link}</p>"]
     out += [f"<p class='note'>{_e(note)}</p>" for note in summary.get("notes", [])]  # an incomplete trace among them
     if summary.get("step_breakdown"):
-        out.append(stacked_bar({p: figures.get(f"share/{p}") for p in PARTS}))
+        out.append(stacked_bar({p: figures.get(f"share/{p}") for p in STEP_PARTS}))
     ops = summary.get("operators", {}).get("cpu", [])[:TOP_OPERATORS]  # most self time first
     if ops:
         out.append("<table><tr><th>top CPU operators by self time</th><th>calls</th><th>self ms, whole window</th></tr>")

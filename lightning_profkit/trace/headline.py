@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from lightning_profkit.idle_causes import CAUSES, advice, blocking_by_call, largest, share_name
 from lightning_profkit.printable import printable
-from lightning_profkit.trace.vocabulary import STEP_ROLES
+from lightning_profkit.trace.vocabulary import STEP_PARTS
 
 ABSENT = "-"
 
@@ -28,7 +28,7 @@ def fit_line(agg: dict[str, Any]) -> list[str]:
     head = f"a profiled step took {fig['step_time_ms']:.1f} ms, data wait {percent(fig['data_wait_share'])}"
     if fig["gpu_idle_share"] is not None:
         head += f", GPU idle {percent(fig['gpu_idle_share'])}"
-    shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in STEP_ROLES + ("Other",)), reverse=True)
+    shares = sorted(((fig[f"share/{r}"] or 0.0, r) for r in STEP_PARTS), reverse=True)
     lines = [head, "its time: " + ", ".join(f"{role} {100 * v:.0f}%" for v, role in shares if v >= 0.005)]
     idle = {cause: fig.get(share_name(cause)) for cause in CAUSES}
     cause = largest(idle)

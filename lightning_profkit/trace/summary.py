@@ -20,7 +20,7 @@ from lightning_profkit.trace.load import LoadedTrace, gc_paused
 from lightning_profkit.trace.operator_times import operator_times, top
 from lightning_profkit.trace.sidecar import with_place
 from lightning_profkit.trace.step_breakdown import step_breakdown
-from lightning_profkit.trace.vocabulary import STEP_ROLES
+from lightning_profkit.trace.vocabulary import STEP_PARTS
 from lightning_profkit.trace.temporal_breakdown import temporal_breakdown
 
 TOP_N = 10
@@ -133,7 +133,7 @@ def key_figures(summary: dict[str, Any]) -> dict[str, Optional[float]]:
     steps = summary.get("step_breakdown")
     avg = steps["avg"] if steps else {}
     out["step_time_ms"] = avg["Total"] / 1000 if avg else None
-    for role in STEP_ROLES + ("Other",):
+    for role in STEP_PARTS:
         out[f"share/{role}"] = avg[role] / avg["Total"] if avg and avg["Total"] else None
     host = HostFigures.from_json(summary.get("host") or {}).per_step()
     for key in ("host_step_ms", "data_wait_share", "gpu_idle_share", *map(share_name, CAUSES),

@@ -32,7 +32,8 @@ DATAPIPE_PREFIX = "enumerate(DataPipe)#"
 
 # torch-tb-profiler's step time breakdown: the roles time is handed out to, in priority order, then what is left
 STEP_ROLES = ("Kernel", "Memcpy", "Memset", "Communication", "Runtime", "DataLoader", "CpuOp")
-STEP_COLUMNS = STEP_ROLES + ("Other", "Total")
+STEP_PARTS = STEP_ROLES + ("Other",)
+STEP_COLUMNS = STEP_PARTS + ("Total",)
 
 # runtime calls during which the host waits for the device (cudaEventQuery only polls: not one of them)
 BLOCKING_SYNC_CALLS = (
