@@ -16,6 +16,7 @@ from lightning_profkit.atomic_files import write_atomic
 from lightning_profkit.machine import process_start
 from lightning_profkit.opener import FileRefused, open_regular
 from lightning_profkit.printable import printable
+from lightning_profkit.store import is_url, join, read, write
 
 REQUEST = "capture.request"
 MARKER = ".profkit-run"
@@ -23,43 +24,11 @@ MAX_BYTES = 4000  # the most of a marker or a request that is read
 MAX_STEPS = 100  # the most steps one request may ask for: a window that long is already a large trace
 
 
-_MARKERS: dict[str, str] = {}  # markers this process holds (path: fit id), removed at exit if the fit did not
-
-
-def this_run() -> dict[str, Any]:
-    """What a live-run marker says: this process, by host, pid and start time, and this fit (a random id)."""
-    pid = os.getpid()
-    return {"pid": pid, "host": socket.gethostname(), "process_start": process_start(pid), "started": time.time(),
-            "fit": secrets.token_hex(8)}
-
-
-def mark_running(trace_dir: str, marker: Optional[dict[str, Any]] = None) -> tuple[str, str]:
-    """Write the live-run marker (``marker``, else :func:`this_run`) into ``trace_dir``; its path and fit id."""
-    os.makedirs(trace_dir, exist_ok=True)
-    path = os.path.join(trace_dir, MARKER)
-    marker = marker or this_run()
-    write_atomic(path, json.dumps(marker).encode())
-    _MARKERS[path] = marker["fit"]
-    return path, marker["fit"]
-
-
-def unmark(path: str, fit: str) -> None:
-    """Remove the marker at ``path`` if it is still fit ``fit``'s (another fit may have written its own since)."""
-    _MARKERS.pop(path, None)
-    found = running(os.path.dirname(path))
-    if found is not None and found.get("fit") == fit:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-
-
-@atexit.register
-def _unmark_all() -> None:
-    for path, fit in list(_MARKERS.items()):
-        unmark(path, fit)
-
-
 def running(trace_dir: str) -> Optional[dict[str, Any]]:
-    """The marker of the run writing to ``trace_dir``, or None (also where :func:`_read_own` refuses it)."""
+    """The marker of the run writing to ``trace_dir`` (a folder or a URL), or None (also where :func:`_read_own`
+    refuses it)."""
+    if is_url(trace_dir):
+        return marker_of(read(join(trace_dir, MARKER), MAX_BYTES) or b"")
     try:
         return marker_of(_read_own(os.path.join(trace_dir, MARKER)))
     except (OSError, FileRefused):
@@ -116,16 +85,14 @@ def not_running(marker: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def request(steps: Optional[int] = None) -> dict[str, Any]:
-    """A request for one window of ``steps`` recorded steps (None: the callback's ``active``)."""
-    return {"steps": steps, "requested": time.time()}
-
-
-def request_capture(trace_dir: str, steps: Optional[int] = None) -> str:
-    """Drop a :func:`request` in ``trace_dir``."""
-    path = os.path.join(trace_dir, REQUEST)
-    write_atomic(path, json.dumps(request(steps)).encode())
-    return path
+def request_capture(trace_dir: str, steps: Optional[int] = None) -> None:
+    """Drop a request for one window of ``steps`` recorded steps (None: the callback's ``active``) in ``trace_dir``,
+    a local folder or a URL."""
+    data = json.dumps({"steps": steps, "requested": time.time()}).encode()
+    if is_url(trace_dir):
+        write(join(trace_dir, REQUEST), data)
+    else:
+        write_atomic(os.path.join(trace_dir, REQUEST), data)
 
 
 def take_request(trace_dir: str) -> Optional[dict[str, Any]]:
@@ -163,13 +130,22 @@ class LiveRun:
             self.created.append(folder)
             folder = os.path.dirname(folder)
         self.trace_dir = trace_dir
-        self.run = this_run()
-        self.marker, self.fit = mark_running(trace_dir, self.run)
+        pid = os.getpid()  # the marker names this process, by host, pid and start time, and this fit (a random id)
+        self.run = {"pid": pid, "host": socket.gethostname(), "process_start": process_start(pid),
+                    "started": time.time(), "fit": secrets.token_hex(8)}
+        self.marker = os.path.join(trace_dir, MARKER)
+        os.makedirs(trace_dir, exist_ok=True)
+        write_atomic(self.marker, json.dumps(self.run).encode())
+        atexit.register(self.end)  # where the fit does not end it
         take_request(trace_dir)  # a request left from an earlier run is stale
         self.next_poll = 0.0  # no look for a request before then (inf: polling stopped)
 
     def end(self) -> None:
-        unmark(self.marker, self.fit)
+        atexit.unregister(self.end)
+        found = running(self.trace_dir)  # still this fit's? another fit may have written its own since
+        if found is not None and found.get("fit") == self.run["fit"]:
+            with contextlib.suppress(OSError):
+                os.remove(self.marker)
         self.next_poll = float("inf")
         for folder in self.created:
             try:

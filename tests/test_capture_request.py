@@ -66,11 +66,11 @@ def test_a_marker_belongs_to_its_fit(tmp_path):
     """Two fits into one folder: the first to end removed the marker the second still needed, so `profkit capture`
     refused the second; the marker now names its fit, and a fit removes only its own."""
     first = LiveRun(str(tmp_path))
-    assert other_fit(str(tmp_path), first.fit) is None
+    assert other_fit(str(tmp_path), first.run["fit"]) is None
     second = LiveRun(str(tmp_path))  # a second fit writes its own marker
-    assert other_fit(str(tmp_path), first.fit) == f"pid {os.getpid()} on {os.uname().nodename}"
+    assert other_fit(str(tmp_path), first.run["fit"]) == f"pid {os.getpid()} on {os.uname().nodename}"
     first.end()
-    assert running(str(tmp_path))["fit"] == second.fit
+    assert running(str(tmp_path))["fit"] == second.run["fit"]
     second.end()
     assert running(str(tmp_path)) is None
 
@@ -87,7 +87,7 @@ def test_the_marker_and_requests_never_write_through_a_link(tmp_path):
     run = LiveRun(str(folder))
     request_capture(str(folder), 3)
     assert victim.read_text() == "keep me"
-    assert json.loads((folder / ".profkit-run").read_text())["fit"] == run.fit  # the link replaced, not followed
+    assert json.loads((folder / ".profkit-run").read_text())["fit"] == run.run["fit"]  # the link replaced, not followed
     assert take_request(str(folder)) == {"steps": 3}
     run.end()
 

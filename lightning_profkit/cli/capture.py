@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 from typing import Any, Optional
 
 from lightning_profkit.cli.shared import CommandError, at_least_1, trace_dir_of
 from lightning_profkit.printable import printable, redact
-from lightning_profkit.store import is_url, join, read, subfolders, write
+from lightning_profkit.store import is_url, join, subfolders
 
 
 def steps_to_record(text: str) -> int:
@@ -36,43 +35,35 @@ def capture(args: argparse.Namespace) -> int:
     from lightning_profkit import capture_request  # here: `profkit summary` starts faster without it
 
     if is_url(args.run_dir):
-        folder, run = remote_run(args.run_dir)
+        folder, run = find_run([join(args.run_dir, "profiler"), args.run_dir.rstrip("/")])
         soon = "within a few seconds (the run looks on the store every 2 s)"
     else:
-        folder = trace_dir_of(args.run_dir)
-        run, soon = capture_request.running(folder), "within about a second"
-        if run is None:  # its run=* folders: the newest running, else the newest with a marker; none through a link
-            runs = [(own, marker) for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*")), reverse=True)
-                    if not os.path.islink(own) and (marker := capture_request.running(own)) is not None]
-            live = [(own, marker) for own, marker in runs if capture_request.not_running(marker) is None]
-            if runs:
-                folder, run = (live or runs)[0]
+        (folder, run), soon = find_run([trace_dir_of(args.run_dir)]), "within about a second"
     if run is None:
         raise CommandError(f"{folder}: no running PerformanceMonitor writes traces here (no {capture_request.MARKER})")
     why = capture_request.not_running(run)
     if why is not None:
         raise CommandError(f"{folder}: the run that wrote {capture_request.MARKER} is not running ({why})")
-    if is_url(folder):
-        write(join(folder, capture_request.REQUEST), json.dumps(capture_request.request(args.steps)).encode())
-    else:
-        capture_request.request_capture(folder, args.steps)
+    capture_request.request_capture(folder, args.steps)
     print(printable(f"requested a window of {args.steps or 'the configured'} steps from the run in {redact(folder)} "
                     f"(pid {run.get('pid')} on {str(run.get('host'))[:255]}); it starts {soon}"))
     return 0
 
 
-def remote_run(url: str) -> tuple[str, Optional[dict[str, Any]]]:
-    """The trace folder of the run at ``url`` (``url/profiler``, ``url``, or the newest running ``run=*`` under
-    either) and its marker."""
+def find_run(folders: list[str]) -> tuple[str, Optional[dict[str, Any]]]:
+    """The first of the trace ``folders`` with a live-run marker, or else with ``run=*`` folders (none through a link)
+    holding one (the newest running, else the newest), and that marker; else the last folder and None."""
     from lightning_profkit import capture_request
 
-    for folder in (join(url, "profiler"), url.rstrip("/")):
-        text = read(join(folder, capture_request.MARKER), capture_request.MAX_BYTES)
-        if text is not None:
-            return folder, capture_request.marker_of(text)
-        for own in reversed(subfolders(folder, "run=")):
-            text = read(join(own, capture_request.MARKER), capture_request.MAX_BYTES)
-            marker = capture_request.marker_of(text) if text is not None else None
-            if marker is not None and capture_request.not_running(marker) is None:
-                return own, marker
-    return url.rstrip("/"), None
+    for folder in folders:
+        marker = capture_request.running(folder)
+        if marker is not None:
+            return folder, marker
+        owns = subfolders(folder, "run=") if is_url(folder) else [
+            own for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*"))) if not os.path.islink(own)]
+        runs = [(own, marker) for own in reversed(owns) if (marker := capture_request.running(own)) is not None]
+        live = [(own, marker) for own, marker in runs if capture_request.not_running(marker) is None]
+        if runs:
+            return (live or runs)[0]
+    return folders[-1], None
+

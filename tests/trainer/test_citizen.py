@@ -228,7 +228,8 @@ def _dead_pid():
 @pytest.mark.parametrize("case", ["exited", "pid reused"])
 def test_capture_refuses_a_marker_whose_process_is_gone(tmp_path, case):
     folder = tmp_path / "profiler"
-    path, fit = capture_request.mark_running(str(folder))
+    live = capture_request.LiveRun(str(folder))
+    path = live.marker
     marker = json.loads(open(path).read())
     if case == "exited":
         marker["pid"] = _dead_pid()
@@ -239,7 +240,7 @@ def test_capture_refuses_a_marker_whose_process_is_gone(tmp_path, case):
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "is not running" in done.stderr and str(marker["pid"]) in done.stderr
     assert not (folder / capture_request.REQUEST).exists()
-    capture_request.unmark(path, fit)
+    live.end()
     assert not os.path.exists(path)
 
 
