@@ -11,7 +11,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.internals import SET_WHILE_NEEDED, SKIPPED, rehook, unhook
 from lightning_profkit.lightning_glue import (alert_to_tensorboard, apply, check_monitors_come_after, cuda_uuid,
-    epoch_length, guarded, last_step, log_step, own_trace_dir, rank_of, runs_pytorch_profiler, saved_credentials,
+    epoch_length, guarded, is_a, last_step, log_step, own_trace_dir, rank_of, saved_credentials,
     trace_dir, train_loader, worker_pids)
 from lightning_profkit.monitor.alerting.advice import loader_facts
 from lightning_profkit.monitor.fit import FitRun, Outcome
@@ -145,7 +145,7 @@ class PerformanceMonitor(Callback):
         if stored := saved_credentials(trainer, self.options.storage_options):
             self._notices(stored, "credentials")
         self._fit = FitRun(self.options, self._checks, self.traces, self.alerts, folder, self._notices,
-                           rank=rank_of(trainer), other_profiler=runs_pytorch_profiler(trainer),
+                           rank=rank_of(trainer), other_profiler=is_a(trainer.profiler, "PyTorchProfiler"),
                            fit_loop=trainer.fit_loop, to_loggers=lambda alert: alert_to_tensorboard(trainer, alert),
                            wake=self._wake)
 

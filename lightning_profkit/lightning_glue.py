@@ -85,8 +85,9 @@ def cuda_uuid(pl_module: Any) -> Optional[str]:
     return str(torch.cuda.get_device_properties(pl_module.device).uuid)
 
 
-def runs_pytorch_profiler(trainer: Trainer) -> bool:
-    return any(cls.__name__ == "PyTorchProfiler" for cls in type(trainer.profiler).__mro__)
+def is_a(obj: Any, class_name: str) -> bool:
+    """``obj`` is of a class of this name: pytorch_lightning's classes are others than lightning.pytorch's."""
+    return any(cls.__name__ == class_name for cls in type(obj).__mro__)
 
 
 def apply(trainer: Trainer, outcome: Outcome) -> None:
@@ -120,8 +121,7 @@ def check_monitors_come_after(trainer: Trainer, callback: Any) -> None:
 
 
 def tensorboard_loggers(trainer: Trainer) -> list[Any]:
-    # by class name: pytorch_lightning's TensorBoardLogger is another class than lightning.pytorch's
-    return [lg for lg in trainer.loggers if any(c.__name__ == "TensorBoardLogger" for c in type(lg).__mro__)]
+    return [logger for logger in trainer.loggers if is_a(logger, "TensorBoardLogger")]
 
 
 def alert_to_tensorboard(trainer: Trainer, alert: DataWaitAlert) -> None:
@@ -138,9 +138,8 @@ def trace_dir(trainer: Trainer) -> str:
     tb = next(iter(tensorboard_loggers(trainer)), None)
     if tb is not None:
         return join(trainer.strategy.broadcast(tb.log_dir), "profiler")
-    first = trainer.loggers[0] if trainer.loggers else None
     base = trainer.log_dir or trainer.default_root_dir
-    if first is not None and any(c.__name__ == "CSVLogger" for c in type(first).__mro__):
+    if trainer.loggers and is_a(trainer.loggers[0], "CSVLogger"):
         return join(base, "profiler")
     return join(base, "profiler", run_folder_name(trainer))
 
@@ -192,7 +191,7 @@ def saved_credentials(trainer: Trainer, storage_options: Optional[dict[str, Any]
     ``SaveConfigCallback`` writes every argument of the config to ``config.yaml``), in words; None where they are
     not."""
     keys = credential_keys(storage_options)
-    if not keys or not any(type(c).__name__ == "SaveConfigCallback" for c in trainer.callbacks):
+    if not keys or not any(is_a(c, "SaveConfigCallback") for c in trainer.callbacks):
         return None
     return (f"`storage_options` holds credentials ({', '.join(keys)}), and LightningCLI saves its config, these "
             "included, as config.yaml in the run folder: give them through the environment or the store's profile "
