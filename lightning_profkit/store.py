@@ -42,7 +42,7 @@ def use_options(options: Optional[dict[str, Any]]) -> None:
 
 
 def filesystem(url: str) -> tuple[Any, str]:
-    """fsspec's file system for ``url`` and the path in it (called inside :func:`_store_errors`)."""
+    """fsspec's file system for ``url`` and the path in it (called inside :func:`_opened`)."""
     protocol = url.partition("://")[0]
     if protocol == "memory":  # a store that lives in one process cannot take traces from another
         raise StoreError(f"{url}: {protocol}:// lives inside one process and cannot hold traces, which are written by "
@@ -60,20 +60,15 @@ def filesystem(url: str) -> tuple[Any, str]:
 
 
 @contextlib.contextmanager
-def _store_errors(url: str) -> Iterator[None]:
-    """Any failure inside as one :class:`StoreError` line naming ``url``, with no credential in it."""
+def _opened(url: str) -> Iterator[tuple[Any, str]]:
+    """fsspec's file system for ``url`` and the path in it; any failure inside as one :class:`StoreError` line
+    naming ``url``, with no credential in it."""
     try:
-        yield
+        yield filesystem(url)
     except StoreError as err:
         raise StoreError(_without_secrets(str(err), url)) from None
     except Exception as err:
         raise StoreError(_without_secrets(f"{url}: {type(err).__name__}: {err}", url)) from None
-
-
-@contextlib.contextmanager
-def _opened(url: str) -> Iterator[tuple[Any, str]]:
-    with _store_errors(url):
-        yield filesystem(url)
 
 
 def _without_secrets(text: str, url: str) -> str:
@@ -151,18 +146,17 @@ def named(paths: Iterable[str], suffixes: tuple[str, ...]) -> list[str]:
     return [p for p in paths if p.endswith(suffixes) and not p.rsplit("/", 1)[-1].startswith(".")]
 
 
-def files_under(url: str, suffixes: tuple[str, ...]) -> tuple[Any, list[str]]:
-    """fsspec's file system for ``url`` and the URLs of the files under it that :func:`named` keeps."""
+def files_under(url: str, suffixes: tuple[str, ...]) -> list[str]:
+    """The URLs of the files under ``url`` that :func:`named` keeps."""
     with _opened(url) as (fs, root):
-        found = named(fs.find(root), suffixes)
-    return fs, [fs.unstrip_protocol(p) for p in found]
+        return [fs.unstrip_protocol(p) for p in named(fs.find(root), suffixes)]
 
 
-def copy_here(url: str, fs: Any, urls: Sequence[str], into: str, suffix: str) -> list[str]:
-    """Copy the objects ``urls`` of ``fs`` (under ``url``) into ``into`` as ``000000<suffix>``, ``000001<suffix>``…
-    (names a key cannot steer out of ``into``); returns the copies in the order of ``urls``."""
+def copy_here(url: str, urls: Sequence[str], into: str, suffix: str) -> list[str]:
+    """Copy the objects ``urls`` (under ``url``) into ``into`` as ``000000<suffix>``, ``000001<suffix>``… (names a
+    key cannot steer out of ``into``); returns the copies in the order of ``urls``."""
     local = [os.path.join(into, f"{i:06d}{suffix}") for i in range(len(urls))]
-    with _store_errors(url):
+    with _opened(url) as (fs, _):
         fs.get(list(urls), local)
     return local
 
@@ -243,8 +237,8 @@ def download(url: str, suffixes: tuple[str, ...], into: str) -> dict[str, Any]:
     for p in copied:
         os.makedirs(os.path.dirname(local[p]), exist_ok=True)
     if copied:
-        with _store_errors(url):
-            found.fs.get(copied, [local[p] for p in copied])
+        with _opened(url) as (fs, _):
+            fs.get(copied, [local[p] for p in copied])
     return {"paths": [local[p] for p in copied], "known": {local[p]: s for p, s in found.known.items() if p in local},
             "unread": found.unread, "refused": [redact(found.fs.unstrip_protocol(p)) for p in refused]}
 

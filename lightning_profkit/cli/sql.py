@@ -147,12 +147,12 @@ def _store_tables(run: str, local: str, left_out: list[str]) -> tuple[dict[str, 
     from lightning_profkit.trace.load import load
     from lightning_profkit.trace.summary import summarize_trace
 
-    fs, found = files_under(run, TRACE_SUFFIXES + tuple(t + EVENTS for t in TRACE_SUFFIXES))
+    found = files_under(run, TRACE_SUFFIXES + tuple(t + EVENTS for t in TRACE_SUFFIXES))
     listed, tables = set(found), [p for p in found if p.endswith(EVENTS)]
     untabled = [p for p in found if not p.endswith(EVENTS) and p + EVENTS not in listed]
-    copies = dict(zip(copy_here(run, fs, tables, local, EVENTS), tables))
+    copies = dict(zip(copy_here(run, tables, local, EVENTS), tables))
     made = {}
-    for copy, url in zip(copy_here(run, fs, untabled, local, TRACE_SUFFIXES[1]) if untabled else [], untabled):
+    for copy, url in zip(copy_here(run, untabled, local, TRACE_SUFFIXES[1]) if untabled else [], untabled):
         try:
             loaded = load(copy)
             write_table(copy, summarize_trace(url, loaded), loaded, url)
