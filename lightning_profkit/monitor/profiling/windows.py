@@ -24,7 +24,7 @@ _kineto_started = False
 
 
 @contextmanager
-def quiet_kineto(enabled: bool = True) -> Iterator[None]:
+def quiet_kineto(enabled: bool) -> Iterator[None]:
     """Around the first profiler start of this process, where kineto reads its log level once: ``QUIET_LEVEL``, the
     environment as it was afterwards; a ``KINETO_LOG_LEVEL`` the user set is left alone (docs/choosing-steps.md)."""
     global _kineto_started
@@ -76,7 +76,7 @@ class WindowSession:
         self.last_recorded: Optional[int] = None
         self.recording, self.bytes_per_step = recording, bytes_per_step
         self.planned_last: Optional[int] = None
-        self._schedule = schedule = window_schedule(selection, self.first_active, step - batch_idx)
+        self._schedule = schedule = window_schedule(selection, self.first_active, self.offset)
         ready = partial(recording.on_trace_ready, self)
         self.profiler = torch.profiler.profile(activities=recording.activities, schedule=schedule, on_trace_ready=ready,
                                                **recording.options)
@@ -113,20 +113,18 @@ class WindowSession:
         return True
 
     def step(self) -> bool:
-        """Close the current step and open the next; False when the window is complete."""
+        """Close the current step and open the next; False when the window is complete (and its session ended)."""
         start = perf_counter()
-        try:
-            self._note_recording()
-            if not self._over_budget():
-                self.profiler.step()
-                self.step_now += 1
-                if self.profiler.current_action != ProfilerAction.NONE:
-                    return True
-            self.profiler.stop()
-            release(self.profiler)  # freed once the writer is done with it, not at a later garbage collection
-            return False
-        finally:
-            self.spent_s += perf_counter() - start
+        self._note_recording()
+        over_budget = self._over_budget()
+        if not over_budget:
+            self.profiler.step()
+            self.step_now += 1
+        self.spent_s += perf_counter() - start
+        if not over_budget and self.profiler.current_action != ProfilerAction.NONE:
+            return True
+        self.finish(ran_current=False)  # the step it is in now has not run
+        return False
 
     def finish(self, ran_current: bool = True) -> None:
         """End the session now, keeping what was recorded so far; ``ran_current=False``: the step the profiler
@@ -137,7 +135,7 @@ class WindowSession:
         try:
             self.profiler.stop()
         finally:
-            release(self.profiler)
+            release(self.profiler)  # freed once the writer is done with it, not at a later garbage collection
             self.spent_s += perf_counter() - start
 
 
@@ -241,7 +239,7 @@ class WindowRunner(_Windows):
         """After validation: the steps still to come of the window :meth:`pause` ended get a window of their own
         from ``next_step`` on. Returns whether one was paused."""
         paused, self._paused = self._paused, False
-        if paused and self.session is None:
+        if paused:
             self._maybe_open(self.selection, next_step, next_batch_idx)
         return paused
 
