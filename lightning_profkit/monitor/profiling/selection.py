@@ -199,9 +199,6 @@ class WithCaptures(Selection):
         kept = tuple(r for r in self.ranges if r[1] >= now)
         return WithCaptures(self.base, kept + ((first, last),))
 
-    def describe(self) -> str:
-        return self.base.describe()
-
 
 def capture_steps(after: int, active: int, warmup: int, last_step: Optional[int]) -> Optional[tuple[int, int]]:
     """The steps a capture asked for at the end of step ``after`` records: ``active`` steps after ``warmup``, or at

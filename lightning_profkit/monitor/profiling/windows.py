@@ -123,7 +123,7 @@ class WindowSession:
         self.spent_s += perf_counter() - start
         if not over_budget and self.profiler.current_action != ProfilerAction.NONE:
             return True
-        self.finish(ran_current=False)  # the step it is in now has not run
+        self.finish(ran_current=over_budget)  # the profiler is in the next step, not run yet, unless over budget
         return False
 
     def finish(self, ran_current: bool = True) -> None:
@@ -152,15 +152,14 @@ class _Windows:
         self.spent: list[float] = []  # ended windows: seconds of each in its session's calls
         self._cut_through = -1
 
-    def _stepped(self) -> bool:
-        assert self.session is not None
-        if self.session.step():
-            return True
-        self.spent.append(self.session.spent_s)
-        if self.session.planned_last is not None:
-            self._cut_through = self.session.planned_last
-        self.session = None
-        return False
+    def _step(self) -> None:
+        session = self.session
+        assert session is not None
+        if not session.step():  # its window is complete: the session has ended
+            self.session = None
+            self.spent.append(session.spent_s)
+            if session.planned_last is not None:
+                self._cut_through = session.planned_last
 
     def stop(self, ran_current: bool = True) -> None:
         """End the open session now, keeping what it recorded (see :meth:`WindowSession.finish`)."""
@@ -206,7 +205,7 @@ class WindowRunner(_Windows):
             if last_in_epoch or stopping():
                 self.stop()
                 return
-            self._stepped()
+            self._step()
         if self.session is None and not last_in_epoch:
             self._maybe_open(self.selection, step + 1, batch_idx + 1, stopping)
 
@@ -262,7 +261,7 @@ class ValidationWindows(_Windows):
 
     def batch_end(self) -> None:
         if self.session is not None:
-            self._stepped()
+            self._step()
 
 
 def profiler_activities(names: Optional[list[str]], on_cuda: bool) -> list[ProfilerActivity]:

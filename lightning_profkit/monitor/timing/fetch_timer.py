@@ -93,29 +93,26 @@ class FetchTimer:
     def __init__(self, trainer: Any) -> None:
         self.stats = FetchStats()
         self._trainer = trainer
-        self._train_loop = trainer.fit_loop.epoch_loop
-        self._val_loop = self._train_loop.val_loop
-        self._progress = self._train_loop.batch_progress.total  # Lightning's tracker of completed steps
-        self._action = f"[{type(self._train_loop).__name__}].train_dataloader_next"  # as Lightning names it
+        train = self._train_loop = trainer.fit_loop.epoch_loop
+        val = self._val_loop = train.val_loop
+        self._progress = train.batch_progress.total  # Lightning's tracker of completed steps
+        self._action = f"[{type(train).__name__}].train_dataloader_next"  # as Lightning names it
+        train_pair, val_pair = fetch_pair(train), fetch_pair(val)
+        assert train_pair is not None and val_pair is not None
+        overridden = any(_own(train, name) is not None for name in FETCH_PAIR)
+        self._own_pair = train_pair if overridden or not lightnings_fetch_pair(train) else None  # None: Lightning's
+        self._val_pair = val_pair
+        profiler = trainer.profiler  # by class name: lightning.pytorch's and pytorch_lightning's alike
+        self._idle = profiler if type(profiler).__name__ == "PassThroughProfiler" else None  # its calls do nothing
         self._saved: list[tuple[Any, str, Any, Callable[[], None]]] = []
-        self._own_pair: Optional[tuple[Callable[[], None], Callable[[], None]]] = None  # the loop's, if overridden
-        self._val_pair: tuple[Callable[[], None], Callable[[], None]] = (_nothing, _nothing)
         self._on_due: Callable[[], None] = _nothing
         # the training thread's CPU seconds so far (time.thread_time), read around each training fetch where set
         self.cpu_clock: Optional[Callable[[], float]] = None
-        self._idle: Any = None  # the trainer's profiler, where it is Lightning's default that does nothing
         self._due = self._due_at = float("inf")
 
     def install(self) -> "FetchTimer":
         """On the loops' fetch pair (:func:`require_fetch_pair`: checked at ``setup``)."""
         train, val = self._train_loop, self._val_loop
-        train_pair, val_pair = fetch_pair(train), fetch_pair(val)
-        assert train_pair is not None and val_pair is not None
-        overridden = any(_own(train, name) is not None for name in FETCH_PAIR)
-        self._own_pair = train_pair if overridden or not lightnings_fetch_pair(train) else None
-        profiler = self._trainer.profiler  # by class name: lightning.pytorch's and pytorch_lightning's alike
-        self._idle = profiler if type(profiler).__name__ == "PassThroughProfiler" else None
-        self._val_pair = val_pair
         for loop, name, ours in ((train, FETCH_PAIR[0], self._train_before), (train, FETCH_PAIR[1], self._train_after),
                                  (val, FETCH_PAIR[0], self._val_before), (val, FETCH_PAIR[1], self._val_after)):
             self._saved.append((loop, name, _own(loop, name), ours))
