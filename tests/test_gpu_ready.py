@@ -59,6 +59,7 @@ def session_profiler(step):
     ref = weakref.ref(session.profiler)
     while session.step():
         torch.ones(4).sum()
+    session.finish()
     return ref, kept
 
 

@@ -108,7 +108,7 @@ def test_validation_windows_record_the_batches_asked_for_in_every_run():
             windows.batch_start(batch_idx)
             windows.batch_end()
         windows.stop()
-    assert log == [("open", 1, 1), ("open", 1, 1)]  # opened at batch 1 to warm up, done after batch 3
+    assert log == [("open", 1, 1), ("finish",)] * 2  # opened at batch 1 to warm up, done after batch 3
     windows.run_start()
     windows.batch_start(1)
     windows.run_start()  # a run that ended without its end (an exception in validation): the next one starts clean
@@ -129,6 +129,7 @@ def test_a_session_ends_before_the_step_that_would_take_its_estimate_past_the_bu
     session = WindowSession(EpochWindow(0, 1, 6), 0, 0, 1, recording, per_step)  # warm up at 0, record 1-6
     while session.step():
         torch.ones(4).sum()
+    session.finish()
     assert handed == [session] and (session.first_active, session.last_recorded) == (1, kept)
     assert session.planned_last == (6 if kept < 6 else None)
     assert session.estimate_bytes == (None if per_step is None else per_step * kept)

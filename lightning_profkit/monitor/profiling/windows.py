@@ -14,7 +14,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 from lightning_profkit.internals import profiler_running, release, start_at
-from lightning_profkit.monitor.profiling.selection import Selection, StepList, WithCaptures
+from lightning_profkit.monitor.profiling.selection import Selection, WithCaptures
 
 _RECORDING = (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)
 PLANNED_SCAN = 100_000  # steps looked ahead for the end of a window cut short
@@ -113,7 +113,7 @@ class WindowSession:
         return True
 
     def step(self) -> bool:
-        """Close the current step and open the next; False when the window is complete (and its session ended)."""
+        """Close the current step and open the next; False when the window is complete, to :meth:`finish` then."""
         start = perf_counter()
         self._note_recording()
         over_budget = self._over_budget()
@@ -121,10 +121,7 @@ class WindowSession:
             self.profiler.step()
             self.step_now += 1
         self.spent_s += perf_counter() - start
-        if not over_budget and self.profiler.current_action != ProfilerAction.NONE:
-            return True
-        self.finish(ran_current=over_budget)  # the profiler is in the next step, not run yet, unless over budget
-        return False
+        return not over_budget and self.profiler.current_action != ProfilerAction.NONE
 
     def finish(self, ran_current: bool = True) -> None:
         """End the session now, keeping what was recorded so far; ``ran_current=False``: the step the profiler
@@ -143,23 +140,21 @@ Opener = Callable[[Selection, int, int, int], Optional[WindowSession]]  # (selec
 
 
 class _Windows:
-    """What both kinds of windows keep: the open session, the seconds each ended window spent in its session's calls,
-    and the last step of a window ended early (``max_trace_mb``), before which none opens again."""
+    """What both kinds of windows keep: their selection, the open session, the seconds each ended window spent in its
+    session's calls, and the last step of a window ended early (``max_trace_mb``), before which none opens again."""
 
-    def __init__(self, open_session: Opener) -> None:
-        self._open = open_session
+    def __init__(self, selection: Selection, open_session: Opener) -> None:
+        self.selection, self._open = selection, open_session
         self.session: Optional[WindowSession] = None
         self.spent: list[float] = []  # ended windows: seconds of each in its session's calls
         self._cut_through = -1
 
     def _step(self) -> None:
-        session = self.session
-        assert session is not None
-        if not session.step():  # its window is complete: the session has ended
-            self.session = None
-            self.spent.append(session.spent_s)
-            if session.planned_last is not None:
-                self._cut_through = session.planned_last
+        assert self.session is not None
+        if not self.session.step():
+            if self.session.planned_last is not None:
+                self._cut_through = self.session.planned_last
+            self.stop()
 
     def stop(self, ran_current: bool = True) -> None:
         """End the open session now, keeping what it recorded (see :meth:`WindowSession.finish`)."""
@@ -170,20 +165,21 @@ class _Windows:
             finally:
                 self.spent.append(session.spent_s)
 
-    def _maybe_open(self, selection: Selection, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
-        """Open a session where a window of ``selection`` begins at ``step``, past the one ended early."""
-        warmup = selection.warmup_before(step, batch_idx) if step > self._cut_through else None
+    def _maybe_open(self, step: int, batch_idx: int, stopping: Callable[[], bool] = bool) -> None:
+        """Open a session where a window begins at ``step``, past the one ended early."""
+        warmup = self.selection.warmup_before(step, batch_idx) if step > self._cut_through else None
         if warmup is not None and not stopping():
-            self.session = self._open(selection, step, batch_idx, warmup)
+            self.session = self._open(self.selection, step, batch_idx, warmup)
 
 
 class WindowRunner(_Windows):
     """Decides at each step boundary whether to start, advance or end a training window's session (opened by
     ``open_session``, which may skip it); a window still open at an epoch's last batch ends there."""
 
+    selection: WithCaptures
+
     def __init__(self, selection: Selection, open_session: Opener) -> None:
-        super().__init__(open_session)
-        self.selection = WithCaptures(selection)
+        super().__init__(WithCaptures(selection), open_session)
         self.profiled: list[tuple[int, int]] = []  # this epoch's windows: first and last step with a session
         self._paused = False  # a window ended by validation, to go on after it
 
@@ -191,7 +187,7 @@ class WindowRunner(_Windows):
         self.stop()
         self.profiled, self.spent, self._cut_through, self._paused = [], [], -1, False  # windows never span epochs
         self.selection = self.selection.for_epoch(num_batches)
-        self._maybe_open(self.selection, next_step, next_batch_idx)
+        self._maybe_open(next_step, next_batch_idx)
 
     def capture(self, first: int, last: int, next_step: int) -> None:
         """Record steps ``first``-``last`` too, the next step being ``next_step`` (once no window is open)."""
@@ -207,7 +203,7 @@ class WindowRunner(_Windows):
                 return
             self._step()
         if self.session is None and not last_in_epoch:
-            self._maybe_open(self.selection, step + 1, batch_idx + 1, stopping)
+            self._maybe_open(step + 1, batch_idx + 1, stopping)
 
     def next_step_end(self, step: int, batch_idx: int, horizon: int = 1000) -> int:
         """The first step from ``step`` on at whose end :meth:`step_end` has work (where no window begins within
@@ -239,17 +235,13 @@ class WindowRunner(_Windows):
         from ``next_step`` on. Returns whether one was paused."""
         paused, self._paused = self._paused, False
         if paused:
-            self._maybe_open(self.selection, next_step, next_batch_idx)
+            self._maybe_open(next_step, next_batch_idx)
         return paused
 
 
 class ValidationWindows(_Windows):
-    """The ``batches`` of each validation run (its first dataloader, by batch index) in windows of their own; a session
-    opens at a batch's start and steps at its end."""
-
-    def __init__(self, batches: StepList, open_session: Opener) -> None:
-        super().__init__(open_session)
-        self.batches = batches
+    """The selected batches of each validation run (its first dataloader's, by batch index: a ``StepList``) in windows
+    of their own; a session opens at a batch's start and steps at its end."""
 
     def run_start(self) -> None:
         self.stop()
@@ -257,7 +249,7 @@ class ValidationWindows(_Windows):
 
     def batch_start(self, batch_idx: int) -> None:
         if self.session is None:
-            self._maybe_open(self.batches, batch_idx, batch_idx)
+            self._maybe_open(batch_idx, batch_idx)
 
     def batch_end(self) -> None:
         if self.session is not None:

@@ -60,10 +60,6 @@ class FetchStats:
             self.step_start = None
 
 
-def _nothing() -> None:
-    pass
-
-
 def _own(loop: Any, name: str) -> Any:
     """What ``loop`` itself holds under ``name`` (None where it has just its class's method). Read through
     ``getattr``: reading the object's ``__dict__`` would turn its attributes into a plain dict, which
@@ -105,7 +101,7 @@ class FetchTimer:
         profiler = trainer.profiler  # by class name: lightning.pytorch's and pytorch_lightning's alike
         self._idle = profiler if type(profiler).__name__ == "PassThroughProfiler" else None  # its calls do nothing
         self._saved: list[tuple[Any, str, Any, Callable[[], None]]] = []
-        self._on_due: Callable[[], None] = _nothing
+        self._on_due: Callable[[], None] = lambda: None  # not called before wake(): due at no step
         # the training thread's CPU seconds so far (time.thread_time), read around each training fetch where set
         self.cpu_clock: Optional[Callable[[], float]] = None
         self._due = self._due_at = float("inf")
