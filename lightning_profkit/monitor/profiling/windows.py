@@ -104,12 +104,8 @@ class WindowSession:
         if (limit is None or per_step is None or self.profiler.current_action != ProfilerAction.RECORD
                 or (self.recorded_steps + 1) * per_step <= limit):
             return False
-        last = self.step_now
-        for _ in range(PLANNED_SCAN):  # a filter true at every step would never end the scan
-            if self._schedule(last + 1) not in _RECORDING:
-                break
-            last += 1
-        self.planned_last = last
+        ahead = range(self.step_now + 1, self.step_now + 1 + PLANNED_SCAN)  # a filter may be true at every step
+        self.planned_last = next((s for s in ahead if self._schedule(s) not in _RECORDING), ahead.stop) - 1
         return True
 
     def step(self) -> bool:
