@@ -27,8 +27,7 @@ class FetchStats:
     val_s: float = 0.0
     val_count: int = 0
     first_fetch: Optional[float] = None  # start of the epoch's first training fetch
-    t0: float = 0.0
-    val_t0: float = 0.0
+    t0: float = 0.0  # start of the fetch under way, training or validation (one at a time)
     step_start: Optional[float] = None  # first fetch of the current step
     steps_done: int = -1  # Lightning's count of completed steps at that fetch
     # Seconds per finished step: appended to a list, and moved to an array (8 bytes a step) every
@@ -177,11 +176,11 @@ class FetchTimer:
 
     def _val_before(self) -> None:
         self._val_pair[0]()
-        self.stats.val_t0 = perf_counter()
+        self.stats.t0 = perf_counter()
 
     def _val_after(self) -> None:
         s = self.stats
-        s.val_s += perf_counter() - s.val_t0
+        s.val_s += perf_counter() - s.t0
         s.val_count += 1
         self._val_pair[1]()
 
