@@ -1,6 +1,5 @@
-"""Exact DataLoader wait and step times, timed where Lightning itself times each fetch (docs/metrics.md): in the
-fetch pair :class:`FetchTimer` puts on the ``fit`` loops for the length of the fit. Design notes: docs/how-it-works.md.
-"""
+"""Exact DataLoader wait and step times, timed in the ``fit`` loops' fetch pair, where Lightning itself times each
+fetch (docs/metrics.md; design notes: docs/how-it-works.md)."""
 
 from __future__ import annotations
 
