@@ -85,29 +85,27 @@ class TraceWriter:
                  on_written: Optional[Callable[[dict[str, Any]], None]] = None,
                  storage_options: Optional[dict[str, Any]] = None) -> None:
         self._on_error, self._on_written = on_error, on_written
-        # a WindowJob, an Event to set once every job before it is done, or None: end the thread
-        self._jobs: "queue.Queue[Union[WindowJob, dict[str, Any], threading.Event, None]]" = queue.Queue()
-        self._thread: Optional[threading.Thread] = None
-        self._lock = threading.Lock()
+        self._jobs: "queue.Queue[Union[WindowJob, dict[str, Any], None]]" = queue.Queue()  # None: end the thread
         self._waiting: list[str] = []  # the paths of the windows submitted and not yet written or dropped
         self._finalizer = FinalizingProcess(storage_options)  # started with the first job, ended with the thread
-        self._cpu_lock = threading.Lock()  # not ``_lock``: ``close`` holds that while it joins the thread
-        self._ended_thread_cpu_s = 0.0  # CPU seconds of this writer's threads that ended
-        self._thread_clock: Optional[int] = None  # the running thread's CPU clock
         self.unsent: list[list[str]] = []  # [local, url]: traces written here and not uploaded yet, oldest first
         self._backoff = 0.0  # seconds to wait after the latest failed upload before the next try (0: none failed)
         self._retry_at = 0.0  # perf_counter seconds: no upload is tried before then
         self._deadline = float("inf")  # set by close: no store work is started after it
         self.full: Optional[DiskFull] = None  # the latest window that did not fit on its disk
+        self._cpu_lock = threading.Lock()  # the thread's clock is read only while the thread runs
+        self._thread_cpu_s: Optional[float] = None  # the thread's CPU seconds, once it ended
+        self._thread = threading.Thread(target=self._run, name="profkit-writer", daemon=True)
+        self._thread.start()
+        self._thread_clock = time.pthread_getcpuclockid(self._thread.ident)
 
     @property
     def cpu_s(self) -> float:
         """CPU seconds this writer's thread and finalizing process have used so far, read now."""
         with self._cpu_lock:
-            thread = self._ended_thread_cpu_s
-            if self._thread_clock is not None:
-                with contextlib.suppress(OSError):  # the thread just ended
-                    thread += time.clock_gettime(self._thread_clock)
+            thread = self._thread_cpu_s
+            if thread is None:
+                thread = time.clock_gettime(self._thread_clock)
         return thread + self._finalizer.cpu_s
 
     @property
@@ -115,46 +113,29 @@ class TraceWriter:
         """Windows submitted and not yet written or dropped."""
         return len(self._waiting)
 
-    def submit(self, job: Union[WindowJob, dict[str, Any]]) -> None:
-        """Queue a window, or a job for the finalizing process as it is."""
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="profkit-writer", daemon=True)
-                self._thread.start()
-            if isinstance(job, WindowJob):
-                self._waiting.append(job.path)
+    def submit(self, job: WindowJob) -> None:
+        """Queue a window."""
+        self._waiting.append(job.path)
         self._jobs.put(job)
 
     def watch(self, url: str, local: str, marker: dict[str, Any]) -> None:
         """Start the finalizing process now, with a :class:`~lightning_profkit.monitor.writing.child.RequestMirror`."""
         self._finalizer.watch = {"url": url, "local": local, "marker": marker}
-        self.submit({})
+        self._jobs.put({})
 
     def close(self, timeout: float) -> list[str]:
         """Wait for the windows submitted, a last try of the uploads that wait, then end the thread and the finalizing
         process, all within ``timeout`` seconds; returns the paths of the windows not written by then (data lost)."""
         self._deadline = time.perf_counter() + timeout  # not time.monotonic: a test or a user may patch it
-        reached = threading.Event()  # set by the thread once every window before it is written or dropped
-        with self._lock:
-            if self.pending:
-                self._jobs.put(reached)
-            else:
-                reached.set()
-        left = [] if reached.wait(timeout) else list(self._waiting)
-        with self._lock:
-            thread, self._thread = self._thread, None
-            if thread is not None:
-                self._jobs.put(None)
-        if thread is not None:
-            thread.join(max(self._deadline - time.perf_counter(), 0.0) if not left else 0.0)
-            if thread.is_alive():  # busy past the deadline: the finalizing process ends with the fit
-                self._finalizer.kill()
-                thread.join(5.0)
+        self._jobs.put(None)
+        self._thread.join(timeout)
+        left = list(self._waiting)
+        if self._thread.is_alive():  # busy past the deadline: the finalizing process ends with the fit
+            self._finalizer.kill()
+            self._thread.join(5.0)
         return left
 
     def _run(self) -> None:
-        with self._cpu_lock:
-            self._thread_clock = time.pthread_getcpuclockid(threading.get_ident())
         try:
             while True:
                 job = self._jobs.get()
@@ -163,14 +144,10 @@ class TraceWriter:
                         self._guarded(lambda _: self._store(last=True), None)
                     self._finalizer.close(timeout=max(min(self._deadline - time.perf_counter(), 5.0), 0.0))
                     return
-                if isinstance(job, threading.Event):
-                    job.set()
-                    continue
                 self._guarded(self._write if isinstance(job, WindowJob) else self._finalizer.run, job)
         finally:
             with self._cpu_lock:
-                self._thread_clock = None
-                self._ended_thread_cpu_s += time.thread_time()
+                self._thread_cpu_s = time.thread_time()
 
     def _guarded(self, work: Callable[[Any], None], job: Any) -> None:
         """Do a job (a window's: then no longer waited for); an error is reported, never raised."""
@@ -186,8 +163,7 @@ class TraceWriter:
                            "write")
         finally:
             if isinstance(job, WindowJob):
-                with self._lock:
-                    self._waiting.remove(job.path)
+                self._waiting.remove(job.path)
 
     def _write(self, job: WindowJob) -> None:
         folder, name = os.path.split(job.path)
