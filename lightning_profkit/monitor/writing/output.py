@@ -65,11 +65,11 @@ class WrittenWindow:
     first: int  # steps recorded
     last: int
     figures: HostFigures
-    json_bytes: Optional[int] = None  # the trace's JSON, uncompressed
-    steps: int = 1  # steps recorded (a validation window's: batches)
-    validation: bool = False  # validation batches (first and last are then the training step it followed)
-    log_step: Optional[int] = None  # its last step on the axis the fit's metrics are logged on
-    problems: tuple[str, ...] = ()  # what the trace lacks of what the window recorded
+    json_bytes: int  # the trace's JSON, uncompressed
+    steps: int  # steps recorded (a validation window's: batches)
+    validation: bool  # validation batches (first and last are then the training step it followed)
+    log_step: int  # its last step on the axis the fit's metrics are logged on
+    problems: tuple[str, ...]  # what the trace lacks of what the window recorded
 
 
 HEAVY = ("with_stack", "record_shapes", "profile_memory", "with_modules")  # options that make traces large
@@ -96,7 +96,6 @@ def cut_message(options: Options, first: int, last: int, planned_last: int, esti
 
 def over_message(options: Options, window: WrittenWindow) -> str:
     """What to say of a written ``window`` whose JSON passed ``max_trace_mb``."""
-    assert window.json_bytes is not None
     steps = "batches" if window.validation else "steps"
     each = window.json_bytes / window.steps
     lines = [f"a window's trace passed max_trace_mb={options.max_trace_mb:g}: {window.json_bytes / 1e6:.1f} MB of JSON "
@@ -167,11 +166,10 @@ class TraceOutput:
         self.summaries: list[dict[str, Any]] = []  # the newest SUMMARIZED windows' summaries
         self.bytes_per_step: dict[bool, float] = {}  # by validation: JSON a step of the latest written window of a kind
         self._kept: OrderedDict[str, list[str]] = OrderedDict()  # keep_last_windows: folder -> our traces, oldest first
-        self._delete = self._delete_remote if self.remote else delete_local  # a window's traces; returns those gone
         self._on_error = on_error
         self._writer: Optional[TraceWriter] = None  # started with the first window
         self._closed_cpu_s: Optional[float] = None  # what the writer used in all, once closed
-        self._need_mb: Optional[float] = None  # the disk the latest written window took at its peak (its JSON)
+        self._need_mb = 0.0  # the disk the latest written window took at its peak (its JSON; 0 before any)
         # appended by the writer thread, taken by the training thread: windows written, and traces retention deleted
         self._written: deque[dict[str, Any]] = deque()
         self._removed: deque[str] = deque()
@@ -224,13 +222,9 @@ class TraceOutput:
         if keep_last:  # the traces this process wrote in older window folders go (other ranks delete their own)
             self._kept.setdefault(os.path.dirname(window["path"]), []).append(window["path"])
             while len(self._kept) > keep_last:
-                self._removed.extend(self._delete(*self._kept.popitem(last=False)))
+                folder, ours = self._kept.popitem(last=False)
+                self._removed.extend(self._writer.remove(ours) if self.remote else delete_local(folder, ours))
         self._written.append(window)
-
-    def _delete_remote(self, folder: str, urls: list[str]) -> list[str]:
-        assert self._writer is not None  # on its thread
-        self._writer.remove(urls)
-        return urls
 
     @property
     def helper_cpu_s(self) -> Optional[float]:
@@ -253,18 +247,17 @@ class TraceOutput:
             validation = bool(meta.get("validation"))
             shown = redact(window["path"])  # a URL's credentials stay out of what users see
             written = WrittenWindow(shown, first, last, HostFigures.from_json(window["figures"]),
-                                    window.get("json_bytes"), batches[1] - batches[0] + 1, validation,
+                                    window["json_bytes"], batches[1] - batches[0] + 1, validation,
                                     meta.get("log_step", last), tuple(meta.get("problems", ())))
             done.append(written)
             if written.problems:  # on every rank
                 self._on_error(f"a trace lacks what its window recorded; profkit summary and report show it:\n  {shown}"
                                + "".join(f"\n  - {problem}" for problem in written.problems), "integrity")
-            if written.json_bytes:  # the room and size estimates from the latest window (of its kind)
-                self._need_mb = written.json_bytes / 1e6
-                self.bytes_per_step[validation] = written.json_bytes / written.steps
-                limit = self.options.max_trace_mb
-                if limit is not None and written.json_bytes > limit * MB:
-                    self._on_error(over_message(self.options, written), "max_trace_mb_over")
+            self._need_mb = written.json_bytes / 1e6  # the room and size estimates from the latest window (of its kind)
+            self.bytes_per_step[validation] = written.json_bytes / written.steps
+            limit = self.options.max_trace_mb
+            if limit is not None and written.json_bytes > limit * MB:
+                self._on_error(over_message(self.options, written), "max_trace_mb_over")
             if self.rank == 0:
                 notice = None if validation else gpu_idle_notice(written.figures, os.path.dirname(shown), threshold)
                 if notice:
@@ -275,7 +268,7 @@ class TraceOutput:
             if window.get("unkept"):  # once a fit (the key): the trace is there, `profkit` parses it instead
                 self._on_error(f"the summary beside a trace could not be written; profkit parses the trace instead\n"
                                f"  - {shown}\n  - {window['unkept']}", "companions")
-            if window.get("summary") and not validation:  # the end-of-fit line is about training
+            if not validation:  # the end-of-fit line is about training
                 self.summaries = self.summaries[-(SUMMARIZED - 1):] + [window["summary"]]
         removed = {redact(self._removed.popleft()) for _ in range(len(self._removed))}
         return done, removed, logged
@@ -295,9 +288,7 @@ class TraceOutput:
         full = self._writer.full if self._writer is not None else None
         need = self._need_mb
         if full is not None:
-            need = max(need or 0.0, full.needed_mb or 0.0, full.free_mb + 1.0)
-        if need is None:
-            return None
+            need = max(need, full.needed_mb or 0.0, full.free_mb + 1.0)
         try:
             free = free_mb(self._local or tempfile.gettempdir())  # a store's staging folder is made in the latter
         except OSError:  # the folder cannot be looked at: the window's write will say why

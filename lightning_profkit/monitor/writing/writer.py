@@ -198,14 +198,15 @@ class TraceWriter:
             if self._jobs.empty():
                 self._store()
 
-    def remove(self, urls: list[str]) -> None:
-        """On this writer's thread: delete objects from the store (a trace not uploaded yet: its local copy)."""
+    def remove(self, urls: list[str]) -> list[str]:
+        """On this writer's thread: delete ``urls`` from the store (not uploaded yet: the local copy); returns them."""
         local_only = [u for u in self.unsent if u[1] in urls]
         for local, url in local_only:
             self.unsent.remove([local, url])
             remove_local(local)
         never_sent = {url for _, url in local_only}
         self._store([u for u in urls if u not in never_sent])
+        return urls
 
     def _store(self, removals: Sequence[str] = (), last: bool = False) -> None:
         """Upload the traces that wait and delete ``removals``, in the finalizing process: never after the deadline,
