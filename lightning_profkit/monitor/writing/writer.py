@@ -79,10 +79,10 @@ def window_folder(folder: str) -> bool:
 
 class TraceWriter:
     """The writer thread; ``on_error(message, key)`` is told from it of a window not written, uploaded or deleted, and
-    ``on_written(figures)`` of each written. Waits are on events and locks: no patched ``time.sleep`` changes them."""
+    ``on_written(window)`` of each written. Waits are on events and locks: no patched ``time.sleep`` changes them."""
 
     def __init__(self, on_error: Callable[[str, str], None],
-                 on_written: Optional[Callable[[dict[str, Any]], None]] = None,
+                 on_written: Callable[[dict[str, Any]], None] = lambda window: None,
                  storage_options: Optional[dict[str, Any]] = None) -> None:
         self._on_error, self._on_written = on_error, on_written
         self._jobs: "queue.Queue[Union[WindowJob, dict[str, Any], None]]" = queue.Queue()  # None: end the thread
@@ -191,8 +191,7 @@ class TraceWriter:
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:
                 raise DiskFull(folder, job.meta.get("estimated_mb")) from None
             raise
-        if self._on_written is not None:
-            self._on_written(done)
+        self._on_written(done)
         if job.url:  # written here in full: uploaded once no other window waits to be written, or kept until then
             self.unsent.append([job.path, job.url])
             if self._jobs.empty():
