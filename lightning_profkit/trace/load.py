@@ -125,8 +125,7 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
                 return _one_pass(path, buf[start:end], read[0])
             if pool is None and jobs > 1:
                 pool, inherited = _pool(jobs, held)
-                stack.enter_context(pool)
-                stack.callback(_cancel, pending)  # on an error: the pieces not yet decoded are dropped
+                stack.callback(pool.shutdown, cancel_futures=True)  # on an error: the pieces not begun are dropped
             if pool is None:
                 found.add(appender, decode_piece(framed_piece(buf, start, end, first, last)))
             elif inherited and buf is held:
@@ -186,11 +185,6 @@ class _Sent:
         if text is None:
             raise RuntimeError("a piece of trace text is sent once")
         return bytes, (text,)  # unpickled as the text itself
-
-
-def _cancel(pending: collections.deque[Future]) -> None:
-    for future in pending:
-        future.cancel()
 
 
 def check_events(path: str, events: int, file_bytes: int, json_bytes: int) -> None:
