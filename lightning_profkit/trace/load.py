@@ -114,7 +114,12 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
             read[0], read[1] = done, read[1] + len(block)
             yield block
 
-    appender, found = Appender(), _Found(lambda events: check_events(path, events, *read))
+    appender = Appender()
+
+    def add(result: _Result) -> None:
+        appender.add(*result)
+        check_events(path, appender.events(), *read)
+
     pending: collections.deque[Future] = collections.deque()
     with contextlib.ExitStack() as stack:
         pool: Optional[ProcessPoolExecutor] = None
@@ -127,17 +132,17 @@ def _read(path: str, blocks: Iterable[tuple[bytes, int]], piece: int, jobs: int,
                 pool, inherited = _pool(jobs, held)
                 stack.callback(pool.shutdown, cancel_futures=True)  # on an error: the pieces not begun are dropped
             if pool is None:
-                found.add(appender, decode_piece(framed_piece(buf, start, end, first, last)))
-            elif inherited and buf is held:
+                add(decode_piece(framed_piece(buf, start, end, first, last)))
+            elif inherited:
                 pending.append(pool.submit(_decode_sent, None, start, end, first, last))
             else:
                 sent = buf if (start, end) == (0, len(buf)) else buf[start:end]  # one copy at most
                 pending.append(pool.submit(_decode_sent, _Sent(sent), 0, len(sent), first, last))
                 while len(pending) > IN_FLIGHT * jobs:
-                    found.add(appender, pending.popleft().result())
+                    add(pending.popleft().result())
         while pending:
-            found.add(appender, pending.popleft().result())
-    return LoadedTrace(appender.rows(), found.info, found.meta, k + 1)
+            add(pending.popleft().result())
+    return LoadedTrace(appender.rows(), appender.info, appender.meta, k + 1)
 
 
 def _pool(jobs: int, held: Optional[bytes]) -> tuple[ProcessPoolExecutor, bool]:
@@ -195,24 +200,6 @@ def check_events(path: str, events: int, file_bytes: int, json_bytes: int) -> No
         raise TraceError(f"{path}: over {most:,} events in {file_bytes / 1e6:.1f} MB of file ({json_bytes / 1e6:.0f} "
                          "MB of JSON; a profiler trace holds at most about 0.075 events a byte of gzip, 0.005 of "
                          "JSON): refused as a flood of events")
-
-
-@dataclass
-class _Found:
-    """The labels of the first piece that has them; ``check(events)`` is told of the events read so far."""
-
-    check: Callable[[int], None]
-    info: Optional[dict[str, Any]] = None
-    meta: Optional[dict[str, Any]] = None
-    events: int = 0
-
-    def add(self, appender: "Appender", result: "_Result") -> None:
-        r, info, meta = result
-        self.events += len(r.ts) + len(r.memory_device)
-        self.check(self.events)
-        appender.add(r)
-        self.info = self.info if self.info is not None else info
-        self.meta = self.meta if self.meta is not None else meta
 
 
 def pieces(blocks: Iterable[bytes], piece: int) -> Iterator[tuple[Any, int, int, bool, bool]]:
@@ -325,14 +312,16 @@ def decode_json(path: str, raw: bytes) -> TraceDoc:
 
 class Appender:
     """The columns of consecutive pieces appended into one :class:`Columns`, their codes turned into codes of tables
-    that hold every piece's values (first seen first)."""
+    that hold every piece's values (first seen first), and the labels of the first piece that has them."""
 
     def __init__(self) -> None:
         self.tables: dict[str, dict[Any, int]] = {column: {} for column in CODED}
         self.columns: dict[str, array] = {}
         self.fractional = False
+        self.info: Optional[dict[str, Any]] = None
+        self.meta: Optional[dict[str, Any]] = None
 
-    def add(self, c: Columns) -> None:
+    def add(self, c: Columns, info: Optional[dict[str, Any]] = None, meta: Optional[dict[str, Any]] = None) -> None:
         for column in COLUMNS:
             values: np.ndarray = getattr(c, column)
             into = self.columns.setdefault(column, array(values.dtype.char))
@@ -343,6 +332,12 @@ class Appender:
                     values = np.asarray(codes, dtype=values.dtype)[values]
             into.frombytes(values.view(np.uint8))  # its bytes, not a copy
         self.fractional |= c.fractional
+        self.info = self.info if self.info is not None else info
+        self.meta = self.meta if self.meta is not None else meta
+
+    def events(self) -> int:
+        """How many events were appended."""
+        return len(self.columns["ts"]) + len(self.columns["memory_device"])
 
     def rows(self) -> Columns:
         tables = {table: list(self.tables[column]) for column, table in CODED.items()}
