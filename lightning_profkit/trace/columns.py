@@ -129,8 +129,8 @@ def _ints(values: Sequence[Any]) -> np.ndarray:
 def _floats(values: Sequence[Any]) -> np.ndarray:
     try:
         return wrap(array("d", values))
-    except TypeError:  # null among them
-        return wrap(array("d", (float("nan") if v is None else v for v in values)))
+    except TypeError:  # null among them: NaN
+        return np.array(values, dtype=np.float64)
 
 
 def _name(name: Any) -> str:
