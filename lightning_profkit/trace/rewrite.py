@@ -32,11 +32,10 @@ _DECODER = json.JSONDecoder()
 Text = Union[bytes, memoryview]  # a view where a piece is passed on as written
 
 
-def edit(text: bytes, last_step: Optional[int], start: int = 0, end: Optional[int] = None) -> Text:
+def edit(text: bytes, last_step: Optional[int], start: int, end: int) -> Text:
     """``text[start:end]`` (whole events of a ``traceEvents`` list, with the document's head or end where it holds
     them) with its DataLoader spans re-labelled and, where ``last_step`` is given, the step markers past it cut out:
     a view into ``text`` where nothing changes (no copy)."""
-    end = len(text) if end is None else end
     if next(_candidates(text, start, end), None) is None:
         return memoryview(text)[start:end]
     return _edited(text[start:end], last_step)

@@ -88,7 +88,7 @@ def test_an_event_that_does_not_decode_alone_is_refused_not_guessed():
     text = b'{"traceEvents": [{"ph": "X", "cat": "user_annotation", "args": {"x": "{"}, "name": "' + LOADER.encode() + \
         b'", "ts": 1, "dur": 2}]}'
     with pytest.raises(PieceError):
-        edit(text, None)
+        edit(text, None, 0, len(text))
 
 
 def test_finalize_trace_streams_the_document_edited_as_objects(tmp_path, gpu_traces, monkeypatch):
