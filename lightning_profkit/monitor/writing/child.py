@@ -66,8 +66,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], las
         for buf, start, end, first, last_piece in parts:
             text = buf if as_written else edit(buf, last, start, end)
             rows, info, _ = decode_piece(framed_piece(text, 0, len(text), first, last_piece))
-            appender.add(rows)
-            found["info"] = found.get("info") or info
+            appender.add(rows, info)
             size += len(text)
             yield text, first, last_piece
 
@@ -76,7 +75,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], las
         lacks = problems(found["rows"], meta)  # what the trace lacks of what its window recorded
         found["meta"] = {**meta, "problems": lacks} if lacks else meta
         added = {"profkit": found["meta"]}
-        if found.get("info") is None:  # kineto writes it only under torch.distributed; HTA reads the rank from it
+        if appender.info is None:  # kineto writes it only under torch.distributed; HTA reads the rank from it
             added["distributedInfo"] = {"rank": meta.get("rank"), "world_size": meta.get("world_size")}
         return added
 
@@ -87,7 +86,7 @@ def _rewrite_streaming(raw_path: str, final_path: str, meta: dict[str, Any], las
         for text in joined(edited(), keys):
             out.write(deflate.compress(text))
         out.write(deflate.flush())
-    return LoadedTrace(found["rows"], found["info"], found["meta"]), size
+    return LoadedTrace(found["rows"], appender.info, found["meta"]), size
 
 
 def companions(final_path: str, summary: dict[str, Any]) -> Optional[str]:
