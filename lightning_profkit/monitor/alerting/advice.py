@@ -259,13 +259,11 @@ class LoaderAdvice:
     def advice(self, group: Any, worst_rank: Optional[int], startup_s: Optional[float], train_s: float) -> list[str]:
         """What to try, from how busy the worst rank's loading was (an exchange in ``group``: every rank calls it)."""
         self._read()
-        busy = self.busy
-        if group is not None:
-            rank = worst_rank or 0
-            mine = {**figures_of(busy.workers, "workers."), **figures_of(busy.training, "training.")}
-            row = exchange_named(group, mine, names_of(WorkersBusy, "workers.") + names_of(WaitBusy, "training."))[rank]
-            busy = LoaderBusy(made_from(WorkersBusy, row, "workers.", rank=rank),
-                              made_from(WaitBusy, row, "training.", rank=rank))
+        rank = None if group is None else worst_rank or 0  # named in the advice where several ranks train
+        mine = {**figures_of(self.busy.workers, "workers."), **figures_of(self.busy.training, "training.")}
+        rows = exchange_named(group, mine, names_of(WorkersBusy, "workers.") + names_of(WaitBusy, "training."))
+        busy = LoaderBusy(made_from(WorkersBusy, rows[rank or 0], "workers.", rank=rank),
+                          made_from(WaitBusy, rows[rank or 0], "training.", rank=rank))
         try:
             facts = replace(self.loader(), tensors_per_batch=self.tensors)  # the loader's settings count none
             return data_wait_advice(facts, startup_s, train_s, busy)
