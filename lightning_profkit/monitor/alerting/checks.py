@@ -154,9 +154,8 @@ class RollingChecks:
         return max(ratios) if ratios else None
 
     def judge(self, ratio: float, step: int) -> bool:
-        """Feed one check to the rule; True when it starts an alert."""
-        if self.rule is None:
-            return False
+        """Feed one check to the rule (the fit judges only where alerts are on); True when it starts an alert."""
+        assert self.rule is not None
         fired = self.rule.check(ratio, step)
         self.episode_in_epoch |= self.rule.in_episode
         return fired
