@@ -131,8 +131,8 @@ def alert_to_tensorboard(trainer: Trainer, alert: DataWaitAlert) -> None:
 
 
 def trace_dir(trainer: Trainer) -> str:
-    """The run's own folder of traces (the same on all ranks): in a TensorBoardLogger's or CSVLogger's ``version_N``
-    folder, else in a new run folder (MLflow's, W&B's or a custom logger give a run no folder of its own)."""
+    """The run's own folder of traces (the same on all ranks): in a TensorBoardLogger's or a first CSVLogger's
+    ``version_N`` folder, else in a new run folder (MLflow's, W&B's or a custom logger give a run no folder of its own)."""
     tb = next(iter(tensorboard_loggers(trainer)), None)
     if tb is not None:
         return join(trainer.strategy.broadcast(tb.log_dir), "profiler")

@@ -51,19 +51,23 @@ def capture(args: argparse.Namespace) -> int:
 
 
 def find_run(folders: list[str]) -> tuple[str, Optional[dict[str, Any]]]:
-    """The first of the trace ``folders`` with a live-run marker, or else with ``run=*`` folders (none through a link)
-    holding one (the newest running, else the newest), and that marker; else the last folder and None."""
+    """The first of the trace ``folders`` with a live-run marker, or else the newest ``run=*`` folder in them (none
+    through a link) whose fit runs, and that marker; else the newest such folder with a marker; else the last folder
+    and None. Markers are read newest first, up to the first running fit (one store read each)."""
     from lightning_profkit import capture_request
 
+    ended: Optional[tuple[str, dict[str, Any]]] = None
     for folder in folders:
         marker = capture_request.running(folder)
         if marker is not None:
             return folder, marker
         owns = subfolders(folder, "run=") if is_url(folder) else [
             own for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*"))) if not os.path.islink(own)]
-        runs = [(own, marker) for own in reversed(owns) if (marker := capture_request.running(own)) is not None]
-        live = [(own, marker) for own, marker in runs if capture_request.not_running(marker) is None]
-        if runs:
-            return (live or runs)[0]
-    return folders[-1], None
-
+        for own in reversed(owns):
+            marker = capture_request.running(own)
+            if marker is None:
+                continue
+            if capture_request.not_running(marker) is None:
+                return own, marker
+            ended = ended or (own, marker)
+    return ended or (folders[-1], None)

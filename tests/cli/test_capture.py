@@ -10,6 +10,7 @@ import pytest
 
 from lightning_profkit.capture_request import REQUEST, LiveRun
 from lightning_profkit.cli import main
+from lightning_profkit.cli.capture import find_run
 
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 
@@ -94,3 +95,18 @@ def test_a_folder_name_and_a_markers_host_cannot_drive_the_terminal(tmp_path, ca
         assert "\x1b" not in said and "run\\x1b[2Jx" in said
     finally:
         live.end()
+
+
+def test_a_run_that_ended_in_one_folder_does_not_hide_one_running_in_the_next(tmp_path):
+    """A store's run is looked for in URL/profiler, then URL: an ended fit's ``run=`` folder in the first is said
+    only where no fit runs in either (here on local folders, which take the same path)."""
+    ended = tmp_path / "profiler" / "run=20261205-1"
+    code = ("import os; from lightning_profkit.capture_request import LiveRun; "
+            f"LiveRun({str(ended)!r}); os.kill(os.getpid(), 9)")
+    subprocess.run([sys.executable, "-c", code], timeout=60)
+    live = LiveRun(str(tmp_path))
+    try:
+        assert find_run([str(tmp_path / "profiler"), str(tmp_path)]) == (str(tmp_path), live.run)
+    finally:
+        live.end()
+    assert find_run([str(tmp_path / "profiler"), str(tmp_path)])[0] == str(ended)

@@ -24,7 +24,7 @@ _kineto_started = False
 
 
 @contextmanager
-def quiet_kineto(enabled: bool) -> Iterator[None]:
+def quiet_kineto(enabled: bool = True) -> Iterator[None]:
     """Around the first profiler start of this process, where kineto reads its log level once: ``QUIET_LEVEL``, the
     environment as it was afterwards; a ``KINETO_LOG_LEVEL`` the user set is left alone (docs/choosing-steps.md)."""
     global _kineto_started

@@ -90,13 +90,15 @@ class FinalizingProcess:
         """End the process: it reports its CPU seconds and exits, or is killed after ``timeout`` seconds."""
         proc, jobs, replies = self._proc, self._jobs, self._replies
         self._proc = self._jobs = self._replies = None
-        with contextlib.suppress(EOFError, OSError):
-            if jobs is not None:
-                jobs.close()
-            if replies is not None and replies.poll(timeout):
-                self._cpu_s = replies.recv().get("cpu_s", self._cpu_s)
-        if replies is not None:
-            replies.close()
+        try:
+            with contextlib.suppress(EOFError, OSError):
+                if jobs is not None:
+                    jobs.close()
+                if replies is not None and replies.poll(timeout):
+                    self._cpu_s = replies.recv().get("cpu_s", self._cpu_s)
+        finally:
+            if replies is not None:
+                replies.close()
         self._ended_cpu_s, self._cpu_s = self._ended_cpu_s + self._cpu_s, 0.0
         if proc is None:
             return
