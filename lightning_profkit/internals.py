@@ -78,8 +78,7 @@ def start_at(profile: Any, step: int, action: Any) -> None:
     """Number the profile's steps from the global ``step`` (``ProfilerStep#<step>``; torch counts from 0) and make
     ``action`` its current and last scheduled action (torch keeps the schedule's last answer apart from
     ``current_action``, which it overrides after a CUPTI buffer overflow)."""
-    if hasattr(profile, "step_num"):
-        profile.step_num = step
+    profile.step_num = step
     profile.current_action = action
     if hasattr(profile, "_prev_schedule_action"):
         profile._prev_schedule_action = action
@@ -89,8 +88,7 @@ def release(profile: Any) -> None:
     """Break the finished profile's cycles (through ``on_trace_ready`` and its ``action_map``'s bound methods), so
     that it and its results are freed as soon as nothing else holds them."""
     profile.on_trace_ready = None
-    if isinstance(getattr(profile, "action_map", None), dict):
-        profile.action_map = {}
+    profile.action_map = {}
 
 
 def profiler_running() -> bool:
@@ -101,7 +99,6 @@ def profiler_running() -> bool:
     return bool(getattr(autograd_profiler, "_is_profiler_enabled", False))
 
 
-def thread_frame(ident: Optional[int]) -> Any:
+def thread_frame(ident: int) -> Any:
     """The running frame of the thread ``ident`` (Python's ``sys._current_frames``), or None."""
-    frames = getattr(sys, "_current_frames", None)
-    return frames().get(ident) if callable(frames) and ident is not None else None
+    return sys._current_frames().get(ident)
