@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-CAUSES = ("data_wait", "blocking_sync", "cpu_ops", "other")
 WHAT = {  # what the training process was doing while the GPU idled
     "data_wait": "waiting for the DataLoader",
     "blocking_sync": "in a blocking CUDA call",
     "cpu_ops": "running CPU operators",
     "other": "between recorded operators",
 }
+CAUSES = tuple(WHAT)  # the order every table and figure lists them in
 ADVICE = {
     "data_wait": "the input pipeline is too slow: more workers, persistent_workers=True, pin_memory=True",
     "blocking_sync": "the CPU waits for the GPU inside the step: a .item(), .cpu() or print of a tensor",
