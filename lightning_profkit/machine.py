@@ -60,11 +60,6 @@ def thread_scheduled_seconds() -> tuple[float, Optional[float]]:
     return scheduled if scheduled is not None else (time.thread_time(), None)
 
 
-def waited_seconds() -> Optional[float]:
-    """Seconds the calling thread has waited for a CPU while ready to run (Linux); None where that cannot be read."""
-    return thread_scheduled_seconds()[1]
-
-
 def _schedstat(path: str) -> Optional[tuple[float, float]]:
     """Seconds on a CPU and seconds waiting for one, from a ``schedstat`` file."""
     try:

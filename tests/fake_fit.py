@@ -66,7 +66,7 @@ class FakeFit:
         monkeypatch.setattr(fetch_timer, "perf_counter", self.clock)
         monkeypatch.setattr(windows, "perf_counter", self.clock)
         self.cpu_wait = lambda now: 0.0  # seconds the training thread had waited for a CPU by ``now``
-        monkeypatch.setattr(machine, "waited_seconds", lambda: self.cpu_wait(self.clock()))
+        monkeypatch.setattr(machine, "thread_scheduled_seconds", lambda: (0.0, self.cpu_wait(self.clock())))
         self.options = PerformanceMonitor(**arguments).options
         self.checks = self.options.checks()
         self.loop = _TrainingEpochLoop()

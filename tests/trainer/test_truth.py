@@ -31,7 +31,7 @@ from lightning.pytorch.utilities.combined_loader import CombinedLoader
 from torch.utils.data import ConcatDataset, DataLoader
 
 from lightning_profkit import PerformanceMonitor
-from lightning_profkit.machine import waited_seconds
+from lightning_profkit.machine import thread_scheduled_seconds
 from lightning_profkit.monitor.timing.fetch_timer import STEP_CHUNK
 from lightning_profkit.monitor.writing import writer
 
@@ -202,11 +202,11 @@ class Truth(Callback):
         self.combined.spent.clear()
         self.batch_ends = []
         self.epochs.append(EpochTruth(start=time.perf_counter()))
-        self.waited = [waited_seconds() or 0.0]
+        self.waited = [thread_scheduled_seconds()[1] or 0.0]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.batch_ends.append(time.perf_counter())  # before the monitor's: the callbacks run in their order
-        self.waited.append(waited_seconds() or 0.0)
+        self.waited.append(thread_scheduled_seconds()[1] or 0.0)
 
     def on_validation_start(self, trainer, pl_module):
         self.v0 = time.perf_counter()

@@ -204,11 +204,11 @@ class CpuWaitShares:
     def mark(self, now: float) -> None:
         """A window of the epoch starts or ends at ``now``: only the first window's two are kept."""
         if len(self._marks) < 3:
-            self._marks.append((now, machine.waited_seconds()))
+            self._marks.append((now, machine.thread_scheduled_seconds()[1]))
 
     def shares(self, end: float) -> tuple[Optional[float], Optional[float]]:
         """The shares before the first window and after it (None: not measured, or no time there)."""
-        marks = [*self._marks, (end, machine.waited_seconds())]
+        marks = [*self._marks, (end, machine.thread_scheduled_seconds()[1])]
         return _share(marks, 0), _share(marks, 2)
 
 
