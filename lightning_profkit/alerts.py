@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 
@@ -57,7 +57,7 @@ class DataWaitAlert:
         return "\n\n".join(p for p in parts + [as_text(self.trace_line)] if p)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"message": self.message}
+        return asdict(self) | {"message": self.message}
 
 
 # what Python-Markdown (TensorBoard's) lets a backslash escape, as the inside of a regex class
