@@ -22,9 +22,8 @@ class Progress:
     """Draws :func:`bar` on ``stream`` when it is a terminal, at most ten times a second, from ``after_s``
     seconds into a read (short reads draw nothing); :meth:`done` clears the line."""
 
-    def __init__(self, stream: TextIO, after_s: float = 1.0) -> None:
-        self.stream, self.after_s = stream, after_s
-        self.shown = False
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.after_s, self.shown = stream, 1.0, False
 
     @staticmethod
     def on(stream: TextIO) -> Optional["Progress"]:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from lightning_profkit.cli.progress import Progress
 from lightning_profkit.cli.shared import SQL_NEEDS, CommandError, add_jobs, exit_status, say, trace_dir_of
+from lightning_profkit.cli.summary import unless_none_read
 from lightning_profkit.companions import EVENTS
 from lightning_profkit.machine import usable_cpus
 from lightning_profkit.opener import FileRefused, fd_path
@@ -93,9 +94,7 @@ def _readable(run: str, local: str, left_out: list[str]) -> dict[str, str]:
     if made:
         say(f"wrote the events tables of {len(made)} trace(s); the next query reads them")
     objects.update(made)
-    if not objects:  # every trace lacked a table, and each that could not be read has its line
-        raise CommandError(f"{run}: none of its {len(left_out)} trace(s) could be read: {'; '.join(left_out)}")
-    return dict(sorted(objects.items(), key=lambda kv: natural(kv[1])))
+    return dict(sorted(unless_none_read(run, objects, left_out).items(), key=lambda kv: natural(kv[1])))
 
 
 def _local_tables(run: str, left_out: list[str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -148,6 +147,8 @@ def _store_tables(run: str, local: str, left_out: list[str]) -> tuple[dict[str, 
     from lightning_profkit.trace.summary import summarize_trace
 
     found = files_under(run, TRACE_SUFFIXES + tuple(t + EVENTS for t in TRACE_SUFFIXES))
+    if not found:
+        raise CommandError(f"{run}: no trace files (*.pt.trace.json[.gz]) there")
     listed, tables = set(found), [p for p in found if p.endswith(EVENTS)]
     untabled = [p for p in found if not p.endswith(EVENTS) and p + EVENTS not in listed]
     copies = dict(zip(copy_here(run, tables, local, EVENTS), tables))

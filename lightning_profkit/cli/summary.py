@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from lightning_profkit.cli.progress import Progress
 from lightning_profkit.cli.shared import CommandError, add_jobs, exit_status, say
@@ -20,7 +20,7 @@ from lightning_profkit.trace.file import JSON_SUFFIXES, TRACE_SUFFIXES, find_tra
 from lightning_profkit.trace.folder import name_windows, read_folder
 
 CONNECT_TIMEOUT_S = 10  # a Dask scheduler that has not answered by then is taken as not there
-DASK_NEEDS = "pip install distributed"
+Found = TypeVar("Found", list, dict)
 
 
 LEGEND = """columns:
@@ -116,7 +116,7 @@ def on_cluster(path: str, scheduler: str, left_out: list[str]) -> list[dict[str,
     try:
         from distributed import Client
     except ImportError:
-        raise CommandError(f"--scheduler needs Dask's distributed: {DASK_NEEDS}") from None
+        raise CommandError("--scheduler needs Dask's distributed: pip install distributed") from None
     if is_url(path):
         found = survey(path, TRACE_SUFFIXES + JSON_SUFFIXES)
         if found.unread:
@@ -196,7 +196,7 @@ def read_here(path: str, jobs: int) -> tuple[list[dict[str, Any]], list[str]]:
     return read.summaries, read.left_out
 
 
-def unless_none_read(path: str, found: list[dict[str, Any]], skipped: list[str]) -> list[dict[str, Any]]:
+def unless_none_read(path: str, found: Found, skipped: list[str]) -> Found:
     """``found``, unless none of ``path``'s traces could be read (``skipped``: why each could not)."""
     if not found and skipped:
         raise CommandError(f"{path}: none of its {len(skipped)} trace(s) could be read: {'; '.join(skipped)}")
