@@ -216,6 +216,7 @@ def test_profkit_reads_a_single_object_and_says_what_is_missing(tmp_path, s3_ser
     assert bad.returncode == 1 and f"s3://runs/{table}" in bad.stderr and "profkit-" not in bad.stderr, bad.stderr
     missing = profkit("summary", "s3://runs/nothing-here")
     assert missing.returncode == 1 and missing.stderr == "profkit: s3://runs/nothing-here: no trace files (*.pt.trace.json[.gz]) there\n"
+    assert profkit("sql", "s3://runs/nothing-here", "SELECT 1").stderr == missing.stderr  # as summary says it
     capture = profkit("capture", "s3://runs/one")  # the fit has ended: its marker is gone
     assert (capture.returncode, capture.stderr) == (
         1, "profkit: s3://runs/one: no running PerformanceMonitor writes traces here (no .profkit-run)\n")
