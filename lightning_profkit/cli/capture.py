@@ -51,19 +51,16 @@ def capture(args: argparse.Namespace) -> int:
 
 
 def find_run(folders: list[str]) -> tuple[str, Optional[dict[str, Any]]]:
-    """The first of the trace ``folders`` with a live-run marker, or else the newest ``run=*`` folder in them (none
-    through a link) whose fit runs, and that marker; else the newest such folder with a marker; else the last folder
-    and None. Markers are read newest first, up to the first running fit (one store read each)."""
+    """The first of the trace ``folders``, or else of the ``run=*`` folders in it (newest first, none through a link),
+    whose fit runs, and its marker; else the first with a marker of a fit that ended; else the last folder and None.
+    Markers are read up to the first running fit (one store read each)."""
     from lightning_profkit import capture_request
 
     ended: Optional[tuple[str, dict[str, Any]]] = None
     for folder in folders:
-        marker = capture_request.running(folder)
-        if marker is not None:
-            return folder, marker
         owns = subfolders(folder, "run=") if is_url(folder) else [
             own for own in sorted(glob.glob(os.path.join(glob.escape(folder), "run=*"))) if not os.path.islink(own)]
-        for own in reversed(owns):
+        for own in [folder, *reversed(owns)]:
             marker = capture_request.running(own)
             if marker is None:
                 continue

@@ -15,6 +15,14 @@ from lightning_profkit.cli.capture import find_run
 PROFKIT = os.path.join(os.path.dirname(sys.executable), "profkit")
 
 
+def killed_in(folder):
+    """A fit's marker left in ``folder`` by its process, killed."""
+    code = ("import os; from lightning_profkit.capture_request import LiveRun; "
+            f"LiveRun({str(folder)!r}); os.kill(os.getpid(), 9)")
+    subprocess.run([sys.executable, "-c", code], timeout=60)
+    return str(folder)
+
+
 def test_a_request_goes_to_the_running_fits_trace_folder(tmp_path, capsys):
     live = LiveRun(str(tmp_path / "version_0" / "profiler"))  # a fit of this process
     try:
@@ -40,9 +48,7 @@ def test_of_runs_of_their_own_the_newest_running_one_gets_the_request(tmp_path):
 
 def test_a_newer_run_killed_with_its_marker_left_does_not_hide_a_running_one(tmp_path):
     killed = tmp_path / "run=20261205-2"  # its process killed: the marker stays, naming a process that is gone
-    code = ("import os; from lightning_profkit.capture_request import LiveRun; "
-            f"LiveRun({str(killed)!r}); os.kill(os.getpid(), 9)")
-    subprocess.run([sys.executable, "-c", code], timeout=60)
+    killed_in(killed)
     live = LiveRun(str(tmp_path / "run=20261205-1"))
     try:
         assert (killed / ".profkit-run").exists()
@@ -97,16 +103,16 @@ def test_a_folder_name_and_a_markers_host_cannot_drive_the_terminal(tmp_path, ca
         live.end()
 
 
-def test_a_run_that_ended_in_one_folder_does_not_hide_one_running_in_the_next(tmp_path):
-    """A store's run is looked for in URL/profiler, then URL: an ended fit's ``run=`` folder in the first is said
-    only where no fit runs in either (here on local folders, which take the same path)."""
-    ended = tmp_path / "profiler" / "run=20261205-1"
-    code = ("import os; from lightning_profkit.capture_request import LiveRun; "
-            f"LiveRun({str(ended)!r}); os.kill(os.getpid(), 9)")
-    subprocess.run([sys.executable, "-c", code], timeout=60)
-    live = LiveRun(str(tmp_path))
+@pytest.mark.parametrize("ended, running", [("profiler/run=20261205-1", ""), ("profiler", "profiler/run=20261205-1")],
+                         ids=["an ended run= folder, a fit in the next folder", "an ended folder, a fit in its run="])
+def test_a_fit_that_ended_does_not_hide_one_that_runs(tmp_path, ended, running):
+    """A store's run is looked for in URL/profiler, then URL, each with its ``run=`` folders: an ended fit's marker is
+    said only where no fit runs in any (here on local folders, which take the same path)."""
+    ended = killed_in(tmp_path / ended)
+    live = LiveRun(str(tmp_path / running))
+    folders = [str(tmp_path / "profiler"), str(tmp_path)]
     try:
-        assert find_run([str(tmp_path / "profiler"), str(tmp_path)]) == (str(tmp_path), live.run)
+        assert find_run(folders) == (live.trace_dir, live.run)
     finally:
         live.end()
-    assert find_run([str(tmp_path / "profiler"), str(tmp_path)])[0] == str(ended)
+    assert find_run(folders)[0] == ended
