@@ -144,6 +144,15 @@ class EpochTruth:
         """From the first fetch's start to the epoch's end, less validation, over the steps."""
         return (self.end - self.starts[0] - self.validation_s) / self.steps
 
+    def near_mean_step(self, value_ms, rel=0.03):
+        """``value_ms`` is the mean step time to within ``rel``, the epoch's end read anywhere between the truth's
+        reading and the one after the monitor's hooks, its first step's start earlier than the truth's by at most the
+        time the thread waited for a CPU (a time slice lost between two readings, 10 ms and more on a busy machine:
+        3% of a 0.3 s epoch; see :meth:`near_ratio`)."""
+        span = self.end - self.starts[0] - self.validation_s
+        longest = (self.end_after or self.end) - self.starts[0] - self.validation_s + self.cpu_wait()
+        return span * (1 - rel) <= value_ms / 1000 * self.steps <= longest * (1 + rel)
+
     @property
     def step_s(self):
         """Each step: from its fetch's start to the next step's (the last: to the epoch's end; no validation)."""
@@ -330,7 +339,7 @@ def test_logged_epoch_figures_are_the_tests_own_timing(run):
         assert row["profkit/data_wait_ratio"] == pytest.approx(truth.loader_ratio, abs=0.02)
         assert row["profkit/data_wait_s"] == pytest.approx(sum(truth.fetch_s), rel=0.02)
         assert row["profkit/train_s"] == pytest.approx(truth.train_s, rel=0.02)
-        assert row["profkit/step_time_ms_mean"] == pytest.approx(1000 * truth.mean_step_s, rel=0.03)
+        assert truth.near_mean_step(row["profkit/step_time_ms_mean"]), (row, truth.mean_step_s)
         low, high = truth.p90_bounds()
         assert 900 * low <= row["profkit/step_time_ms_p90"] <= 1100 * high, (row["profkit/step_time_ms_p90"], low, high)
         assert not any("gpu" in name or "peak_memory" in name for name in row)  # absent on CPU, not zero
@@ -366,7 +375,7 @@ def test_the_end_of_fit_lines_are_the_raw_traces_the_tests_clock_and_the_reaped_
     # each figure is the mean over the windows (summary's aggregate), shown to one decimal
     assert float(found[2]) == pytest.approx(np.mean([r["step_us"] / len(r["steps"]) for r in raws]) / 1000, abs=0.051)
     assert float(found[3]) / 100 == pytest.approx(np.mean([r["data_wait_us"] / r["step_us"] for r in raws]), abs=0.00051)
-    assert float(found[4]) == pytest.approx(1000 * run["truth"][-1].mean_step_s, rel=0.03)
+    assert run["truth"][-1].near_mean_step(float(found[4])), (found, run["truth"][-1].mean_step_s)
 
     cpu_line = run["lines"].one("writing traces took")
     found = re.search(r"took ([0-9.]+) s of CPU beside training on rank 0, ([0-9.]+) s of it after the last epoch", cpu_line)
@@ -430,7 +439,7 @@ def test_the_report_shows_the_tests_own_timing_and_the_raw_traces(run, tmp_path)
     assert [int(c[0]) for c in cells] == list(range(EPOCHS)), text[:3000]
     for (_, wait, idle, mean, _, alert), truth in zip(cells, run["truth"]):
         assert truth.near_ratio(float(wait) / 100, 0.0055), (wait, truth.ratio)  # shown to 0.1%
-        assert float(mean) == pytest.approx(1000 * truth.mean_step_s, rel=0.03)
+        assert truth.near_mean_step(float(mean)), (mean, truth.mean_step_s)
         assert alert == ("yes" if truth.ratio > 0.2 else "no")
     windows = re.findall(r"(epoch=\d+-batch=\d+-\d+), rank 0.*?profiled step time ([0-9.]+) ms; data wait ([0-9.]+)%",
                          text)
@@ -482,7 +491,7 @@ def test_data_wait_ratio_matches_the_truth(tmp_path, case):
         wrapping = sorted(a - b for a, b in zip(epoch.fetch_s, epoch.loader_s))
         assert wrapping[0] >= 0 and wrapping[len(wrapping) // 2] < 200e-6, (case, wrapping)
         assert ratio == pytest.approx(epoch.loader_ratio, abs=0.02), case
-        assert row["profkit/step_time_ms_mean"] == pytest.approx(1000 * epoch.mean_step_s, rel=0.03), case
+        assert epoch.near_mean_step(row["profkit/step_time_ms_mean"]), (case, row, epoch.mean_step_s)
     # the epoch's figures come along; GPU figures are absent on CPU
     assert {"profkit/step_time_ms_mean", "profkit/step_time_ms_p90", "profkit/train_s"} <= set(logged[0])
     assert not any("peak_memory" in k or "gpu" in k for k in logged[0])
@@ -501,4 +510,4 @@ def test_step_times_of_a_long_epoch_are_all_kept(tmp_path):
     )
     assert len(loader.starts) > 2 * STEP_CHUNK
     (row,) = [m for _, m in recorder.rows if "profkit/step_time_ms_mean" in m]
-    assert row["profkit/step_time_ms_mean"] == pytest.approx(1000 * truth.epochs[0].mean_step_s, rel=0.03)
+    assert truth.epochs[0].near_mean_step(row["profkit/step_time_ms_mean"]), (row, truth.epochs[0].mean_step_s)
