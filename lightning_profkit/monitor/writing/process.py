@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -91,11 +90,12 @@ class FinalizingProcess:
         proc, jobs, replies = self._proc, self._jobs, self._replies
         self._proc = self._jobs = self._replies = None
         try:
-            with contextlib.suppress(EOFError, OSError):
-                if jobs is not None:
-                    jobs.close()
-                if replies is not None and replies.poll(timeout):
-                    self._cpu_s = replies.recv().get("cpu_s", self._cpu_s)
+            if jobs is not None:
+                jobs.close()
+            if replies is not None and replies.poll(timeout):
+                self._cpu_s = replies.recv().get("cpu_s", self._cpu_s)
+        except (EOFError, OSError):
+            pass
         finally:
             if replies is not None:
                 replies.close()
