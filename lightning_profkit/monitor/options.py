@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD, RollingChecks
@@ -90,6 +90,9 @@ class Options:
     storage_options: Optional[dict[str, Any]] = field(repr=False)  # may hold credentials
 
     def __post_init__(self) -> None:
+        for name in ("ranks", "activities"):  # a generator is read once: kept as what it gave
+            if isinstance(getattr(self, name), Iterator):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         for name, (ok, optional, wants) in CHECKS.items():
             value = getattr(self, name)
             if not (optional and value is None or ok(value)):

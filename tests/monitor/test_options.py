@@ -1,6 +1,7 @@
 """Every argument of PerformanceMonitor, its invalid values, and the error each gets at construction (the checks of
 Options)."""
 
+import pickle
 import re
 
 import pytest
@@ -117,3 +118,10 @@ def test_the_plan_names_the_steps_and_ranks_and_says_when_this_rank_cannot_profi
         "profiling the fit's steps 5-7 on ranks 0,2", "traces -> out"]
     assert PerformanceMonitor(steps="5-7").options.plan("out", 100, disabled=True)[0] == (
         "profiling the fit's steps 5-7 on all ranks: disabled, see the warning")
+
+
+def test_ranks_and_activities_given_as_generators_are_kept():
+    """A generator was read by the argument's check and kept: `ranks=(r for r in [2, 0])` profiled no rank."""
+    monitor = PerformanceMonitor(ranks=(r for r in [2, 0]), activities=(a for a in ["cpu"]))
+    assert monitor.options.ranks == (0, 2) and list(monitor.options.activities) == ["cpu"]
+    assert pickle.loads(pickle.dumps(monitor)).options.ranks == (0, 2)
