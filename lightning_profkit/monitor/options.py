@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
+from itertools import islice
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from lightning_profkit.alerts import DataWaitAlert
 from lightning_profkit.monitor.alerting.checks import DEFAULT_ALERT_THRESHOLD, RollingChecks
@@ -49,6 +50,8 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], bool, str]] = {
 }
 
 
+MAX_LISTED = 1_000_000  # items of `ranks` or `activities` read
+
 # a window's trace JSON, MB: TensorBoard's PyTorch Profiler tab shows an empty view above about 500 MB
 # (pytorch/kineto#805); Perfetto's UI runs out of browser memory at about 2 GB
 DEFAULT_MAX_TRACE_MB = 500.0
@@ -90,9 +93,12 @@ class Options:
     storage_options: Optional[dict[str, Any]] = field(repr=False)  # may hold credentials
 
     def __post_init__(self) -> None:
-        for name in ("ranks", "activities"):  # a generator is read once: kept as what it gave
-            if isinstance(getattr(self, name), Iterator):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("ranks", "activities"):  # a generator (read once) or an array: kept as a tuple of its first items
+            value = getattr(self, name)
+            if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+                object.__setattr__(self, name, tuple(islice(value, MAX_LISTED + 1)))
+                if len(getattr(self, name)) > MAX_LISTED:
+                    raise ValueError(f"`{name}` must be {CHECKS[name][2]}, got more than {MAX_LISTED} items")
         for name, (ok, optional, wants) in CHECKS.items():
             value = getattr(self, name)
             if not (optional and value is None or ok(value)):

@@ -1,10 +1,12 @@
 """Every argument of PerformanceMonitor, its invalid values, and the error each gets at construction (the checks of
 Options)."""
 
+import itertools
 import pickle
 import re
 
 import pytest
+import torch
 
 from lightning_profkit import PerformanceMonitor
 
@@ -120,8 +122,13 @@ def test_the_plan_names_the_steps_and_ranks_and_says_when_this_rank_cannot_profi
         "profiling the fit's steps 5-7 on all ranks: disabled, see the warning")
 
 
-def test_ranks_and_activities_given_as_generators_are_kept():
-    """A generator was read by the argument's check and kept: `ranks=(r for r in [2, 0])` profiled no rank."""
+def test_ranks_and_activities_given_as_iterators_are_kept_and_bounded():
+    """A generator was read by the argument's check and kept: `ranks=(r for r in [2, 0])` profiled no rank. An
+    endless one is read up to a bound; an array is read as its items."""
     monitor = PerformanceMonitor(ranks=(r for r in [2, 0]), activities=(a for a in ["cpu"]))
-    assert monitor.options.ranks == (0, 2) and list(monitor.options.activities) == ["cpu"]
+    assert monitor.options.ranks == (0, 2) and monitor.options.activities == ("cpu",)
     assert pickle.loads(pickle.dumps(monitor)).options.ranks == (0, 2)
+    with pytest.raises(ValueError, match=r"^`ranks` must be a non-empty list of ranks >= 0, got more than 1000000"):
+        PerformanceMonitor(ranks=itertools.count())
+    with pytest.raises(ValueError, match=r"^`ranks` must be a non-empty list of ranks >= 0, got \(tensor\(0\)"):
+        PerformanceMonitor(ranks=torch.tensor([0, 1]))
