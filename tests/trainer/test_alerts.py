@@ -201,8 +201,9 @@ def test_the_advice_on_workers_rests_on_how_busy_they_were(tmp_path, two_cpus, b
 
 
 class OwnClock:
-    """A dataset that reads its thread's seconds on a CPU and waiting for one (``/proc/thread-self/schedstat``) and its
-    wall seconds around each sample: the truth for the training thread's figures where the training process loads."""
+    """A dataset that reads its thread's seconds on a CPU (``time.thread_time``) and waiting for one
+    (``/proc/thread-self/schedstat``) and its wall seconds around each sample: the truth for the training thread's
+    figures where the training process loads."""
 
     def __init__(self, dataset):
         self.dataset, self.seen = dataset, {}
@@ -211,21 +212,23 @@ class OwnClock:
         return len(self.dataset)
 
     def __getitem__(self, i):
-        before, start = self.scheduled(), time.perf_counter()
+        start = time.perf_counter()  # around the reads: a wait for a CPU between them is in the wall time too
+        before = self.scheduled()
         sample = self.dataset[i]
-        wall, after = time.perf_counter() - start, self.scheduled()
-        self.seen[i] = (after[0] - before[0], after[1] - before[1], wall)
+        after = self.scheduled()
+        self.seen[i] = (after[0] - before[0], after[1] - before[1], time.perf_counter() - start)
         return sample
 
     @staticmethod
     def scheduled():
+        """The thread's CPU (schedstat's lags the running thread by up to a tick) and its wait for a CPU so far."""
         with open("/proc/thread-self/schedstat") as f:
-            return [int(ns) / 1e9 for ns in f.read().split()[:2]]
+            return time.thread_time(), int(f.read().split()[1]) / 1e9
 
     def computed(self, samples):
-        """The samples' CPU over their wall time less their wait for a CPU."""
+        """The samples' CPU over their wall time less their wait for a CPU, at most 1 (as the advice's)."""
         ran, queued, wall = (sum(self.seen[i][k] for i in samples) for k in range(3))
-        return ran / (wall - queued)
+        return min(ran / (wall - queued), 1.0)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="the truth is read from Linux's schedstat")
