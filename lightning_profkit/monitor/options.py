@@ -96,9 +96,10 @@ class Options:
         for name in ("ranks", "activities"):  # a generator (read once) or an array: kept as a tuple of its first items
             value = getattr(self, name)
             if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
-                object.__setattr__(self, name, tuple(islice(value, MAX_LISTED + 1)))
-                if len(getattr(self, name)) > MAX_LISTED:
+                items = tuple(islice(value, MAX_LISTED + 1))
+                if len(items) > MAX_LISTED:
                     raise ValueError(f"`{name}` must be {CHECKS[name][2]}, got more than {MAX_LISTED} items")
+                object.__setattr__(self, name, items)
         for name, (ok, optional, wants) in CHECKS.items():
             value = getattr(self, name)
             if not (optional and value is None or ok(value)):
